@@ -1,0 +1,365 @@
+//! Configuration: a builder for embedders, and [`Config::from_env`] for the binary.
+//!
+//! The spec's variables keep their names (`MCP_HOOK_SERVERS`, `SPROUT_AGENT_HOOK_TIMEOUT_MS`,
+//! `SPROUT_AGENT_STOP_MAX_REJECTIONS`); the engine's own use the `HOOKLOOP_` prefix. An invalid
+//! value is an error that names the variable and the value, never silently the default.
+
+use std::time::Duration;
+
+use crate::hooks::HookServers;
+use crate::machine::Policy;
+
+/// Everything a [`Session`](crate::Session) needs besides its two injected traits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    policy: Policy,
+    system_prompt: Option<String>,
+    tool_concurrency: usize,
+}
+
+impl Config {
+    /// Tool calls of one reply that run at once, by default.
+    pub const DEFAULT_TOOL_CONCURRENCY: usize = 8;
+
+    /// A builder starting from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder {
+            config: Self::default(),
+        }
+    }
+
+    /// Reads the process environment. See [`from_lookup`](Self::from_lookup).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|var| match std::env::var(var) {
+            Ok(value) => Ok(Some(value)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode {
+                var: var.to_owned(),
+            }),
+        })
+    }
+
+    /// Reads the variables through `lookup`, which answers a variable's value, `None` when it is
+    /// unset, or an error of its own:
+    ///
+    /// | variable | default | meaning |
+    /// |---|---|---|
+    /// | `MCP_HOOK_SERVERS` | unset: hooks off | `*` for every server, or a comma list of names |
+    /// | `SPROUT_AGENT_HOOK_TIMEOUT_MS` | 2500 | per hook call, at least 1 |
+    /// | `SPROUT_AGENT_STOP_MAX_REJECTIONS` | 3 | `_Stop` objections per session; 0 disables `_Stop` |
+    /// | `HOOKLOOP_MAX_ROUNDS` | 0 | model requests per prompt; 0 = unlimited |
+    /// | `HOOKLOOP_TOOL_CONCURRENCY` | 8 | tool calls of one reply run at once, at least 1 |
+    /// | `HOOKLOOP_MAX_CONTEXT_TOKENS` | 200000 | the model's context window |
+    /// | `HOOKLOOP_MAX_OUTPUT_TOKENS` | 8192 | reserved for output; must be below the window |
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Result<Option<String>, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = Self::builder();
+        builder = builder.hook_servers(HookServers::parse(lookup(vars::HOOK_SERVERS)?.as_deref()));
+        if let Some(ms) = parse_number::<u64>(&lookup, vars::HOOK_TIMEOUT_MS, 1)? {
+            builder = builder.hook_timeout(Duration::from_millis(ms));
+        }
+        if let Some(n) = parse_number::<u32>(&lookup, vars::STOP_MAX_REJECTIONS, 0)? {
+            builder = builder.stop_max_rejections(n);
+        }
+        if let Some(n) = parse_number::<u32>(&lookup, vars::MAX_ROUNDS, 0)? {
+            builder = builder.max_rounds(n);
+        }
+        if let Some(n) = parse_number::<usize>(&lookup, vars::TOOL_CONCURRENCY, 1)? {
+            builder = builder.tool_concurrency(n);
+        }
+        let context = parse_number::<u64>(&lookup, vars::MAX_CONTEXT_TOKENS, 1)?;
+        let output = parse_number::<u32>(&lookup, vars::MAX_OUTPUT_TOKENS, 1)?;
+        let context = context.unwrap_or(Policy::DEFAULT_MAX_CONTEXT_TOKENS);
+        let output = output.unwrap_or(Policy::DEFAULT_MAX_OUTPUT_TOKENS);
+        if context <= u64::from(output) {
+            return Err(ConfigError::Invalid {
+                var: vars::MAX_CONTEXT_TOKENS,
+                value: context.to_string(),
+                reason: format!("must exceed {} ({output})", vars::MAX_OUTPUT_TOKENS),
+            });
+        }
+        builder.context_window(context, output).build()
+    }
+
+    /// The rules the machine enforces.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The system prompt, if any.
+    pub fn system_prompt(&self) -> Option<&str> {
+        self.system_prompt.as_deref()
+    }
+
+    /// How many tool calls of one reply run at once.
+    pub fn tool_concurrency(&self) -> usize {
+        self.tool_concurrency
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            policy: Policy::default(),
+            system_prompt: None,
+            tool_concurrency: Self::DEFAULT_TOOL_CONCURRENCY,
+        }
+    }
+}
+
+/// Builds a [`Config`]; [`build`](Self::build) checks it.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ConfigBuilder {
+    config: Config,
+}
+
+impl ConfigBuilder {
+    /// Servers whose hooks run. Default: none.
+    pub fn hook_servers(mut self, servers: HookServers) -> Self {
+        self.config.policy.hook_servers = servers;
+        self
+    }
+
+    /// Per hook call. Default: 2.5 s. At least 1 ms.
+    pub fn hook_timeout(mut self, timeout: Duration) -> Self {
+        self.config.policy.hook_timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// `_Stop` objections allowed per session. Default: 3; 0 disables `_Stop`.
+    pub fn stop_max_rejections(mut self, n: u32) -> Self {
+        self.config.policy.stop_max_rejections = n;
+        self
+    }
+
+    /// Model requests per prompt. Default: 0, unlimited.
+    pub fn max_rounds(mut self, n: u32) -> Self {
+        self.config.policy.max_rounds = n;
+        self
+    }
+
+    /// The model's context window and the part of it reserved for output, in tokens.
+    pub fn context_window(mut self, max_context_tokens: u64, max_output_tokens: u32) -> Self {
+        self.config.policy.max_context_tokens = max_context_tokens;
+        self.config.policy.max_output_tokens = max_output_tokens;
+        self
+    }
+
+    /// The system prompt.
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.config.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Tool calls of one reply that run at once. Default: 8. At least 1.
+    pub fn tool_concurrency(mut self, n: usize) -> Self {
+        self.config.tool_concurrency = n;
+        self
+    }
+
+    /// Checks the settings.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        let config = self.config;
+        let policy = &config.policy;
+        if policy.hook_timeout_ms == 0 {
+            return Err(ConfigError::Builder(
+                "the hook timeout must be at least 1 ms".into(),
+            ));
+        }
+        if config.tool_concurrency == 0 {
+            return Err(ConfigError::Builder(
+                "tool concurrency must be at least 1".into(),
+            ));
+        }
+        if policy.max_context_tokens <= u64::from(policy.max_output_tokens) {
+            return Err(ConfigError::Builder(format!(
+                "the context window ({}) must exceed the output reserve ({})",
+                policy.max_context_tokens, policy.max_output_tokens
+            )));
+        }
+        Ok(config)
+    }
+}
+
+/// The names of the variables [`Config::from_env`] reads.
+pub mod vars {
+    pub const HOOK_SERVERS: &str = "MCP_HOOK_SERVERS";
+    pub const HOOK_TIMEOUT_MS: &str = "SPROUT_AGENT_HOOK_TIMEOUT_MS";
+    pub const STOP_MAX_REJECTIONS: &str = "SPROUT_AGENT_STOP_MAX_REJECTIONS";
+    pub const MAX_ROUNDS: &str = "HOOKLOOP_MAX_ROUNDS";
+    pub const TOOL_CONCURRENCY: &str = "HOOKLOOP_TOOL_CONCURRENCY";
+    pub const MAX_CONTEXT_TOKENS: &str = "HOOKLOOP_MAX_CONTEXT_TOKENS";
+    pub const MAX_OUTPUT_TOKENS: &str = "HOOKLOOP_MAX_OUTPUT_TOKENS";
+}
+
+/// A configuration the engine cannot run with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A variable has a value the engine cannot use.
+    #[error("{var}={value:?} is invalid: {reason}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// A variable's value is not UTF-8.
+    #[error("{var} is not valid UTF-8")]
+    NotUnicode { var: String },
+    /// The builder was given settings that do not fit together.
+    #[error("invalid configuration: {0}")]
+    Builder(String),
+}
+
+fn parse_number<T>(
+    lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
+    var: &'static str,
+    min: T,
+) -> Result<Option<T>, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let Some(value) = lookup(var)? else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| ConfigError::Invalid {
+        var,
+        value: value.clone(),
+        reason,
+    };
+    let number: T = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(format!("expected a whole number, at least {min}")))?;
+    if number < min {
+        return Err(invalid(format!("must be at least {min}")));
+    }
+    Ok(Some(number))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(|var| Ok(map.get(var).cloned()))
+    }
+
+    #[test]
+    fn defaults_are_the_spec_defaults() {
+        let config = from(&[]).unwrap();
+        assert_eq!(config.policy().hook_servers, HookServers::Off);
+        assert_eq!(config.policy().hook_timeout_ms, 2500);
+        assert_eq!(config.policy().stop_max_rejections, 3);
+        assert_eq!(config.policy().max_rounds, 0);
+        assert_eq!(config.tool_concurrency(), 8);
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn hook_servers_are_read_from_mcp_hook_servers() {
+        assert_eq!(
+            from(&[("MCP_HOOK_SERVERS", "*")])
+                .unwrap()
+                .policy()
+                .hook_servers,
+            HookServers::All
+        );
+        assert_eq!(
+            from(&[("MCP_HOOK_SERVERS", " a, ,b ")])
+                .unwrap()
+                .policy()
+                .hook_servers,
+            HookServers::Named(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            from(&[("MCP_HOOK_SERVERS", ",")])
+                .unwrap()
+                .policy()
+                .hook_servers,
+            HookServers::Off
+        );
+    }
+
+    #[test]
+    fn numbers_are_read_and_trimmed() {
+        let config = from(&[
+            ("SPROUT_AGENT_HOOK_TIMEOUT_MS", " 100 "),
+            ("SPROUT_AGENT_STOP_MAX_REJECTIONS", "0"),
+            ("HOOKLOOP_MAX_ROUNDS", "7"),
+            ("HOOKLOOP_TOOL_CONCURRENCY", "2"),
+            ("HOOKLOOP_MAX_CONTEXT_TOKENS", "5000"),
+            ("HOOKLOOP_MAX_OUTPUT_TOKENS", "1000"),
+        ])
+        .unwrap();
+        assert_eq!(config.policy().hook_timeout_ms, 100);
+        assert_eq!(config.policy().stop_max_rejections, 0);
+        assert_eq!(config.policy().max_rounds, 7);
+        assert_eq!(config.tool_concurrency(), 2);
+        assert_eq!(config.policy().context_budget(), 4000);
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable_and_the_value() {
+        let cases = [
+            ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "0"),
+            ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "-5"),
+            ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "2.5s"),
+            ("SPROUT_AGENT_HOOK_TIMEOUT_MS", ""),
+            ("SPROUT_AGENT_STOP_MAX_REJECTIONS", "three"),
+            ("SPROUT_AGENT_STOP_MAX_REJECTIONS", "99999999999"),
+            ("HOOKLOOP_MAX_ROUNDS", "-1"),
+            ("HOOKLOOP_TOOL_CONCURRENCY", "0"),
+            ("HOOKLOOP_MAX_CONTEXT_TOKENS", "100"),
+        ];
+        for (var, value) in cases {
+            let err = from(&[(var, value)]).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(var), "{text}");
+            assert!(text.contains(&format!("{value:?}")), "{text}");
+        }
+    }
+
+    #[test]
+    fn lookup_errors_propagate() {
+        let err = Config::from_lookup(|var| {
+            Err(ConfigError::NotUnicode {
+                var: var.to_owned(),
+            })
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::NotUnicode {
+                var: "MCP_HOOK_SERVERS".into()
+            }
+        );
+    }
+
+    #[test]
+    fn builder_checks_its_settings() {
+        assert!(
+            Config::builder()
+                .hook_timeout(Duration::ZERO)
+                .build()
+                .is_err()
+        );
+        assert!(Config::builder().tool_concurrency(0).build().is_err());
+        assert!(Config::builder().context_window(100, 100).build().is_err());
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .hook_timeout(Duration::from_millis(10))
+            .system_prompt("be brief")
+            .build()
+            .unwrap();
+        assert_eq!(config.policy().hook_timeout_ms, 10);
+        assert_eq!(config.system_prompt(), Some("be brief"));
+    }
+}

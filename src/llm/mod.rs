@@ -1,0 +1,40 @@
+//! The model side: the [`LlmClient`] trait the driver calls, and its errors.
+
+use std::future::Future;
+
+use crate::machine::LlmReply;
+pub use crate::machine::LlmRequest;
+
+/// A model provider. The driver calls [`complete`](Self::complete) once per
+/// [`Effect::CallLlm`](crate::machine::Effect::CallLlm).
+///
+/// The future may be dropped at any await point (the user cancelled); implementations must not
+/// leave shared state inconsistent when that happens. Retries belong inside the client: the
+/// machine sees one reply or one failure per request.
+pub trait LlmClient: Send + Sync {
+    /// Sends one request and returns the model's reply.
+    fn complete(
+        &self,
+        request: LlmRequest<'_>,
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
+}
+
+/// Why a model request failed. Messages never carry API keys.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The provider answered with an error status.
+    #[error("the provider answered {status}: {message}")]
+    Status { status: u16, message: String },
+    /// The provider could not be reached, or the connection broke.
+    #[error("could not reach the provider: {0}")]
+    Transport(String),
+    /// No answer within the request timeout.
+    #[error("the provider did not answer within {secs} s")]
+    Timeout { secs: u64 },
+    /// The provider answered something that is not a valid response.
+    #[error("the provider's answer is not valid: {0}")]
+    InvalidResponse(String),
+    /// Anything else, said plainly.
+    #[error("{0}")]
+    Other(String),
+}

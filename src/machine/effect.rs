@@ -1,0 +1,122 @@
+//! Orders: what the machine wants done. The driver takes them from
+//! [`Machine::poll_effect`](crate::machine::Machine::poll_effect) and performs them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::hooks::{Hook, ServerName};
+use crate::machine::message::ToolCall;
+
+/// An order to the driver.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "effect", rename_all = "snake_case")]
+pub enum Effect {
+    /// Ask the model. The driver builds the request with
+    /// [`Machine::request`](crate::machine::Machine::request) and answers with
+    /// [`Input::LlmReplied`](crate::machine::Input::LlmReplied) or
+    /// [`Input::LlmFailed`](crate::machine::Input::LlmFailed).
+    ///
+    /// The order carries the history's length and digest rather than the history itself, so it
+    /// costs the same at any history length and a transcript still pins what was sent.
+    CallLlm {
+        purpose: Purpose,
+        messages: usize,
+        digest: u64,
+    },
+    /// Run these tool calls, concurrently, and answer each with
+    /// [`Input::ToolFinished`](crate::machine::Input::ToolFinished) in any order.
+    CallTools { calls: Vec<ToolCall> },
+    /// Call `hook` with arguments `{}` on each server at once, each bounded by `timeout_ms`, and
+    /// answer each with [`Input::HookAnswered`](crate::machine::Input::HookAnswered).
+    CallHooks {
+        hook: Hook,
+        servers: Vec<ServerName>,
+        timeout_ms: u64,
+        context: HookContext,
+    },
+    /// Kill this server (its process group); it comes back through a lazy restart. No answer.
+    KillServer { server: ServerName },
+    /// Tell the embedder something worth showing. No answer.
+    Notify { notice: Notice },
+    /// The prompt is over. No answer; the machine is idle again (or done, after `Closed`).
+    Finish { reason: FinishReason },
+}
+
+/// What a model request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Purpose {
+    /// A turn of the agent loop: the whole history, the model-visible tools.
+    Turn,
+    /// A compaction summary: the history from message `from` on, no tools, and the summary
+    /// instruction as a final user message.
+    Summary { from: usize },
+}
+
+/// Session facts a hook server may use (sent as `_meta`; servers that ignore it are unaffected).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookContext {
+    /// `_Stop` objections counted so far in this session.
+    pub objections_so_far: u32,
+    /// `_Stop` rounds left before the engine stops asking.
+    pub budget_left: u32,
+    /// Compactions done in this session, the current one included.
+    pub compactions: u32,
+}
+
+/// Something the embedder may want to show: why the agent kept working, or why it stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "notice", rename_all = "snake_case")]
+pub enum Notice {
+    /// A server's `_Stop` objected; the model is asked again.
+    Objection {
+        server: ServerName,
+        text: String,
+        budget_left: u32,
+    },
+    /// The model ended its turn and `_Stop` was not consulted.
+    StopSkipped { reason: SkipReason },
+    /// A `_PostCompact` answer was injected into the fresh context.
+    PostCompactInjected { server: ServerName, text: String },
+    /// The history was compacted.
+    Compacted {
+        summarized: bool,
+        messages_before: usize,
+        messages_after: usize,
+    },
+    /// A hook call ended without an answer the machine could use; it counts as no objection.
+    HookFailedOpen {
+        server: ServerName,
+        hook: Hook,
+        reason: String,
+    },
+    /// The model called a tool that is a hook, or that does not exist; it was answered with
+    /// `unknown tool`, and nothing ran.
+    UnknownToolRefused { name: String },
+}
+
+/// Why `_Stop` was not consulted at an end of turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// The session's objection budget is spent.
+    BudgetSpent,
+    /// The model ended its turn again right after an objection: it heard and declined.
+    DeclinedObjection,
+}
+
+/// How a prompt ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum FinishReason {
+    EndTurn,
+    MaxTokens,
+    /// The prompt's round cap was reached.
+    MaxTurnRequests,
+    /// The model refused, or a content filter cut its reply.
+    Refusal,
+    Cancelled,
+    /// The model could not be reached or answered garbage, after retries.
+    Failed {
+        error: String,
+    },
+}

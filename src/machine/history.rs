@@ -1,0 +1,263 @@
+//! The conversation, with running totals so that appending costs O(1) in the history's length:
+//! its size estimate and a digest that pins its content for transcripts.
+
+use std::collections::HashSet;
+
+use crate::machine::message::{CallId, Message};
+
+/// Bytes per token in the estimate used before the provider reports usage.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// The conversation of one session.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    messages: Vec<Message>,
+    bytes: usize,
+    digest: u64,
+    /// Ids of every tool call in `messages`, so a new call's id can be checked for uniqueness.
+    call_ids: HashSet<CallId>,
+    /// Input tokens the provider reported for the last request, and `bytes` when it was sent.
+    anchor: Option<(u64, usize)>,
+    /// `bytes` when the last request was sent.
+    request_bytes: usize,
+}
+
+impl History {
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// How many messages.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// A digest of every message, chained: equal histories give equal digests, and it is stable
+    /// across runs, platforms and releases (FNV-1a over the messages' JSON).
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    /// Whether a tool call with this id is in the history.
+    pub fn has_call_id(&self, id: &CallId) -> bool {
+        self.call_ids.contains(id)
+    }
+
+    /// Appends a message in O(its size).
+    pub fn push(&mut self, message: Message) {
+        self.bytes += message.size_bytes();
+        self.digest = chain_digest(self.digest, &message);
+        if let Message::Assistant { tool_calls, .. } = &message {
+            self.call_ids
+                .extend(tool_calls.iter().map(|call| call.id.clone()));
+        }
+        self.messages.push(message);
+    }
+
+    /// Replaces the whole history (compaction). Usage reported before no longer applies.
+    pub fn replace(&mut self, messages: Vec<Message>) {
+        *self = Self::default();
+        for message in messages {
+            self.push(message);
+        }
+    }
+
+    /// Notes that a request is being sent with the history as it is now.
+    pub fn mark_request(&mut self) {
+        self.request_bytes = self.bytes;
+    }
+
+    /// Notes the input tokens the provider reported for the last request.
+    pub fn note_usage(&mut self, input_tokens: u64) {
+        self.anchor = Some((input_tokens, self.request_bytes));
+    }
+
+    /// The context the next request would use, in tokens: the last reported input tokens plus an
+    /// estimate of what was appended since, or a byte estimate of everything (`fixed_bytes` being
+    /// the system prompt and tool catalog) before any usage is known.
+    pub fn estimate_tokens(&self, fixed_bytes: usize) -> u64 {
+        match self.anchor {
+            Some((tokens, at_bytes)) => {
+                tokens + bytes_to_tokens(self.bytes.saturating_sub(at_bytes))
+            }
+            None => bytes_to_tokens(self.bytes + fixed_bytes),
+        }
+    }
+
+    /// The start of the newest run of whole units whose estimate stays within `max_tokens`. A
+    /// unit is a user message, or an assistant message with the tool results that answer it, so
+    /// a slice from a unit's start never holds a result without its call. The newest unit is
+    /// always kept, even when it alone is over.
+    pub fn fitting_suffix(&self, max_tokens: u64) -> usize {
+        let mut start = self.messages.len();
+        let mut tokens = 0;
+        let mut unit_tokens = 0;
+        for (i, message) in self.messages.iter().enumerate().rev() {
+            unit_tokens += bytes_to_tokens(message.size_bytes());
+            if is_unit_start(message) {
+                if start < self.messages.len() && tokens + unit_tokens > max_tokens {
+                    break;
+                }
+                tokens += unit_tokens;
+                unit_tokens = 0;
+                start = i;
+            }
+        }
+        start
+    }
+
+    /// Keeps the unit starting at `pinned` and the newest whole units that fit in `max_tokens`,
+    /// dropping the oldest. Returns how many messages were dropped and where the pinned unit
+    /// now starts.
+    pub fn drop_oldest(&mut self, pinned: usize, max_tokens: u64) -> (usize, usize) {
+        let before = self.messages.len();
+        if before == 0 {
+            return (0, 0);
+        }
+        let pinned = pinned.min(before - 1);
+        let pinned_end = self.messages[pinned + 1..]
+            .iter()
+            .position(is_unit_start)
+            .map_or(before, |offset| pinned + 1 + offset);
+        let pinned_tokens: u64 = self.messages[pinned..pinned_end]
+            .iter()
+            .map(|m| bytes_to_tokens(m.size_bytes()))
+            .sum();
+        let start = self.fitting_suffix(max_tokens.saturating_sub(pinned_tokens));
+        let (kept, new_pinned) = if start <= pinned {
+            (self.messages[start..].to_vec(), pinned - start)
+        } else {
+            let mut kept = self.messages[pinned..pinned_end].to_vec();
+            kept.extend_from_slice(&self.messages[start.max(pinned_end)..]);
+            (kept, 0)
+        };
+        self.replace(kept);
+        (before - self.messages.len(), new_pinned)
+    }
+}
+
+fn is_unit_start(message: &Message) -> bool {
+    !matches!(message, Message::ToolResult { .. })
+}
+
+fn bytes_to_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(BYTES_PER_TOKEN)
+}
+
+fn chain_digest(seed: u64, message: &Message) -> u64 {
+    let mut hasher = Fnv1a(seed ^ FNV_OFFSET);
+    // Serialising a message into a hasher cannot fail: it is plain data with string keys.
+    let _ = serde_json::to_writer(&mut hasher, message);
+    hasher.0
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+struct Fnv1a(u64);
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &byte in buf {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::message::{ToolCall, ToolOutput};
+
+    fn assistant_with_call(id: &str) -> Message {
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                name: "s__t".into(),
+                arguments: json!({}),
+            }],
+        }
+    }
+
+    fn result(id: &str, text: &str) -> Message {
+        Message::ToolResult {
+            call_id: id.into(),
+            output: ToolOutput::text(text),
+        }
+    }
+
+    #[test]
+    fn totals_follow_appends_and_replace() {
+        let mut h = History::default();
+        h.push(Message::user("hello"));
+        h.push(assistant_with_call("c1"));
+        h.push(result("c1", "ok"));
+        let expected: usize = h.messages().iter().map(Message::size_bytes).sum();
+        assert_eq!(h.bytes, expected);
+        assert!(h.has_call_id(&"c1".into()));
+        let digest = h.digest();
+        let copy = h.messages().to_vec();
+        h.replace(copy);
+        assert_eq!(h.digest(), digest, "the digest depends on content only");
+        h.push(Message::user("more"));
+        assert_ne!(h.digest(), digest);
+    }
+
+    #[test]
+    fn estimate_uses_usage_plus_appended_bytes() {
+        let mut h = History::default();
+        h.push(Message::user("x".repeat(400)));
+        assert_eq!(h.estimate_tokens(0), 104);
+        h.mark_request();
+        h.note_usage(1000);
+        assert_eq!(h.estimate_tokens(0), 1000);
+        h.push(Message::user("y".repeat(84)));
+        assert_eq!(h.estimate_tokens(0), 1025);
+    }
+
+    #[test]
+    fn fitting_suffix_starts_at_a_unit() {
+        let mut h = History::default();
+        h.push(Message::user("a".repeat(400)));
+        h.push(assistant_with_call("c1"));
+        h.push(result("c1", &"r".repeat(400)));
+        h.push(Message::user("b".repeat(40)));
+        assert_eq!(h.fitting_suffix(u64::MAX), 0);
+        // Room for the last user message and the call with its result, not the first prompt.
+        assert_eq!(h.fitting_suffix(150), 1);
+        // The newest unit is kept even when it alone is over.
+        assert_eq!(h.fitting_suffix(1), 3);
+    }
+
+    #[test]
+    fn drop_oldest_keeps_the_pinned_unit_and_the_newest() {
+        let mut h = History::default();
+        h.push(Message::user("old".repeat(100)));
+        h.push(Message::user("prompt"));
+        for i in 0..5 {
+            let id = format!("c{i}");
+            h.push(assistant_with_call(&id));
+            h.push(result(&id, &"r".repeat(400)));
+        }
+        let (dropped, pinned) = h.drop_oldest(1, 250);
+        assert!(dropped > 0);
+        assert_eq!(pinned, 0);
+        let msgs = h.messages();
+        assert_eq!(msgs[0], Message::user("prompt"));
+        assert!(matches!(msgs[1], Message::Assistant { .. }));
+        assert_eq!(msgs.last(), Some(&result("c4", &"r".repeat(400))));
+    }
+}

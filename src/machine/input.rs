@@ -1,0 +1,135 @@
+//! Facts: what happened outside the machine. The driver feeds them to [`Machine::handle`].
+//!
+//! [`Machine::handle`]: crate::machine::Machine::handle
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::hooks::{Hook, ServerName};
+use crate::machine::message::{CallId, ToolCall, ToolOutput};
+
+/// A fact the machine reacts to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fact", rename_all = "snake_case")]
+pub enum Input {
+    /// The user sent a prompt. Starts a prompt when the machine is idle.
+    Prompted { text: String },
+    /// The tool catalog changed (start-up, `list_changed`, a server gone or back).
+    CatalogChanged { catalog: Catalog },
+    /// The model answered the last [`Effect::CallLlm`](crate::machine::Effect::CallLlm).
+    LlmReplied { reply: LlmReply },
+    /// The model request failed after the client's own retries.
+    LlmFailed { error: String },
+    /// One tool call of the last [`Effect::CallTools`](crate::machine::Effect::CallTools) ended.
+    ToolFinished { id: CallId, output: ToolOutput },
+    /// One server's hook call of the last [`Effect::CallHooks`](crate::machine::Effect::CallHooks)
+    /// ended, one way or another (a timeout included: time reaches the core only as facts).
+    HookAnswered {
+        server: ServerName,
+        hook: Hook,
+        reply: HookReply,
+    },
+    /// The embedder cancelled the running prompt.
+    Cancelled,
+    /// The session is over; every later fact is refused.
+    Closed,
+}
+
+impl Input {
+    /// The fact's kind, for error messages and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Prompted { .. } => "prompted",
+            Self::CatalogChanged { .. } => "catalog_changed",
+            Self::LlmReplied { .. } => "llm_replied",
+            Self::LlmFailed { .. } => "llm_failed",
+            Self::ToolFinished { .. } => "tool_finished",
+            Self::HookAnswered { .. } => "hook_answered",
+            Self::Cancelled => "cancelled",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// The model's answer to one request.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmReply {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    pub stop: StopReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// Why the model stopped generating, in provider-neutral terms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model ended its turn. A genuine end: `_Stop` is consulted.
+    #[default]
+    EndTurn,
+    /// A stop sequence ended the turn. A genuine end: `_Stop` is consulted.
+    StopSequence,
+    /// The model asked for tools.
+    ToolUse,
+    /// The output limit cut the reply.
+    MaxTokens,
+    /// The model declined.
+    Refusal,
+    /// A provider's content filter cut the reply.
+    ContentFilter,
+    /// The provider paused a long turn; asking again continues it.
+    PauseTurn,
+}
+
+/// Token counts a provider reported for one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// The whole prompt, cached parts included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Of `input_tokens`, how many were read from the provider's cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, how many were written to the provider's cache.
+    #[serde(default)]
+    pub cache_creation_tokens: u64,
+}
+
+/// How one server's hook call ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HookReply {
+    /// A successful result; its text blocks joined. Non-empty after trimming = an objection.
+    Text { text: String },
+    /// The server answered with `isError`. Counts as no objection; the server is alive.
+    ErrorResult { text: String },
+    /// The call failed without an answer: transport error, crash, protocol error.
+    Failed { error: String },
+    /// No answer within the hook timeout.
+    TimedOut,
+}
+
+/// Every server's tools, in server configuration order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Catalog {
+    pub servers: Vec<ServerTools>,
+}
+
+/// The tools of one server, hooks included.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerTools {
+    pub server: ServerName,
+    pub tools: Vec<ToolInfo>,
+}
+
+/// One tool as its server describes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    /// The bare name, as the server lists it.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub input_schema: Value,
+}

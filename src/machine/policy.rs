@@ -1,0 +1,147 @@
+//! Sovereignty settings and the pure rules that keep a buggy or hostile hook from trapping the
+//! agent: the objection budget, the consecutive-timeout kill, the context budget.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hooks::{HookServers, ServerName};
+
+/// The machine's settings. [`Config`](crate::Config) builds one; the defaults are the spec's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Servers whose hooks run (`MCP_HOOK_SERVERS`). Off by default.
+    pub hook_servers: HookServers,
+    /// Per hook call (`SPROUT_AGENT_HOOK_TIMEOUT_MS`).
+    pub hook_timeout_ms: u64,
+    /// `_Stop` objections allowed per session (`SPROUT_AGENT_STOP_MAX_REJECTIONS`); 0 = `_Stop`
+    /// is never called.
+    pub stop_max_rejections: u32,
+    /// Model requests per prompt; 0 = unlimited.
+    pub max_rounds: u32,
+    /// The model's context window, in tokens.
+    pub max_context_tokens: u64,
+    /// Tokens reserved for the model's output; the history may use the rest.
+    pub max_output_tokens: u32,
+}
+
+impl Policy {
+    pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 2_500;
+    pub const DEFAULT_STOP_MAX_REJECTIONS: u32 = 3;
+    pub const DEFAULT_MAX_CONTEXT_TOKENS: u64 = 200_000;
+    pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
+    /// Consecutive hook timeouts of one server that get it killed.
+    pub const KILL_AFTER_TIMEOUTS: u32 = 2;
+
+    /// Tokens the history (with system prompt and tools) may use before it is compacted.
+    pub fn context_budget(&self) -> u64 {
+        self.max_context_tokens
+            .saturating_sub(u64::from(self.max_output_tokens))
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            hook_servers: HookServers::Off,
+            hook_timeout_ms: Self::DEFAULT_HOOK_TIMEOUT_MS,
+            stop_max_rejections: Self::DEFAULT_STOP_MAX_REJECTIONS,
+            max_rounds: 0,
+            max_context_tokens: Self::DEFAULT_MAX_CONTEXT_TOKENS,
+            max_output_tokens: Self::DEFAULT_MAX_OUTPUT_TOKENS,
+        }
+    }
+}
+
+/// Session-wide counters. They survive across prompts: a session gets one objection budget,
+/// however many prompts it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// `_Stop` rounds that objected.
+    pub objections: u32,
+    /// Compactions done.
+    pub compactions: u32,
+    /// Hook timeouts in a row, per server, across all its hooks.
+    pub consecutive_timeouts: BTreeMap<ServerName, u32>,
+}
+
+impl Counters {
+    /// `_Stop` rounds left under `policy`.
+    pub fn budget_left(&self, policy: &Policy) -> u32 {
+        policy.stop_max_rejections.saturating_sub(self.objections)
+    }
+
+    /// Records a timeout of `server`; true when it is the one that gets the server killed.
+    /// The count restarts after a kill, so a restarted server is again allowed one slow answer.
+    pub(crate) fn record_timeout(&mut self, server: &ServerName) -> bool {
+        let count = self.consecutive_timeouts.entry(server.clone()).or_insert(0);
+        *count += 1;
+        if *count >= Policy::KILL_AFTER_TIMEOUTS {
+            self.consecutive_timeouts.remove(server);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Records an answer from `server`: it is alive, so its timeouts are no longer consecutive.
+    pub(crate) fn record_answer(&mut self, server: &ServerName) {
+        self.consecutive_timeouts.remove(server);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(name: &str) -> ServerName {
+        ServerName::new(name).unwrap()
+    }
+
+    #[test]
+    fn kill_on_second_consecutive_timeout() {
+        let mut c = Counters::default();
+        assert!(!c.record_timeout(&server("a")));
+        assert!(c.record_timeout(&server("a")));
+        // The count starts over after the kill.
+        assert!(!c.record_timeout(&server("a")));
+    }
+
+    #[test]
+    fn answer_resets_consecutive_timeouts() {
+        let mut c = Counters::default();
+        assert!(!c.record_timeout(&server("a")));
+        c.record_answer(&server("a"));
+        assert!(!c.record_timeout(&server("a")));
+    }
+
+    #[test]
+    fn timeouts_are_counted_per_server() {
+        let mut c = Counters::default();
+        assert!(!c.record_timeout(&server("a")));
+        assert!(!c.record_timeout(&server("b")));
+        assert!(c.record_timeout(&server("b")));
+    }
+
+    #[test]
+    fn budget_left_saturates() {
+        let policy = Policy {
+            stop_max_rejections: 2,
+            ..Policy::default()
+        };
+        let mut c = Counters::default();
+        assert_eq!(c.budget_left(&policy), 2);
+        c.objections = 5;
+        assert_eq!(c.budget_left(&policy), 0);
+    }
+
+    #[test]
+    fn context_budget_leaves_the_output_reserve() {
+        let policy = Policy {
+            max_context_tokens: 1000,
+            max_output_tokens: 200,
+            ..Policy::default()
+        };
+        assert_eq!(policy.context_budget(), 800);
+    }
+}
