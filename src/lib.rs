@@ -72,12 +72,14 @@
 //! Real providers live in [`llm`], the MCP host in [`mcp`]; the [`testing`] module (feature
 //! `testing`) has the scripted fakes used above.
 
+pub mod acp;
 pub mod config;
 pub mod driver;
 pub mod hooks;
 pub mod llm;
 pub mod machine;
 pub mod mcp;
+pub mod progress;
 #[cfg(feature = "testing")]
 pub mod testing;
 

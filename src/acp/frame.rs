@@ -1,0 +1,224 @@
+//! Newline-delimited frames with a size cap, read before the protocol crate sees them.
+//!
+//! The protocol crate reads lines without a bound, so one oversized frame would make the agent
+//! buffer it whole (or die on it) and take every other session down with it. This reader refuses
+//! a frame past the cap while it streams by, keeping only its first bytes so the request id can
+//! be answered with an error.
+
+use serde_json::Value;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// The default cap on one incoming frame: 4 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// How much of an oversized frame is kept to find its id.
+const SNIFF_BYTES: usize = 4096;
+
+/// One incoming frame.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// A complete line, newline removed. Not necessarily valid JSON or UTF-8 (replaced lossily:
+    /// the protocol crate answers it with a parse error).
+    Line(String),
+    /// A line longer than the cap, dropped. `id` is the request id found in its first bytes.
+    Oversized { id: Option<Value>, len: usize },
+}
+
+/// Reads frames of at most `max` bytes from `reader`.
+pub struct FrameReader<R> {
+    reader: R,
+    max: usize,
+}
+
+impl<R: AsyncBufRead + Unpin> FrameReader<R> {
+    /// A reader refusing frames over `max` bytes.
+    pub fn new(reader: R, max: usize) -> Self {
+        Self { reader, max }
+    }
+
+    /// The cap, in bytes.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// The next non-blank frame, or `None` at end of input. A final line without a newline
+    /// counts as a frame.
+    pub async fn next_frame(&mut self) -> std::io::Result<Option<Frame>> {
+        loop {
+            let mut line = Vec::new();
+            let mut len = 0usize;
+            let mut over = false;
+            let mut eof = false;
+            loop {
+                let buf = self.reader.fill_buf().await?;
+                if buf.is_empty() {
+                    eof = true;
+                    break;
+                }
+                let (chunk, done) = match memchr(b'\n', buf) {
+                    Some(i) => (&buf[..i], i + 1),
+                    None => (buf, buf.len()),
+                };
+                len += chunk.len();
+                if !over && len > self.max {
+                    over = true;
+                }
+                let keep = if over { SNIFF_BYTES } else { self.max };
+                let room = keep.saturating_sub(line.len());
+                line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                let ended = done > chunk.len();
+                self.reader.consume(done);
+                if ended {
+                    break;
+                }
+            }
+            if eof && len == 0 {
+                return Ok(None);
+            }
+            if over {
+                return Ok(Some(Frame::Oversized {
+                    id: sniff_id(&line),
+                    len,
+                }));
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                if eof {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let text = match String::from_utf8(line) {
+                Ok(text) => text,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            };
+            return Ok(Some(Frame::Line(text)));
+        }
+    }
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}
+
+/// Finds the top-level `"id"` of a JSON-RPC object from its first bytes: a number or a short
+/// string. Anything else (not found, nested, cut off) is `None`.
+pub fn sniff_id(prefix: &[u8]) -> Option<Value> {
+    let mut depth = 0u32;
+    let mut i = 0;
+    while i < prefix.len() {
+        match prefix[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => {
+                let end = string_end(prefix, i)?;
+                let is_key = depth == 1
+                    && prefix[end + 1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
+                if is_key && &prefix[i + 1..end] == b"id" {
+                    let colon = end + 1 + prefix[end + 1..].iter().position(|&b| b == b':')?;
+                    return id_value(&prefix[colon + 1..]);
+                }
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the quote closing the string that opens at `start`.
+fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+fn id_value(rest: &[u8]) -> Option<Value> {
+    let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &rest[start..];
+    let end = if rest.first() == Some(&b'"') {
+        string_end(rest, 0)? + 1
+    } else {
+        rest.iter()
+            .position(|b| matches!(b, b',' | b'}' | b' ' | b'\n' | b'\r' | b'\t'))?
+    };
+    let value: Value = serde_json::from_slice(&rest[..end]).ok()?;
+    matches!(value, Value::Number(_) | Value::String(_)).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    async fn frames(input: &[u8], max: usize) -> Vec<Frame> {
+        let mut reader = FrameReader::new(tokio::io::BufReader::with_capacity(7, input), max);
+        let mut out = Vec::new();
+        while let Some(frame) = reader.next_frame().await.unwrap() {
+            out.push(frame);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn lines_split_on_newlines_and_blank_lines_are_skipped() {
+        let got = frames(b"{\"a\":1}\n\n  \r\n{\"b\":2}\r\n{\"c\":3}", 64).await;
+        assert_eq!(
+            got,
+            [
+                Frame::Line("{\"a\":1}".into()),
+                Frame::Line("{\"b\":2}\r".into()),
+                Frame::Line("{\"c\":3}".into()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_is_refused_with_its_id_and_the_next_is_read() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"x\",\"params\":\"{}\"}}\n{{\"ok\":1}}\n",
+            "y".repeat(1000)
+        );
+        let got = frames(big.as_bytes(), 100).await;
+        assert_eq!(got.len(), 2);
+        assert!(
+            matches!(&got[0], Frame::Oversized { id: Some(id), len } if *id == json!(42) && *len > 1000)
+        );
+        assert_eq!(got[1], Frame::Line("{\"ok\":1}".into()));
+    }
+
+    #[tokio::test]
+    async fn a_frame_exactly_at_the_cap_passes() {
+        let line = "x".repeat(100);
+        let got = frames(format!("{line}\n").as_bytes(), 100).await;
+        assert_eq!(got, [Frame::Line(line)]);
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_is_passed_on_lossily() {
+        let got = frames(b"\xff\xfe{}\n", 64).await;
+        assert_eq!(got, [Frame::Line("\u{fffd}\u{fffd}{}".into())]);
+    }
+
+    #[test]
+    fn ids_are_found_at_the_top_level_only() {
+        assert_eq!(sniff_id(br#"{"jsonrpc":"2.0","id":7,"#), Some(json!(7)));
+        assert_eq!(sniff_id(br#"{ "id" : "a\"b" , "x":1"#), Some(json!("a\"b")));
+        assert_eq!(
+            sniff_id(br#"{"params":{"id":1},"method":"m","id":"top","#),
+            Some(json!("top"))
+        );
+        assert_eq!(sniff_id(br#"{"method":"m","params":{"id":1,"#), None);
+        assert_eq!(sniff_id(br#"{"note":"id","params":"#), None);
+        assert_eq!(sniff_id(br#"{"id":{"x":1}}"#), None);
+        assert_eq!(sniff_id(br#"{"id":12"#), None);
+        assert_eq!(sniff_id(b""), None);
+    }
+}

@@ -1,0 +1,725 @@
+//! An [Agent Client Protocol](https://agentclientprotocol.com) agent over a byte stream (stdio
+//! for `hookloop acp`), built on the `agent-client-protocol` crate.
+//!
+//! # Shape
+//!
+//! The protocol crate runs one dispatch loop per connection and blocks it while a handler runs,
+//! so every handler here returns at once: `session/new` builds its [`Session`] in a task of its
+//! own, and each session lives in its own task (an *actor*) that owns the `Session` and runs one
+//! prompt at a time, sent to it through a channel. `session/cancel` reaches the running prompt
+//! through the session's [`CancelHandle`](crate::CancelHandle) without going through the actor.
+//! A second prompt on a busy session is answered with an error at once.
+//!
+//! What the client sees while a prompt runs comes from a [`ProgressObserver`]: model text as
+//! `agent_message_chunk`, each tool call as `tool_call` (pending) then `tool_call_update`
+//! (in progress, then completed or failed, with its output), and — so a UI can show why the agent
+//! kept working — each hook objection or `_PostCompact` injection as a completed `tool_call` of
+//! kind `other` titled with the hook and server, and a spent budget, a declined objection, a
+//! compaction or a failed-open hook as an `agent_thought_chunk`.
+//!
+//! # Framing
+//!
+//! Frames are read by a [`FrameReader`] with a size cap ([`DEFAULT_MAX_FRAME_BYTES`]); a frame
+//! over it is answered with an `invalid request` error (with its id when its first bytes show
+//! one) and the connection goes on. A frame that is not JSON gets the protocol crate's parse
+//! error; a request whose parameters do not fit gets `invalid params`. Nothing a client sends
+//! ends the connection but the end of its input.
+
+pub mod frame;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_client_protocol::schema::{
+    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
+    InitializeRequest, InitializeResponse, McpCapabilities, McpServer, NewSessionRequest,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion,
+    SessionId, SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+};
+use agent_client_protocol::{Agent, Client, ConnectionTo, Dispatch, Lines, Responder};
+use futures_util::StreamExt as _;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
+use self::frame::{Frame, FrameReader};
+use crate::driver::{CancelHandle, PromptStop, Session};
+use crate::hooks::{Hook, ServerName};
+use crate::llm::LlmClient;
+use crate::machine::SkipReason;
+use crate::mcp::ToolHost;
+use crate::progress::{Event, ProgressObserver};
+
+/// JSON-RPC error codes used here.
+mod code {
+    pub const INVALID_REQUEST: i32 = -32600;
+    pub const INVALID_PARAMS: i32 = -32602;
+    pub const INTERNAL_ERROR: i32 = -32603;
+}
+
+/// How long a closing connection waits for its sessions to wind down.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// What a client asked for in `session/new`, in the engine's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSpec {
+    /// The session's working directory (absolute, per the protocol).
+    pub cwd: PathBuf,
+    /// The session's own MCP servers, in the client's order.
+    pub servers: Vec<ServerSpec>,
+}
+
+/// One MCP server a client attached to a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerSpec {
+    /// A child process speaking MCP over stdio.
+    Stdio {
+        name: ServerName,
+        command: PathBuf,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    /// A server speaking MCP's streamable HTTP transport.
+    Http {
+        name: ServerName,
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl ServerSpec {
+    /// The server's name.
+    pub fn name(&self) -> &ServerName {
+        match self {
+            Self::Stdio { name, .. } | Self::Http { name, .. } => name,
+        }
+    }
+}
+
+/// Turns a `session/new` into a running [`Session`]: the seam where the real model provider
+/// and MCP host (or fakes, in tests) plug into the agent.
+pub trait SessionFactory: Send + Sync + 'static {
+    /// The model client of every session.
+    type Llm: LlmClient + 'static;
+    /// The tool host of one session.
+    type Host: ToolHost + 'static;
+    /// Why a session could not be set up (a server would not start, say).
+    type Error: std::fmt::Display + Send;
+
+    /// Builds a session for `spec`: starts its MCP servers and gives it a model client.
+    fn create(
+        &self,
+        spec: SessionSpec,
+    ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
+}
+
+/// Settings of the agent that are not the engine's.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Incoming frames longer than this are refused. Default: 4 MiB.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
+/// Why the agent stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpError {
+    /// Reading or writing the byte stream failed.
+    #[error("i/o error on the protocol stream: {0}")]
+    Io(#[from] std::io::Error),
+    /// The protocol layer gave up on the connection.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Serves one client on `input`/`output` until its input ends, then cancels the sessions still
+/// running and waits (briefly) for them to end so their MCP servers are shut down.
+pub async fn serve<F: SessionFactory>(
+    factory: F,
+    options: AgentOptions,
+    input: impl AsyncRead + Unpin + Send + 'static,
+    output: impl AsyncWrite + Unpin + Send + 'static,
+) -> Result<(), AcpError> {
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(write_lines(output, out_rx));
+
+    let (eof_tx, eof_rx) = oneshot::channel::<std::io::Result<()>>();
+    let incoming = incoming_lines(
+        FrameReader::new(BufReader::new(input), options.max_frame_bytes),
+        out_tx.clone(),
+        eof_tx,
+    );
+    let outgoing = futures_util::sink::unfold(out_tx, async |tx, line: String| {
+        tx.send(line)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "output closed"))?;
+        Ok::<_, std::io::Error>(tx)
+    });
+
+    let state = Arc::new(AgentState {
+        factory,
+        sessions: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        actors: Mutex::new(Vec::new()),
+    });
+    let connection =
+        builder(Arc::clone(&state)).connect_to(Lines::new(Box::pin(outgoing), incoming));
+
+    let ended = tokio::select! {
+        result = connection => result.map_err(|e| AcpError::Protocol(e.to_string())),
+        eof = eof_rx => match eof {
+            Ok(Ok(())) | Err(_) => Ok(()),
+            Ok(Err(e)) => Err(AcpError::Io(e)),
+        },
+    };
+    state.shut_down().await;
+    drop(state);
+    // Every sender is gone once the connection is: the writer flushes what is queued and ends.
+    match writer.await {
+        Ok(result) => result?,
+        Err(e) => return Err(AcpError::Protocol(format!("writer task failed: {e}"))),
+    }
+    ended
+}
+
+/// The protocol handlers, each returning at once.
+fn builder<F: SessionFactory>(
+    state: Arc<AgentState<F>>,
+) -> agent_client_protocol::Builder<
+    Agent,
+    impl agent_client_protocol::HandleDispatchFrom<Client>,
+    agent_client_protocol::NullRun,
+> {
+    let new_state = Arc::clone(&state);
+    let prompt_state = Arc::clone(&state);
+    let cancel_state = state;
+    Agent
+        .builder()
+        .name("hookloop")
+        .on_receive_request(
+            async |request: InitializeRequest, responder, _cx| {
+                tracing::info!(client_version = ?request.protocol_version, "initialize");
+                responder.respond(initialize_response())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: NewSessionRequest, responder, cx| {
+                let state = Arc::clone(&new_state);
+                tokio::spawn(async move { state.new_session(request, responder, cx).await });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: PromptRequest, responder, _cx| {
+                prompt_state.prompt(request, responder)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: CancelNotification, _cx| {
+                cancel_state.cancel(&notification.session_id);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_dispatch(
+            // Without this, a message naming a session that no handler claims would wait
+            // forever in the crate's retry queue.
+            async |message: Dispatch, cx: ConnectionTo<Client>| match message {
+                Dispatch::Request(..) => {
+                    let method = message.method().to_owned();
+                    message.respond_with_error(
+                        agent_client_protocol::Error::method_not_found().data(json!(method)),
+                        cx,
+                    )
+                }
+                Dispatch::Notification(_) => {
+                    tracing::debug!(method = message.method(), "ignoring notification");
+                    Ok(())
+                }
+                Dispatch::Response(result, router) => router.respond_with_result(result),
+            },
+            agent_client_protocol::on_receive_dispatch!(),
+        )
+}
+
+fn initialize_response() -> InitializeResponse {
+    InitializeResponse::new(ProtocolVersion::V1)
+        .agent_capabilities(
+            AgentCapabilities::new()
+                .load_session(false)
+                .prompt_capabilities(PromptCapabilities::new())
+                .mcp_capabilities(McpCapabilities::new().http(true).sse(false)),
+        )
+        .agent_info(Implementation::new("hookloop", env!("CARGO_PKG_VERSION")))
+}
+
+struct AgentState<F> {
+    factory: F,
+    sessions: Mutex<HashMap<SessionId, SessionHandle>>,
+    next_id: AtomicU64,
+    actors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// The agent's side of one session: how to reach its actor.
+struct SessionHandle {
+    prompts: mpsc::UnboundedSender<PromptJob>,
+    cancel: CancelHandle,
+    busy: Arc<AtomicBool>,
+}
+
+struct PromptJob {
+    text: String,
+    responder: Responder<PromptResponse>,
+}
+
+impl<F: SessionFactory> AgentState<F> {
+    async fn new_session(
+        self: Arc<Self>,
+        request: NewSessionRequest,
+        responder: Responder<NewSessionResponse>,
+        cx: ConnectionTo<Client>,
+    ) {
+        let spec = match session_spec(request) {
+            Ok(spec) => spec,
+            Err(message) => {
+                respond_error(responder, code::INVALID_PARAMS, message);
+                return;
+            }
+        };
+        let mut session = match self.factory.create(spec).await {
+            Ok(session) => session,
+            Err(e) => {
+                respond_error(
+                    responder,
+                    code::INTERNAL_ERROR,
+                    format!("could not start the session: {e}"),
+                );
+                return;
+            }
+        };
+        let id = SessionId::new(format!(
+            "hl-{}",
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut translator = Translator::default();
+        let (notify_id, notify_cx) = (id.clone(), cx);
+        session.add_observer(ProgressObserver::new(move |_, event| {
+            for update in translator.updates(event) {
+                // A failed send means the connection is gone; the prompt is being cancelled.
+                let _ = notify_cx
+                    .send_notification(SessionNotification::new(notify_id.clone(), update));
+            }
+        }));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let busy = Arc::new(AtomicBool::new(false));
+        let handle = SessionHandle {
+            prompts: tx,
+            cancel: session.cancel_handle(),
+            busy: Arc::clone(&busy),
+        };
+        lock(&self.sessions).insert(id.clone(), handle);
+        let actor = tokio::spawn(run_session(session, rx, busy));
+        lock(&self.actors).push(actor);
+        tracing::info!(session = %id, "session started");
+        if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
+            tracing::warn!(error = %e, "could not answer session/new");
+        }
+    }
+
+    fn prompt(
+        &self,
+        request: PromptRequest,
+        responder: Responder<PromptResponse>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let text = match prompt_text(&request.prompt) {
+            Ok(text) => text,
+            Err(message) => {
+                return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+            }
+        };
+        let sessions = lock(&self.sessions);
+        let Some(handle) = sessions.get(&request.session_id) else {
+            let message = format!("unknown session {}", request.session_id);
+            return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+        };
+        if handle.busy.swap(true, Ordering::AcqRel) {
+            let message = format!(
+                "session {} is already running a prompt; wait for it or cancel it",
+                request.session_id
+            );
+            return responder.respond_with_error(error(code::INVALID_REQUEST, message));
+        }
+        if let Err(mpsc::error::SendError(job)) = handle.prompts.send(PromptJob { text, responder })
+        {
+            handle.busy.store(false, Ordering::Release);
+            return job
+                .responder
+                .respond_with_error(error(code::INTERNAL_ERROR, "the session has ended".into()));
+        }
+        Ok(())
+    }
+
+    fn cancel(&self, id: &SessionId) {
+        match lock(&self.sessions).get(id) {
+            Some(handle) => handle.cancel.cancel(),
+            None => tracing::debug!(session = %id, "cancel for an unknown session"),
+        }
+    }
+
+    /// Cancels every running prompt and ends every actor, waiting at most [`SHUTDOWN_GRACE`].
+    async fn shut_down(&self) {
+        let handles: Vec<SessionHandle> = lock(&self.sessions).drain().map(|(_, h)| h).collect();
+        for handle in &handles {
+            handle.cancel.cancel();
+        }
+        // Dropping the senders lets each actor end once its prompt has.
+        drop(handles);
+        let actors: Vec<_> = lock(&self.actors).drain(..).collect();
+        let all = futures_util::future::join_all(actors);
+        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+            tracing::warn!("sessions did not end within {SHUTDOWN_GRACE:?}");
+        }
+    }
+}
+
+/// Owns one session and runs its prompts, one at a time.
+async fn run_session<L: LlmClient, H: ToolHost>(
+    mut session: Session<L, H>,
+    mut jobs: mpsc::UnboundedReceiver<PromptJob>,
+    busy: Arc<AtomicBool>,
+) {
+    while let Some(PromptJob { text, responder }) = jobs.recv().await {
+        let result = session.prompt(text).await;
+        // Free the session before answering, so a client that prompts again as soon as it has
+        // the answer is not told the session is busy.
+        busy.store(false, Ordering::Release);
+        let sent = match result {
+            Ok(stop) => responder.respond(PromptResponse::new(stop_reason(stop))),
+            Err(e) => {
+                tracing::warn!(error = %e, "prompt failed");
+                responder.respond_with_error(error(code::INTERNAL_ERROR, e.to_string()))
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "could not answer session/prompt");
+        }
+    }
+    if let Err(e) = session.close() {
+        tracing::warn!(error = %e, "closing the session failed");
+    }
+}
+
+fn stop_reason(stop: PromptStop) -> StopReason {
+    match stop {
+        PromptStop::EndTurn => StopReason::EndTurn,
+        PromptStop::MaxTokens => StopReason::MaxTokens,
+        PromptStop::MaxTurnRequests => StopReason::MaxTurnRequests,
+        PromptStop::Refusal => StopReason::Refusal,
+        PromptStop::Cancelled => StopReason::Cancelled,
+    }
+}
+
+/// The engine's view of a `session/new`, or what is wrong with it.
+fn session_spec(request: NewSessionRequest) -> Result<SessionSpec, String> {
+    if !request.cwd.is_absolute() {
+        return Err(format!(
+            "cwd must be an absolute path, got {:?}",
+            request.cwd
+        ));
+    }
+    let mut servers = Vec::with_capacity(request.mcp_servers.len());
+    for server in request.mcp_servers {
+        let spec = match server {
+            McpServer::Stdio(s) => ServerSpec::Stdio {
+                name: server_name(s.name)?,
+                command: s.command,
+                args: s.args,
+                env: s.env.into_iter().map(|v| (v.name, v.value)).collect(),
+            },
+            McpServer::Http(s) => ServerSpec::Http {
+                name: server_name(s.name)?,
+                url: s.url,
+                headers: s.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+            },
+            McpServer::Sse(s) => {
+                return Err(format!(
+                    "MCP server {:?}: the SSE transport is not supported; use stdio or http",
+                    s.name
+                ));
+            }
+            // The enum grows with the protocol; refuse what this agent does not know.
+            #[allow(unreachable_patterns)]
+            _ => return Err("unsupported MCP server transport".into()),
+        };
+        if servers.iter().any(|s: &ServerSpec| s.name() == spec.name()) {
+            return Err(format!(
+                "MCP server name {:?} is used twice",
+                spec.name().as_str()
+            ));
+        }
+        servers.push(spec);
+    }
+    Ok(SessionSpec {
+        cwd: request.cwd,
+        servers,
+    })
+}
+
+fn server_name(name: String) -> Result<ServerName, String> {
+    ServerName::new(name).map_err(|e| e.to_string())
+}
+
+/// The prompt as one text: text blocks as they are, resource links as a line naming them.
+fn prompt_text(blocks: &[ContentBlock]) -> Result<String, String> {
+    let mut parts = Vec::with_capacity(blocks.len());
+    for (i, block) in blocks.iter().enumerate() {
+        match block {
+            ContentBlock::Text(text) => parts.push(text.text.clone()),
+            ContentBlock::ResourceLink(link) => {
+                let title = link.title.as_deref().unwrap_or(&link.name);
+                parts.push(format!("[{title}]({})", link.uri));
+            }
+            ContentBlock::Image(_) => return Err(unsupported(i, "image")),
+            ContentBlock::Audio(_) => return Err(unsupported(i, "audio")),
+            ContentBlock::Resource(_) => return Err(unsupported(i, "embedded resource")),
+            #[allow(unreachable_patterns)]
+            _ => return Err(unsupported(i, "unknown")),
+        }
+    }
+    if parts.is_empty() {
+        return Err("the prompt is empty".into());
+    }
+    Ok(parts.join("\n\n"))
+}
+
+fn unsupported(index: usize, kind: &str) -> String {
+    format!(
+        "prompt block {index}: {kind} content is not supported (the agent's prompt capabilities \
+         allow text and resource_link blocks only)"
+    )
+}
+
+/// Turns progress events into session updates, numbering the synthetic tool calls.
+#[derive(Default)]
+struct Translator {
+    next: u64,
+}
+
+impl Translator {
+    fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
+        match event {
+            Event::Thinking { summary: false }
+            | Event::HookCalled { .. }
+            | Event::Finished { .. } => Vec::new(),
+            Event::Thinking { summary: true } => {
+                vec![thought(
+                    "The context is full: asking the model for a summary to continue from.",
+                )]
+            }
+            Event::ModelText { text } => vec![SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                ContentBlock::from(text),
+            ))],
+            Event::ToolStarted {
+                id,
+                name,
+                arguments,
+            } => vec![
+                SessionUpdate::ToolCall(
+                    ToolCall::new(id.clone(), name)
+                        .kind(ToolKind::Other)
+                        .status(ToolCallStatus::Pending)
+                        .raw_input(arguments),
+                ),
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+                )),
+            ],
+            Event::ToolFinished {
+                id,
+                is_error,
+                output,
+                ..
+            } => {
+                let status = if is_error {
+                    ToolCallStatus::Failed
+                } else {
+                    ToolCallStatus::Completed
+                };
+                vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new()
+                        .status(status)
+                        .content(vec![ToolCallContent::from(output)]),
+                ))]
+            }
+            Event::ToolRefused { name } => {
+                let text = crate::machine::unknown_tool_text(&name);
+                vec![self.synthetic(name, ToolCallStatus::Failed, text, None)]
+            }
+            Event::Objection {
+                server,
+                text,
+                budget_left,
+            } => {
+                let title = format!(
+                    "{} objection from {server} ({budget_left} left)",
+                    Hook::Stop
+                );
+                let raw = json!({"hook": Hook::Stop, "server": server, "text": text, "budget_left": budget_left});
+                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+            }
+            Event::PostCompactInjected { server, text } => {
+                let title = format!("{} from {server}", Hook::PostCompact);
+                let raw = json!({"hook": Hook::PostCompact, "server": server, "text": text});
+                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+            }
+            Event::StopSkipped { reason } => vec![thought(match reason {
+                SkipReason::BudgetSpent => {
+                    "The _Stop objection budget is spent: the turn ends whatever the hooks say."
+                }
+                SkipReason::DeclinedObjection => {
+                    "The model ended its turn again after an objection: it heard and declined, so the turn ends."
+                }
+            })],
+            Event::Compacted {
+                summarized,
+                messages_before,
+                messages_after,
+            } => {
+                let how = if summarized { "summarized" } else { "trimmed" };
+                vec![thought(&format!(
+                    "History compacted ({how}): {messages_before} messages became {messages_after}."
+                ))]
+            }
+            Event::HookFailedOpen {
+                server,
+                hook,
+                reason,
+            } => vec![thought(&format!(
+                "{hook} on {server} gave no usable answer ({reason}); counted as no objection."
+            ))],
+            Event::ServerKilled { server } => vec![thought(&format!(
+                "Server {server} was killed after its hooks timed out twice in a row."
+            ))],
+        }
+    }
+
+    fn synthetic(
+        &mut self,
+        title: String,
+        status: ToolCallStatus,
+        text: String,
+        raw: Option<serde_json::Value>,
+    ) -> SessionUpdate {
+        self.next += 1;
+        let mut call = ToolCall::new(format!("hookloop-{}", self.next), title)
+            .kind(ToolKind::Other)
+            .status(status)
+            .content(vec![ToolCallContent::from(text)]);
+        if let Some(raw) = raw {
+            call = call.raw_output(raw);
+        }
+        SessionUpdate::ToolCall(call)
+    }
+}
+
+fn thought(text: &str) -> SessionUpdate {
+    SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::from(text)))
+}
+
+fn error(code: i32, message: String) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::new(code, message)
+}
+
+fn respond_error<T: agent_client_protocol::JsonRpcResponse>(
+    responder: Responder<T>,
+    code: i32,
+    message: String,
+) {
+    tracing::info!(%message, "request refused");
+    if let Err(e) = responder.respond_with_error(error(code, message)) {
+        tracing::debug!(error = %e, "could not send an error reply");
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The maps hold no invariant a panicking holder could break halfway.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The incoming side: frames as lines for the protocol crate, oversized frames answered here.
+fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
+    reader: FrameReader<R>,
+    out: mpsc::UnboundedSender<String>,
+    eof: oneshot::Sender<std::io::Result<()>>,
+) -> impl futures_util::Stream<Item = std::io::Result<String>> + Send + 'static {
+    futures_util::stream::unfold(
+        (reader, out, Some(eof)),
+        async |(mut reader, out, mut eof)| loop {
+            match reader.next_frame().await {
+                Ok(Some(Frame::Line(line))) => return Some((Ok(line), (reader, out, eof))),
+                Ok(Some(Frame::Oversized { id, len })) => {
+                    tracing::warn!(len, ?id, "refused an oversized frame");
+                    let reply = json!({
+                        "jsonrpc": "2.0",
+                        "id": id,
+                        "error": {
+                            "code": code::INVALID_REQUEST,
+                            "message": format!("frame of {len} bytes exceeds the {} byte limit", reader.max()),
+                        },
+                    });
+                    let _ = out.send(reply.to_string());
+                }
+                // End of input is the end of the connection: tell `serve`, which winds down.
+                // The stream itself stays open so the protocol crate does not race it.
+                Ok(None) => {
+                    if let Some(eof) = eof.take() {
+                        let _ = eof.send(Ok(()));
+                    }
+                    std::future::pending::<()>().await;
+                }
+                Err(e) => {
+                    if let Some(eof) = eof.take() {
+                        let _ = eof.send(Err(e));
+                    }
+                    std::future::pending::<()>().await;
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Writes each outgoing frame as one line, flushing after each so a client sees it at once.
+async fn write_lines(
+    mut output: impl AsyncWrite + Unpin,
+    mut lines: mpsc::UnboundedReceiver<String>,
+) -> std::io::Result<()> {
+    while let Some(mut line) = lines.recv().await {
+        line.push('\n');
+        output.write_all(line.as_bytes()).await?;
+        output.flush().await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,563 @@
+//! The agent over an in-memory pipe, spoken to in raw JSON lines. The model and tools are the
+//! scripted fakes; the binary's end-to-end tests use the real ones.
+
+use super::*;
+
+#[test]
+fn prompt_blocks_become_text_and_others_are_refused() {
+    let blocks: Vec<ContentBlock> = serde_json::from_value(json!([
+        {"type": "text", "text": "Read this:"},
+        {"type": "resource_link", "name": "a.rs", "uri": "file:///a.rs"}
+    ]))
+    .unwrap();
+    assert_eq!(
+        prompt_text(&blocks).unwrap(),
+        "Read this:\n\n[a.rs](file:///a.rs)"
+    );
+    let image: Vec<ContentBlock> =
+        serde_json::from_value(json!([{"type": "image", "data": "AA==", "mimeType": "image/png"}]))
+            .unwrap();
+    assert!(prompt_text(&image).unwrap_err().contains("image"));
+    assert!(prompt_text(&[]).is_err());
+}
+
+#[test]
+fn session_specs_check_names_and_transports() {
+    let request: NewSessionRequest = serde_json::from_value(json!({
+        "cwd": "/work",
+        "mcpServers": [
+            {"name": "todo", "command": "/bin/todo", "args": ["-v"], "env": [{"name": "A", "value": "1"}]},
+            {"type": "http", "name": "web", "url": "http://127.0.0.1:1/mcp", "headers": [{"name": "X", "value": "y"}]}
+        ]
+    }))
+    .unwrap();
+    let spec = session_spec(request).unwrap();
+    assert_eq!(spec.servers.len(), 2);
+    assert!(
+        matches!(&spec.servers[0], ServerSpec::Stdio { env, .. } if env == &[("A".to_owned(), "1".to_owned())])
+    );
+    assert!(
+        matches!(&spec.servers[1], ServerSpec::Http { url, .. } if url == "http://127.0.0.1:1/mcp")
+    );
+
+    for bad in [
+        json!({"cwd": "relative", "mcpServers": []}),
+        json!({"cwd": "/w", "mcpServers": [{"name": "a__b", "command": "x", "args": [], "env": []}]}),
+        json!({"cwd": "/w", "mcpServers": [
+            {"name": "a", "command": "x", "args": [], "env": []},
+            {"name": "a", "command": "y", "args": [], "env": []}]}),
+        json!({"cwd": "/w", "mcpServers": [{"type": "sse", "name": "s", "url": "http://x", "headers": []}]}),
+    ] {
+        let request: NewSessionRequest = serde_json::from_value(bad.clone()).unwrap();
+        assert!(session_spec(request).is_err(), "{bad}");
+    }
+}
+
+#[cfg(feature = "testing")]
+mod wire {
+    use std::sync::Mutex as StdMutex;
+    use std::time::Duration;
+
+    use serde_json::Value;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, DuplexStream, Lines};
+
+    use super::*;
+    use crate::testing::{HookStep, InProcessHost, ScriptedLlm, Step, echo};
+    use crate::{Config, HookServers};
+
+    /// Hands out prepared sessions, one per `session/new`, and records the specs.
+    struct Prepared {
+        sessions: StdMutex<Vec<Session<ScriptedLlm, InProcessHost>>>,
+        specs: StdMutex<Vec<SessionSpec>>,
+    }
+
+    impl SessionFactory for Arc<Prepared> {
+        type Llm = ScriptedLlm;
+        type Host = InProcessHost;
+        type Error = String;
+
+        async fn create(
+            &self,
+            spec: SessionSpec,
+        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
+            self.specs.lock().unwrap().push(spec);
+            let mut sessions = self.sessions.lock().unwrap();
+            if sessions.is_empty() {
+                return Err("no more sessions".into());
+            }
+            Ok(sessions.remove(0))
+        }
+    }
+
+    struct Peer {
+        tx: DuplexStream,
+        rx: Lines<tokio::io::BufReader<DuplexStream>>,
+        next_id: u64,
+        /// Notifications and replies read while waiting for something else.
+        backlog: Vec<Value>,
+        agent: tokio::task::JoinHandle<Result<(), AcpError>>,
+    }
+
+    fn start(
+        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
+        max_frame_bytes: usize,
+    ) -> (Peer, Arc<Prepared>) {
+        let factory = Arc::new(Prepared {
+            sessions: StdMutex::new(sessions),
+            specs: StdMutex::new(Vec::new()),
+        });
+        // One pipe each way: the client writes `tx`, the agent reads its other end, and so on.
+        let (tx, agent_in) = tokio::io::duplex(1 << 16);
+        let (agent_out, rx) = tokio::io::duplex(1 << 16);
+        let agent = tokio::spawn(serve(
+            Arc::clone(&factory),
+            AgentOptions { max_frame_bytes },
+            agent_in,
+            agent_out,
+        ));
+        let peer = Peer {
+            tx,
+            rx: tokio::io::BufReader::new(rx).lines(),
+            next_id: 0,
+            backlog: Vec::new(),
+            agent,
+        };
+        (peer, factory)
+    }
+
+    impl Peer {
+        async fn send_raw(&mut self, line: &str) {
+            self.tx.write_all(line.as_bytes()).await.unwrap();
+            self.tx.write_all(b"\n").await.unwrap();
+        }
+
+        async fn send_request(&mut self, method: &str, params: Value) -> u64 {
+            self.next_id += 1;
+            let id = self.next_id;
+            let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            self.send_raw(&frame.to_string()).await;
+            id
+        }
+
+        async fn notify(&mut self, method: &str, params: Value) {
+            let frame = json!({"jsonrpc": "2.0", "method": method, "params": params});
+            self.send_raw(&frame.to_string()).await;
+        }
+
+        async fn read(&mut self) -> Value {
+            let line = tokio::time::timeout(Duration::from_secs(10), self.rx.next_line())
+                .await
+                .expect("the agent answers within 10 s")
+                .unwrap()
+                .expect("the agent's output is open");
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+        }
+
+        /// Waits for the reply to `id`; returns it and the session updates seen meanwhile
+        /// (other frames stay in the backlog).
+        async fn reply(&mut self, id: u64) -> (Value, Vec<Value>) {
+            let mut updates = Vec::new();
+            let mut keep = Vec::new();
+            let mut found = None;
+            for frame in std::mem::take(&mut self.backlog) {
+                if found.is_none() && frame["id"] == json!(id) {
+                    found = Some(frame);
+                } else if found.is_none() && frame["method"] == "session/update" {
+                    updates.push(frame["params"].clone());
+                } else {
+                    keep.push(frame);
+                }
+            }
+            self.backlog = keep;
+            while found.is_none() {
+                let frame = self.read().await;
+                if frame["id"] == json!(id) && frame.get("method").is_none() {
+                    found = Some(frame);
+                } else if frame["method"] == "session/update" {
+                    updates.push(frame["params"].clone());
+                } else {
+                    self.backlog.push(frame);
+                }
+            }
+            (found.unwrap(), updates)
+        }
+
+        async fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+            let id = self.send_request(method, params).await;
+            self.reply(id).await
+        }
+
+        async fn initialize(&mut self) -> Value {
+            let (reply, _) = self
+                .call(
+                    "initialize",
+                    json!({"protocolVersion": 1, "clientCapabilities": {}}),
+                )
+                .await;
+            reply
+        }
+
+        async fn new_session(&mut self) -> String {
+            let (reply, _) = self
+                .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+                .await;
+            reply["result"]["sessionId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no session id in {reply}"))
+                .to_owned()
+        }
+
+        async fn prompt(&mut self, session: &str, text: &str) -> u64 {
+            self.send_request(
+                "session/prompt",
+                json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+            )
+            .await
+        }
+    }
+
+    fn config() -> Config {
+        Config::builder()
+            .hook_servers(HookServers::All)
+            .build()
+            .unwrap()
+    }
+
+    fn kinds(updates: &[Value]) -> Vec<String> {
+        updates
+            .iter()
+            .map(|u| {
+                let update = &u["update"];
+                let kind = update["sessionUpdate"].as_str().unwrap().to_owned();
+                // `pending` is the protocol's default status, left out on the wire.
+                match (update["status"].as_str(), kind.as_str()) {
+                    (Some(status), _) => format!("{kind}:{status}"),
+                    (None, "tool_call") => "tool_call:pending".to_owned(),
+                    (None, _) => kind,
+                }
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn initialize_states_honest_capabilities() {
+        let (mut peer, _) = start(Vec::new(), DEFAULT_MAX_FRAME_BYTES);
+        let reply = peer.initialize().await;
+        let result = &reply["result"];
+        assert_eq!(result["protocolVersion"], 1);
+        assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["http"], true);
+        assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["sse"], false);
+        assert_eq!(result["agentCapabilities"]["loadSession"], false);
+        assert_eq!(result["agentInfo"]["name"], "hookloop");
+    }
+
+    #[tokio::test]
+    async fn a_prompt_streams_tools_objections_and_text_then_ends_the_turn() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__read", json!({"path": "a"}))]),
+            Step::text("All done."),
+            Step::text("Still done."),
+        ]);
+        let host = InProcessHost::new().tool("fs", "read", echo).hook(
+            "todo",
+            Hook::Stop,
+            [HookStep::Say("1 open: write tests".into())],
+        );
+        let (mut peer, factory) = start(
+            vec![Session::new(config(), llm, host)],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        assert_eq!(factory.specs.lock().unwrap()[0].cwd, PathBuf::from("/tmp"));
+        let id = peer.prompt(&session, "go").await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert_eq!(
+            kinds(&updates),
+            [
+                "tool_call:pending",
+                "tool_call_update:in_progress",
+                "tool_call_update:completed",
+                "agent_message_chunk",
+                "tool_call:completed",
+                "agent_message_chunk",
+                "agent_thought_chunk",
+            ]
+        );
+        assert!(updates.iter().all(|u| u["sessionId"] == json!(session)));
+        assert_eq!(updates[0]["update"]["title"], "fs__read");
+        assert_eq!(updates[0]["update"]["rawInput"], json!({"path": "a"}));
+        assert_eq!(updates[3]["update"]["content"]["text"], "All done.");
+        let objection = &updates[4]["update"];
+        // `other` is the protocol's default kind, left out on the wire.
+        assert!(
+            objection.get("kind").is_none_or(|k| k == "other"),
+            "{objection}"
+        );
+        assert_eq!(objection["title"], "_Stop objection from todo (2 left)");
+        assert_eq!(
+            objection["content"][0]["content"]["text"],
+            "1 open: write tests"
+        );
+        assert_eq!(objection["rawOutput"]["server"], "todo");
+        assert!(
+            updates[6]["update"]["content"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("declined")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_session_refuses_a_second_prompt_and_cancel_frees_it() {
+        let llm = ScriptedLlm::new([Step::Hang, Step::text("fresh")]);
+        let (mut peer, _) = start(
+            vec![Session::new(config(), llm, InProcessHost::new())],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let first = peer.prompt(&session, "one").await;
+        // The first prompt is in the actor once the second is refused... or refused itself
+        // only if it came first; ids tell them apart.
+        let second = peer.prompt(&session, "two").await;
+        let (reply, _) = peer.reply(second).await;
+        assert_eq!(reply["error"]["code"], -32600, "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("already running")
+        );
+
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let (reply, _) = peer.reply(first).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled");
+
+        let third = peer.prompt(&session, "three").await;
+        let (reply, updates) = peer.reply(third).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn");
+        assert_eq!(updates[0]["update"]["content"]["text"], "fresh");
+    }
+
+    #[tokio::test]
+    async fn cancel_during_a_tool_call_fails_the_call_and_ends_cancelled() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__read", json!({}))]),
+            Step::text("after"),
+        ]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_secs(3600));
+        let (mut peer, _) = start(
+            vec![Session::new(config(), llm, host)],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        // Wait until the tool is running, then cancel.
+        loop {
+            let frame = peer.read().await;
+            if frame["params"]["update"]["status"] == "in_progress" {
+                break;
+            }
+        }
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled");
+        assert_eq!(kinds(&updates), ["tool_call_update:failed"]);
+    }
+
+    #[tokio::test]
+    async fn cancel_during_a_hook_call_ends_cancelled_and_the_next_prompt_works() {
+        let llm = ScriptedLlm::new([Step::text("done?"), Step::text("next")]);
+        let host = InProcessHost::new().hook("todo", Hook::Stop, [HookStep::Hang]);
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .hook_timeout(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let (mut peer, _) = start(
+            vec![Session::new(config, llm, host)],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        loop {
+            let frame = peer.read().await;
+            if frame["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+                break;
+            }
+        }
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let (reply, _) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled");
+        let id = peer.prompt(&session, "again").await;
+        let (reply, _) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn");
+    }
+
+    #[tokio::test]
+    async fn sessions_run_concurrently_and_independently() {
+        let slow = Session::new(
+            config(),
+            ScriptedLlm::new([Step::Hang]),
+            InProcessHost::new(),
+        );
+        let fast = Session::new(
+            config(),
+            ScriptedLlm::new([Step::text("quick")]),
+            InProcessHost::new(),
+        );
+        let (mut peer, _) = start(vec![slow, fast], DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let a = peer.new_session().await;
+        let b = peer.new_session().await;
+        assert_ne!(a, b);
+        let slow_id = peer.prompt(&a, "slow").await;
+        let fast_id = peer.prompt(&b, "fast").await;
+        let (reply, updates) = peer.reply(fast_id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn");
+        assert!(updates.iter().all(|u| u["sessionId"] == json!(b)));
+        peer.notify("session/cancel", json!({"sessionId": a})).await;
+        let (reply, _) = peer.reply(slow_id).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled");
+    }
+
+    #[tokio::test]
+    async fn bad_frames_get_errors_and_the_connection_survives() {
+        let (mut peer, _) = start(Vec::new(), 1024);
+        peer.send_raw("this is not json").await;
+        let frame = peer.read().await;
+        assert_eq!(frame["error"]["code"], -32700, "{frame}");
+
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":77,"method":"session/prompt","params":{{"pad":"{}"}}}}"#,
+            "x".repeat(4096)
+        );
+        peer.send_raw(&big).await;
+        let frame = peer.read().await;
+        assert_eq!(frame["id"], 77, "{frame}");
+        assert_eq!(frame["error"]["code"], -32600);
+        assert!(
+            frame["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("1024 byte limit")
+        );
+
+        let (reply, _) = peer.call("no/such/method", json!({})).await;
+        assert_eq!(reply["error"]["code"], -32601, "{reply}");
+
+        let (reply, _) = peer
+            .call(
+                "session/prompt",
+                json!({"sessionId": "nope", "prompt": [{"type": "text", "text": "x"}]}),
+            )
+            .await;
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown session")
+        );
+
+        let (reply, _) = peer.call("session/prompt", json!({"sessionId": 5})).await;
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+
+        let reply = peer.initialize().await;
+        assert_eq!(reply["result"]["protocolVersion"], 1);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_does_not_disturb_a_running_prompt() {
+        let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))]), Step::text("ok")]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_millis(200));
+        let (mut peer, _) = start(vec![Session::new(config(), llm, host)], 2048);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        peer.send_raw(&format!(r#"{{"id":"big","x":"{}"}}"#, "y".repeat(10_000)))
+            .await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn");
+        assert_eq!(updates.last().unwrap()["update"]["content"]["text"], "ok");
+        assert!(
+            peer.backlog
+                .iter()
+                .any(|f| f["id"] == "big" && f["error"]["code"] == -32600)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_prompt_with_an_image_is_invalid_params() {
+        let (mut peer, _) = start(
+            vec![Session::new(
+                config(),
+                ScriptedLlm::new([]),
+                InProcessHost::new(),
+            )],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let (reply, _) = peer
+            .call(
+                "session/prompt",
+                json!({"sessionId": session, "prompt": [{"type": "image", "data": "AA==", "mimeType": "image/png"}]}),
+            )
+            .await;
+        assert_eq!(reply["error"]["code"], -32602);
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("image")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_session_setup_is_an_error_reply() {
+        let (mut peer, _) = start(Vec::new(), DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let (reply, _) = peer
+            .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+            .await;
+        assert_eq!(reply["error"]["code"], -32603);
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no more sessions")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_input_cancels_running_prompts_and_ends_the_agent() {
+        let (mut peer, _) = start(
+            vec![Session::new(
+                config(),
+                ScriptedLlm::new([Step::Hang]),
+                InProcessHost::new(),
+            )],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        peer.prompt(&session, "hang").await;
+        peer.tx.shutdown().await.unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(10), &mut peer.agent)
+            .await
+            .expect("the agent ends once its input does");
+        ended.unwrap().unwrap();
+    }
+}

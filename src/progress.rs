@@ -1,0 +1,356 @@
+//! What a person watching a session wants to see, drawn from the machine's boundary.
+//!
+//! [`ProgressObserver`] is an [`Observer`] that turns the raw effects and facts of a
+//! [`Session`](crate::Session) into [`Event`]s: the model is thinking, it said something, a tool
+//! started or finished (with its duration), a hook objected, the budget is spent, the history
+//! was compacted. Every front end renders the same events — the CLI as lines or JSON, the ACP
+//! agent as session updates, the demo as a story — so they never disagree about what happened.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::driver::Observer;
+use crate::hooks::{Hook, ServerName};
+use crate::machine::{CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
+
+/// One thing worth showing, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A model request started: a turn of the loop, or a compaction summary.
+    Thinking { summary: bool },
+    /// The model's text for one turn (never empty).
+    ModelText { text: String },
+    /// A tool call the model asked for started.
+    ToolStarted {
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    /// A tool call ended.
+    ToolFinished {
+        id: String,
+        name: String,
+        is_error: bool,
+        output: String,
+        duration_ms: u64,
+    },
+    /// The model called a hook or a tool that does not exist; nothing ran.
+    ToolRefused { name: String },
+    /// A hook was called on these servers.
+    HookCalled {
+        hook: Hook,
+        servers: Vec<ServerName>,
+    },
+    /// A `_Stop` hook objected; the model is asked again.
+    Objection {
+        server: ServerName,
+        text: String,
+        budget_left: u32,
+    },
+    /// The model ended its turn and `_Stop` was not asked, for `reason`.
+    StopSkipped { reason: SkipReason },
+    /// The history was compacted.
+    Compacted {
+        summarized: bool,
+        messages_before: usize,
+        messages_after: usize,
+    },
+    /// A `_PostCompact` answer was put into the fresh context.
+    PostCompactInjected { server: ServerName, text: String },
+    /// A hook call gave no usable answer; it counts as no objection.
+    HookFailedOpen {
+        server: ServerName,
+        hook: Hook,
+        reason: String,
+    },
+    /// A server was killed after its hooks timed out twice in a row.
+    ServerKilled { server: ServerName },
+    /// The prompt ended.
+    Finished { reason: FinishReason },
+}
+
+/// An [`Observer`] that hands each [`Event`] to `sink`, with the time since the session started.
+pub struct ProgressObserver<F> {
+    sink: F,
+    purpose: Purpose,
+    running: HashMap<CallId, (String, Duration)>,
+}
+
+impl<F: FnMut(Duration, Event) + Send> ProgressObserver<F> {
+    /// An observer feeding `sink`.
+    pub fn new(sink: F) -> Self {
+        Self {
+            sink,
+            purpose: Purpose::Turn,
+            running: HashMap::new(),
+        }
+    }
+}
+
+impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
+    fn on_effect(&mut self, at: Duration, effect: &Effect) {
+        let event = match effect {
+            Effect::CallLlm { purpose, .. } => {
+                self.purpose = *purpose;
+                Event::Thinking {
+                    summary: matches!(purpose, Purpose::Summary { .. }),
+                }
+            }
+            Effect::CallTools { calls } => {
+                for call in calls {
+                    self.running
+                        .insert(call.id.clone(), (call.name.clone(), at));
+                    (self.sink)(
+                        at,
+                        Event::ToolStarted {
+                            id: call.id.to_string(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        },
+                    );
+                }
+                return;
+            }
+            Effect::CallHooks { hook, servers, .. } => Event::HookCalled {
+                hook: *hook,
+                servers: servers.clone(),
+            },
+            Effect::KillServer { server } => Event::ServerKilled {
+                server: server.clone(),
+            },
+            Effect::Notify { notice } => notice_event(notice),
+            Effect::Finish { reason } => {
+                // Calls still running when a prompt ends were cancelled: say so, so no front
+                // end leaves a call spinning forever.
+                let mut left: Vec<_> = self.running.drain().collect();
+                left.sort_by(|a, b| a.0.cmp(&b.0));
+                for (id, (name, started)) in left {
+                    (self.sink)(
+                        at,
+                        Event::ToolFinished {
+                            id: id.to_string(),
+                            name,
+                            is_error: true,
+                            output: "cancelled".into(),
+                            duration_ms: millis(at.saturating_sub(started)),
+                        },
+                    );
+                }
+                Event::Finished {
+                    reason: reason.clone(),
+                }
+            }
+        };
+        (self.sink)(at, event);
+    }
+
+    fn on_fact(&mut self, at: Duration, fact: &Input) {
+        let event = match fact {
+            Input::LlmReplied { reply } => {
+                // A summary's text is the compacted context, not something the model says.
+                if matches!(self.purpose, Purpose::Summary { .. }) || reply.text.trim().is_empty() {
+                    return;
+                }
+                Event::ModelText {
+                    text: reply.text.clone(),
+                }
+            }
+            Input::ToolFinished { id, output } => {
+                let Some((name, started)) = self.running.remove(id) else {
+                    return;
+                };
+                Event::ToolFinished {
+                    id: id.to_string(),
+                    name,
+                    is_error: output.is_error,
+                    output: output.joined_text(),
+                    duration_ms: millis(at.saturating_sub(started)),
+                }
+            }
+            Input::Prompted { .. }
+            | Input::CatalogChanged { .. }
+            | Input::LlmFailed { .. }
+            | Input::HookAnswered { .. }
+            | Input::Cancelled
+            | Input::Closed => return,
+        };
+        (self.sink)(at, event);
+    }
+}
+
+fn notice_event(notice: &Notice) -> Event {
+    match notice {
+        Notice::Objection {
+            server,
+            text,
+            budget_left,
+        } => Event::Objection {
+            server: server.clone(),
+            text: text.clone(),
+            budget_left: *budget_left,
+        },
+        Notice::StopSkipped { reason } => Event::StopSkipped { reason: *reason },
+        Notice::PostCompactInjected { server, text } => Event::PostCompactInjected {
+            server: server.clone(),
+            text: text.clone(),
+        },
+        Notice::Compacted {
+            summarized,
+            messages_before,
+            messages_after,
+        } => Event::Compacted {
+            summarized: *summarized,
+            messages_before: *messages_before,
+            messages_after: *messages_after,
+        },
+        Notice::HookFailedOpen {
+            server,
+            hook,
+            reason,
+        } => Event::HookFailedOpen {
+            server: server.clone(),
+            hook: *hook,
+            reason: reason.clone(),
+        },
+        Notice::UnknownToolRefused { name } => Event::ToolRefused { name: name.clone() },
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::{HookStep, InProcessHost, ScriptedLlm, Step, echo};
+    use crate::{Config, HookServers, PromptStop, Session};
+
+    type Recorded = Arc<Mutex<Vec<Event>>>;
+
+    fn recorder() -> (
+        Recorded,
+        ProgressObserver<impl FnMut(Duration, Event) + Send>,
+    ) {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        let observer = ProgressObserver::new(move |_, event| sink.lock().unwrap().push(event));
+        (events, observer)
+    }
+
+    #[tokio::test]
+    async fn a_prompt_with_a_tool_and_an_objection_reads_in_order() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__read", json!({"path": "a"}))]),
+            Step::text("Done."),
+            Step::text("Really done."),
+        ]);
+        let host = InProcessHost::new().tool("fs", "read", echo).hook(
+            "todo",
+            Hook::Stop,
+            [HookStep::Say("1 open".into())],
+        );
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .build()
+            .unwrap();
+        let mut session = Session::new(config, llm, host);
+        let (events, observer) = recorder();
+        session.add_observer(observer);
+        assert_eq!(session.prompt("go").await.unwrap(), PromptStop::EndTurn);
+
+        let events = events.lock().unwrap().clone();
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|e| match e {
+                Event::Thinking { .. } => "thinking",
+                Event::ModelText { .. } => "text",
+                Event::ToolStarted { .. } => "tool_started",
+                Event::ToolFinished { .. } => "tool_finished",
+                Event::HookCalled { .. } => "hook",
+                Event::Objection { .. } => "objection",
+                Event::StopSkipped { .. } => "skipped",
+                Event::Finished { .. } => "finished",
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "thinking",
+                "tool_started",
+                "tool_finished",
+                "thinking",
+                "text",
+                "hook",
+                "objection",
+                "thinking",
+                "text",
+                "skipped",
+                "finished"
+            ]
+        );
+        assert!(matches!(
+            &events[2],
+            Event::ToolFinished { name, is_error: false, output, .. }
+                if name == "fs__read" && output.contains("\"path\"")
+        ));
+        assert!(matches!(
+            &events[6],
+            Event::Objection { text, budget_left: 2, .. } if text == "1 open"
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_tool_call_is_reported_finished_with_an_error() {
+        let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))])]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_secs(3600));
+        let mut session = Session::new(Config::default(), llm, host);
+        let (events, observer) = recorder();
+        session.add_observer(observer);
+        let cancel = session.cancel_handle();
+        let prompt = session.prompt("go");
+        let canceller = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cancel.cancel();
+        };
+        let (stop, ()) = tokio::join!(prompt, canceller);
+        assert_eq!(stop.unwrap(), PromptStop::Cancelled);
+        let events = events.lock().unwrap().clone();
+        let n = events.len();
+        assert!(matches!(
+            &events[n - 2],
+            Event::ToolFinished { is_error: true, output, .. } if output == "cancelled"
+        ));
+        assert_eq!(
+            events[n - 1],
+            Event::Finished {
+                reason: FinishReason::Cancelled
+            }
+        );
+    }
+
+    #[test]
+    fn events_serialise_with_a_tag() {
+        let text = serde_json::to_string(&Event::Objection {
+            server: ServerName::new("todo").unwrap(),
+            text: "2 open".into(),
+            budget_left: 1,
+        })
+        .unwrap();
+        assert_eq!(
+            text,
+            r#"{"event":"objection","server":"todo","text":"2 open","budget_left":1}"#
+        );
+    }
+}
