@@ -438,10 +438,10 @@ impl<'a> Checker<'a> {
         if matches!(input, Input::Prompted { .. }) {
             self.stop_round_since_work = false;
         }
-        if let Input::LlmReplied { reply } = &input {
-            if !reply.tool_calls.is_empty() {
-                self.stop_round_since_work = false;
-            }
+        if let Input::LlmReplied { reply } = &input
+            && !reply.tool_calls.is_empty()
+        {
+            self.stop_round_since_work = false;
         }
         m.handle(input)
             .map_err(|e| TestCaseError::fail(format!("machine refused a valid fact: {e}")))?;
@@ -645,10 +645,6 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
         },
     )?;
     prop_assert!(first.is_none());
-    let stop_reason_of = |e: &Effect| match e {
-        Effect::Finish { .. } => true,
-        _ => false,
-    };
     for p in 0..s.prompts {
         let mut next = c.feed(
             &mut m,
@@ -660,7 +656,7 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
             let Some(effect) = next else {
                 return Err(TestCaseError::fail("the machine stalled"));
             };
-            if stop_reason_of(&effect) {
+            if matches!(effect, Effect::Finish { .. }) {
                 prop_assert_eq!(m.phase(), Phase::Idle);
                 break;
             }
