@@ -95,51 +95,82 @@ impl History {
     /// a slice from a unit's start never holds a result without its call. The newest unit is
     /// always kept, even when it alone is over.
     pub fn fitting_suffix(&self, max_tokens: u64) -> usize {
-        let mut start = self.messages.len();
-        let mut tokens = 0;
-        let mut unit_tokens = 0;
-        for (i, message) in self.messages.iter().enumerate().rev() {
-            unit_tokens += bytes_to_tokens(message.size_bytes());
-            if is_unit_start(message) {
-                if start < self.messages.len() && tokens + unit_tokens > max_tokens {
-                    break;
-                }
-                tokens += unit_tokens;
-                unit_tokens = 0;
-                start = i;
-            }
-        }
-        start
+        suffix_start(&self.messages, max_tokens, is_unit_start, true)
     }
 
-    /// Keeps the unit starting at `pinned` and the newest whole units that fit in `max_tokens`,
-    /// dropping the oldest. Returns how many messages were dropped and where the pinned unit
-    /// now starts.
+    /// Drops the oldest messages until the rest fits in `max_tokens`: first whole turns before
+    /// the current prompt (at `pinned`), oldest first; then, if the current turn alone is over,
+    /// the oldest units after its prompt. The prompt and the newest unit always stay. Returns
+    /// how many messages were dropped and where the prompt now is.
     pub fn drop_oldest(&mut self, pinned: usize, max_tokens: u64) -> (usize, usize) {
         let before = self.messages.len();
         if before == 0 {
             return (0, 0);
         }
         let pinned = pinned.min(before - 1);
-        let pinned_end = self.messages[pinned + 1..]
-            .iter()
-            .position(is_unit_start)
-            .map_or(before, |offset| pinned + 1 + offset);
-        let pinned_tokens: u64 = self.messages[pinned..pinned_end]
-            .iter()
-            .map(|m| bytes_to_tokens(m.size_bytes()))
-            .sum();
-        let start = self.fitting_suffix(max_tokens.saturating_sub(pinned_tokens));
-        let (kept, new_pinned) = if start <= pinned {
-            (self.messages[start..].to_vec(), pinned - start)
+        let messages = &self.messages;
+        let prompt_tokens = tokens_of(&messages[pinned..=pinned]);
+        let after = &messages[pinned + 1..];
+        let after_start = suffix_start(
+            after,
+            max_tokens.saturating_sub(prompt_tokens),
+            is_unit_start,
+            true,
+        );
+        let older_start = if after_start == 0 {
+            let used = prompt_tokens + tokens_of(after);
+            suffix_start(
+                &messages[..pinned],
+                max_tokens.saturating_sub(used),
+                is_turn_start,
+                false,
+            )
         } else {
-            let mut kept = self.messages[pinned..pinned_end].to_vec();
-            kept.extend_from_slice(&self.messages[start.max(pinned_end)..]);
-            (kept, 0)
+            pinned
         };
+        let mut kept = messages[older_start..=pinned].to_vec();
+        kept.extend_from_slice(&after[after_start..]);
         self.replace(kept);
-        (before - self.messages.len(), new_pinned)
+        (before - self.messages.len(), pinned - older_start)
     }
+}
+
+/// The start of the newest run of `messages`, cut at a `boundary`, whose estimate stays within
+/// `max_tokens`; `messages.len()` when none fits. With `keep_one`, the newest run is kept even
+/// when it alone is over.
+fn suffix_start(
+    messages: &[Message],
+    max_tokens: u64,
+    boundary: fn(&Message) -> bool,
+    keep_one: bool,
+) -> usize {
+    let mut start = messages.len();
+    let mut tokens = 0;
+    let mut pending = 0;
+    for (i, message) in messages.iter().enumerate().rev() {
+        pending += bytes_to_tokens(message.size_bytes());
+        if boundary(message) {
+            let first = start == messages.len();
+            if tokens + pending > max_tokens && !(first && keep_one) {
+                break;
+            }
+            tokens += pending;
+            pending = 0;
+            start = i;
+        }
+    }
+    start
+}
+
+fn tokens_of(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .map(|m| bytes_to_tokens(m.size_bytes()))
+        .sum()
+}
+
+fn is_turn_start(message: &Message) -> bool {
+    matches!(message, Message::User { .. })
 }
 
 fn is_unit_start(message: &Message) -> bool {
@@ -259,5 +290,24 @@ mod tests {
         assert_eq!(msgs[0], Message::user("prompt"));
         assert!(matches!(msgs[1], Message::Assistant { .. }));
         assert_eq!(msgs.last(), Some(&result("c4", &"r".repeat(400))));
+    }
+
+    #[test]
+    fn drop_oldest_drops_whole_older_turns_first() {
+        let mut h = History::default();
+        for turn in ["one", "two", "three"] {
+            h.push(Message::user(turn.repeat(100)));
+            h.push(Message::Assistant {
+                text: "a".repeat(200),
+                tool_calls: Vec::new(),
+            });
+        }
+        h.push(Message::user("now"));
+        // Room for the current prompt and the newest older turn, not the two before it.
+        let (dropped, pinned) = h.drop_oldest(6, 250);
+        assert_eq!(dropped, 4);
+        assert_eq!(pinned, 2);
+        assert_eq!(h.messages()[0], Message::user("three".repeat(100)));
+        assert_eq!(h.messages()[2], Message::user("now"));
     }
 }

@@ -1,1 +1,921 @@
+//! One test per rule, named after it. Property tests over random sessions live in
+//! `tests/machine_props.rs`.
 
+use serde_json::json;
+
+use super::*;
+use crate::hooks::HookServers;
+
+fn server(name: &str) -> ServerName {
+    ServerName::new(name).unwrap()
+}
+
+/// Servers `a` and `b`, each with a tool `run` and both hooks; `c` with a tool only.
+fn catalog() -> Catalog {
+    let tool = |name: &str| ToolInfo {
+        name: name.into(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+    };
+    let full = |name: &str| ServerTools {
+        server: server(name),
+        tools: vec![
+            tool("run"),
+            tool("_Stop"),
+            tool("_PostCompact"),
+            tool("_Other"),
+        ],
+    };
+    Catalog {
+        servers: vec![
+            full("a"),
+            full("b"),
+            ServerTools {
+                server: server("c"),
+                tools: vec![tool("run")],
+            },
+        ],
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        hook_servers: HookServers::All,
+        ..Policy::default()
+    }
+}
+
+fn machine_with(policy: Policy) -> Machine {
+    let mut m = Machine::new(policy, None);
+    m.handle(Input::CatalogChanged { catalog: catalog() })
+        .unwrap();
+    assert!(drain(&mut m).is_empty());
+    m
+}
+
+fn machine() -> Machine {
+    machine_with(policy())
+}
+
+fn drain(m: &mut Machine) -> Vec<Effect> {
+    std::iter::from_fn(|| m.poll_effect()).collect()
+}
+
+fn feed(m: &mut Machine, input: Input) -> Vec<Effect> {
+    m.handle(input).unwrap();
+    drain(m)
+}
+
+fn prompt(m: &mut Machine, text: &str) -> Vec<Effect> {
+    feed(m, Input::Prompted { text: text.into() })
+}
+
+fn reply(text: &str, stop: StopReason) -> Input {
+    Input::LlmReplied {
+        reply: LlmReply {
+            text: text.into(),
+            stop,
+            ..LlmReply::default()
+        },
+    }
+}
+
+fn end_turn() -> Input {
+    reply("done", StopReason::EndTurn)
+}
+
+fn calls(calls: &[(&str, &str, serde_json::Value)]) -> Input {
+    let tool_calls = calls
+        .iter()
+        .map(|(id, name, args)| ToolCall {
+            id: (*id).into(),
+            name: (*name).into(),
+            arguments: args.clone(),
+        })
+        .collect();
+    Input::LlmReplied {
+        reply: LlmReply {
+            text: String::new(),
+            tool_calls,
+            stop: StopReason::ToolUse,
+            usage: None,
+        },
+    }
+}
+
+fn say(name: &str, hook: Hook, text: &str) -> Input {
+    Input::HookAnswered {
+        server: server(name),
+        hook,
+        reply: HookReply::Text { text: text.into() },
+    }
+}
+
+fn hook_reply(name: &str, hook: Hook, reply: HookReply) -> Input {
+    Input::HookAnswered {
+        server: server(name),
+        hook,
+        reply,
+    }
+}
+
+fn is_call_llm(e: &Effect) -> bool {
+    matches!(
+        e,
+        Effect::CallLlm {
+            purpose: Purpose::Turn,
+            ..
+        }
+    )
+}
+
+fn hook_calls(effects: &[Effect]) -> Vec<(Hook, Vec<ServerName>)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::CallHooks { hook, servers, .. } => Some((*hook, servers.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finish(effects: &[Effect]) -> Option<FinishReason> {
+    effects.iter().find_map(|e| match e {
+        Effect::Finish { reason } => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+/// Drives a prompt to an end of turn and answers `_Stop` from `a` and `b`.
+fn end_turn_with_answers(m: &mut Machine, a: &str, b: &str) -> Vec<Effect> {
+    let effects = feed(m, end_turn());
+    assert_eq!(
+        hook_calls(&effects),
+        vec![(Hook::Stop, vec![server("a"), server("b")])]
+    );
+    assert!(feed(m, say("a", Hook::Stop, a)).is_empty());
+    feed(m, say("b", Hook::Stop, b))
+}
+
+#[test]
+fn hooks_are_never_offered_to_the_model() {
+    for allow in [
+        HookServers::All,
+        HookServers::Off,
+        HookServers::Named(vec!["a".into()]),
+    ] {
+        let m = machine_with(Policy {
+            hook_servers: allow,
+            ..Policy::default()
+        });
+        let names: Vec<&str> = m.model_tools().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a__run", "b__run", "c__run"]);
+    }
+}
+
+#[test]
+fn a_model_call_to_a_hook_is_refused_as_unknown_and_not_run() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(
+        &mut m,
+        calls(&[("1", "a___Stop", json!({})), ("2", "_Stop", json!({}))]),
+    );
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::CallTools { .. } | Effect::CallHooks { .. }))
+    );
+    assert!(
+        effects.iter().any(is_call_llm),
+        "the model is asked again at once"
+    );
+    let results: Vec<_> = m
+        .history()
+        .iter()
+        .filter_map(|msg| match msg {
+            Message::ToolResult { output, .. } => Some(output.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ToolOutput::error("unknown tool: a___Stop"),
+            ToolOutput::error("unknown tool: _Stop")
+        ]
+    );
+}
+
+#[test]
+fn unknown_tools_and_non_object_arguments_are_answered_with_errors() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(
+        &mut m,
+        calls(&[
+            ("1", "nope__run", json!({})),
+            ("2", "a__run", json!("{broken")),
+            ("3", "a__run", json!([1])),
+            ("4", "b__run", json!({"x": 1})),
+        ]),
+    );
+    let Some(Effect::CallTools { calls }) = effects
+        .iter()
+        .find(|e| matches!(e, Effect::CallTools { .. }))
+    else {
+        panic!("expected CallTools in {effects:?}");
+    };
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].name, "b__run");
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "4".into(),
+            output: ToolOutput::text("ok"),
+        },
+    );
+    let texts: Vec<String> = m
+        .history()
+        .iter()
+        .filter_map(|msg| match msg {
+            Message::ToolResult { output, .. } => Some(output.joined_text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts[0], "unknown tool: nope__run");
+    assert!(
+        texts[1].contains("not a JSON object") && texts[1].contains("{broken"),
+        "{}",
+        texts[1]
+    );
+    assert!(texts[2].contains("got an array"), "{}", texts[2]);
+    assert_eq!(texts[3], "ok");
+}
+
+#[test]
+fn stop_is_consulted_only_on_a_genuine_end_of_turn() {
+    for stop in [StopReason::EndTurn, StopReason::StopSequence] {
+        let mut m = machine();
+        prompt(&mut m, "go");
+        assert_eq!(
+            hook_calls(&feed(&mut m, reply("x", stop))).len(),
+            1,
+            "{stop:?}"
+        );
+    }
+    for (stop, reason) in [
+        (StopReason::MaxTokens, FinishReason::MaxTokens),
+        (StopReason::Refusal, FinishReason::Refusal),
+        (StopReason::ContentFilter, FinishReason::Refusal),
+    ] {
+        let mut m = machine();
+        prompt(&mut m, "go");
+        let effects = feed(&mut m, reply("x", stop));
+        assert!(hook_calls(&effects).is_empty(), "{stop:?}");
+        assert_eq!(finish(&effects), Some(reason));
+    }
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(
+        &mut m,
+        Input::LlmFailed {
+            error: "boom".into(),
+        },
+    );
+    assert!(hook_calls(&effects).is_empty());
+    assert_eq!(
+        finish(&effects),
+        Some(FinishReason::Failed {
+            error: "boom".into()
+        })
+    );
+}
+
+#[test]
+fn hooks_are_off_unless_the_allowlist_names_the_server() {
+    let mut m = machine_with(Policy {
+        hook_servers: HookServers::Off,
+        ..Policy::default()
+    });
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, end_turn());
+    assert!(hook_calls(&effects).is_empty());
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+
+    let mut m = machine_with(Policy {
+        hook_servers: HookServers::Named(vec!["b".into()]),
+        ..Policy::default()
+    });
+    prompt(&mut m, "go");
+    assert_eq!(
+        hook_calls(&feed(&mut m, end_turn())),
+        vec![(Hook::Stop, vec![server("b")])]
+    );
+}
+
+#[test]
+fn objections_are_injected_as_json_tool_results_in_server_order() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, end_turn());
+    assert_eq!(hook_calls(&effects).len(), 1);
+    // b answers first; injection still follows configuration order.
+    feed(&mut m, say("b", Hook::Stop, " tests are red \n"));
+    let effects = feed(&mut m, say("a", Hook::Stop, "2 open: x; y"));
+    assert!(effects.iter().any(is_call_llm));
+    assert_eq!(m.phase(), Phase::Objected);
+    assert_eq!(
+        m.counters().objections,
+        1,
+        "one round counts once, however many servers object"
+    );
+    let tail = &m.history()[m.history().len() - 4..];
+    let Message::Assistant { tool_calls, .. } = &tail[0] else {
+        panic!("{tail:?}")
+    };
+    assert_eq!(tool_calls[0].name, "a___Stop");
+    assert_eq!(tool_calls[0].arguments, json!({}));
+    let Message::ToolResult { call_id, output } = &tail[1] else {
+        panic!("{tail:?}")
+    };
+    assert_eq!(call_id, &tool_calls[0].id);
+    assert_eq!(
+        output.joined_text(),
+        r#"{"hook":"_Stop","server":"a","text":"2 open: x; y"}"#
+    );
+    let Message::ToolResult { output, .. } = &tail[3] else {
+        panic!("{tail:?}")
+    };
+    assert_eq!(
+        output.joined_text(),
+        r#"{"hook":"_Stop","server":"b","text":"tests are red"}"#
+    );
+}
+
+#[test]
+fn an_empty_or_blank_answer_is_no_objection() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = end_turn_with_answers(&mut m, "", " \n\t ");
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+    assert_eq!(m.counters().objections, 0);
+    assert_eq!(m.phase(), Phase::Idle);
+}
+
+#[test]
+fn timeouts_errors_and_failures_fail_open() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    feed(&mut m, end_turn());
+    let e1 = feed(&mut m, hook_reply("a", Hook::Stop, HookReply::TimedOut));
+    assert!(e1.iter().any(|e| matches!(
+        e,
+        Effect::Notify {
+            notice: Notice::HookFailedOpen { .. }
+        }
+    )));
+    let e2 = feed(
+        &mut m,
+        hook_reply(
+            "b",
+            Hook::Stop,
+            HookReply::ErrorResult {
+                text: "objecting!".into(),
+            },
+        ),
+    );
+    assert_eq!(
+        finish(&e2),
+        Some(FinishReason::EndTurn),
+        "an isError result's text is not an objection"
+    );
+
+    let mut m = machine();
+    prompt(&mut m, "go");
+    feed(&mut m, end_turn());
+    feed(
+        &mut m,
+        hook_reply(
+            "a",
+            Hook::Stop,
+            HookReply::Failed {
+                error: "broken pipe".into(),
+            },
+        ),
+    );
+    let effects = feed(&mut m, hook_reply("b", Hook::Stop, HookReply::TimedOut));
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+}
+
+#[test]
+fn the_budget_is_session_wide_and_survives_across_prompts() {
+    let mut m = machine_with(Policy {
+        stop_max_rejections: 2,
+        ..policy()
+    });
+    for _ in 0..2 {
+        prompt(&mut m, "go");
+        let effects = end_turn_with_answers(&mut m, "no", "");
+        assert!(effects.iter().any(is_call_llm));
+        // The model works (tool call), then ends again: that clears the latch and gets its
+        // own `_Stop` round only while budget remains.
+        let effects = feed(&mut m, end_turn());
+        assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+    }
+    assert_eq!(m.counters().objections, 2);
+    prompt(&mut m, "third");
+    let effects = feed(&mut m, end_turn());
+    assert!(
+        hook_calls(&effects).is_empty(),
+        "a spent budget is never asked again"
+    );
+    assert!(effects.contains(&Effect::Notify {
+        notice: Notice::StopSkipped {
+            reason: SkipReason::BudgetSpent
+        }
+    }));
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+}
+
+#[test]
+fn budget_zero_never_calls_stop() {
+    let mut m = machine_with(Policy {
+        stop_max_rejections: 0,
+        ..policy()
+    });
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, end_turn());
+    assert!(hook_calls(&effects).is_empty());
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+}
+
+#[test]
+fn a_second_end_turn_right_after_an_objection_ends_the_prompt() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    end_turn_with_answers(&mut m, "open todos", "");
+    let effects = feed(&mut m, end_turn());
+    assert!(hook_calls(&effects).is_empty());
+    assert!(effects.contains(&Effect::Notify {
+        notice: Notice::StopSkipped {
+            reason: SkipReason::DeclinedObjection
+        }
+    }));
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+    assert_eq!(m.counters().objections, 1);
+}
+
+#[test]
+fn tool_calls_after_an_objection_clear_the_latch() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    end_turn_with_answers(&mut m, "open todos", "");
+    feed(&mut m, calls(&[("t1", "a__run", json!({}))]));
+    assert_eq!(m.phase(), Phase::RunningTools);
+    let effects = feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text("done"),
+        },
+    );
+    assert!(effects.iter().any(is_call_llm));
+    assert_eq!(m.phase(), Phase::Prompting);
+    let effects = feed(&mut m, end_turn());
+    assert_eq!(
+        hook_calls(&effects).len(),
+        1,
+        "a new end of turn after work is asked about again"
+    );
+}
+
+#[test]
+fn the_second_consecutive_timeout_kills_the_server() {
+    let mut m = machine_with(Policy {
+        stop_max_rejections: 10,
+        ..policy()
+    });
+    let kills = |effects: &[Effect]| {
+        effects
+            .iter()
+            .filter(|e| matches!(e, Effect::KillServer { .. }))
+            .count()
+    };
+    prompt(&mut m, "go");
+    feed(&mut m, end_turn());
+    assert_eq!(
+        kills(&feed(
+            &mut m,
+            hook_reply("a", Hook::Stop, HookReply::TimedOut)
+        )),
+        0
+    );
+    feed(&mut m, say("b", Hook::Stop, ""));
+    prompt(&mut m, "again");
+    feed(&mut m, end_turn());
+    let effects = feed(&mut m, hook_reply("a", Hook::Stop, HookReply::TimedOut));
+    assert_eq!(
+        effects
+            .iter()
+            .find(|e| matches!(e, Effect::KillServer { .. })),
+        Some(&Effect::KillServer {
+            server: server("a")
+        })
+    );
+    feed(&mut m, say("b", Hook::Stop, ""));
+    // After the kill the count starts over: one more timeout is tolerated.
+    prompt(&mut m, "third");
+    feed(&mut m, end_turn());
+    assert_eq!(
+        kills(&feed(
+            &mut m,
+            hook_reply("a", Hook::Stop, HookReply::TimedOut)
+        )),
+        0
+    );
+}
+
+#[test]
+fn a_good_answer_resets_the_timeout_count() {
+    let mut m = machine_with(Policy {
+        stop_max_rejections: 10,
+        ..policy()
+    });
+    for answer in [
+        HookReply::TimedOut,
+        HookReply::Text {
+            text: String::new(),
+        },
+        HookReply::TimedOut,
+    ] {
+        prompt(&mut m, "go");
+        feed(&mut m, end_turn());
+        let effects = feed(&mut m, hook_reply("a", Hook::Stop, answer));
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::KillServer { .. }))
+        );
+        feed(&mut m, say("b", Hook::Stop, ""));
+    }
+}
+
+#[test]
+fn over_budget_compacts_with_a_summary_then_post_compact() {
+    let mut m = machine_with(Policy {
+        max_context_tokens: 2_000,
+        max_output_tokens: 500,
+        ..policy()
+    });
+    prompt(&mut m, "the task");
+    // A big tool result pushes the history over budget.
+    feed(&mut m, calls(&[("t1", "a__run", json!({}))]));
+    let effects = feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text("x".repeat(8_000)),
+        },
+    );
+    let Some(Effect::CallLlm {
+        purpose: Purpose::Summary { from },
+        ..
+    }) = effects.first()
+    else {
+        panic!("expected a summary request, got {effects:?}");
+    };
+    let request = m.request(Purpose::Summary { from: *from });
+    assert!(
+        request.tools.is_empty(),
+        "a summary request offers no tools"
+    );
+    assert_eq!(request.instruction, Some(SUMMARY_INSTRUCTION));
+    let effects = feed(&mut m, reply("we did x", StopReason::EndTurn));
+    assert_eq!(
+        m.history()[..2],
+        [
+            Message::user(format!("{SUMMARY_PREFIX}we did x")),
+            Message::user("the task")
+        ]
+    );
+    assert_eq!(
+        hook_calls(&effects),
+        vec![(Hook::PostCompact, vec![server("a"), server("b")])]
+    );
+    assert_eq!(m.counters().compactions, 1);
+    feed(&mut m, say("a", Hook::PostCompact, "open: y"));
+    let effects = feed(&mut m, say("b", Hook::PostCompact, ""));
+    assert!(effects.iter().any(is_call_llm));
+    assert_eq!(m.history().len(), 4, "summary, prompt, one hook pair");
+    let Message::ToolResult { output, .. } = &m.history()[3] else {
+        panic!()
+    };
+    assert_eq!(
+        output.joined_text(),
+        r#"{"hook":"_PostCompact","server":"a","text":"open: y"}"#
+    );
+}
+
+#[test]
+fn a_failed_summary_falls_back_to_dropping_the_oldest_turns() {
+    let mut m = machine_with(Policy {
+        max_context_tokens: 2_000,
+        max_output_tokens: 500,
+        ..policy()
+    });
+    // Over budget on its own, but with nothing older to drop: no compaction yet.
+    let effects = prompt(&mut m, &"old ".repeat(2_000));
+    assert!(effects.iter().any(is_call_llm));
+    feed(&mut m, reply("ok", StopReason::MaxTokens));
+    let effects = prompt(&mut m, "new task");
+    assert!(
+        matches!(
+            effects[..],
+            [Effect::CallLlm {
+                purpose: Purpose::Summary { from: 1 },
+                messages: 3,
+                ..
+            }]
+        ),
+        "{effects:?}"
+    );
+    assert_eq!(m.phase(), Phase::Summarizing);
+    let effects = feed(
+        &mut m,
+        Input::LlmFailed {
+            error: "overloaded".into(),
+        },
+    );
+    assert_eq!(m.history(), [Message::user("new task")]);
+    assert!(effects.contains(&Effect::Notify {
+        notice: Notice::Compacted {
+            summarized: false,
+            messages_before: 3,
+            messages_after: 1
+        }
+    }));
+    assert_eq!(
+        hook_calls(&effects).len(),
+        1,
+        "_PostCompact runs either way"
+    );
+}
+
+#[test]
+fn compaction_happens_at_most_once_between_replies() {
+    // A prompt alone over budget: there is nothing older to drop, so no compaction.
+    let mut m = machine_with(Policy {
+        max_context_tokens: 200,
+        max_output_tokens: 100,
+        ..policy()
+    });
+    let effects = prompt(&mut m, &"x".repeat(4_000));
+    assert!(effects.iter().any(is_call_llm));
+    assert_eq!(m.counters().compactions, 0);
+}
+
+#[test]
+fn the_round_cap_ends_the_prompt_with_max_turn_requests() {
+    let mut m = machine_with(Policy {
+        max_rounds: 2,
+        ..policy()
+    });
+    prompt(&mut m, "go");
+    feed(&mut m, calls(&[("t1", "a__run", json!({}))]));
+    let effects = feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text(""),
+        },
+    );
+    assert!(effects.iter().any(is_call_llm));
+    feed(&mut m, calls(&[("t2", "a__run", json!({}))]));
+    let effects = feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t2".into(),
+            output: ToolOutput::text(""),
+        },
+    );
+    assert_eq!(finish(&effects), Some(FinishReason::MaxTurnRequests));
+    assert_eq!(m.phase(), Phase::Idle);
+}
+
+#[test]
+fn cancellation_answers_every_outstanding_call() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    feed(
+        &mut m,
+        calls(&[("t1", "a__run", json!({})), ("t2", "b__run", json!({}))]),
+    );
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t2".into(),
+            output: ToolOutput::text("real"),
+        },
+    );
+    let effects = feed(&mut m, Input::Cancelled);
+    assert_eq!(finish(&effects), Some(FinishReason::Cancelled));
+    let tail = &m.history()[m.history().len() - 2..];
+    assert_eq!(
+        tail[0],
+        Message::ToolResult {
+            call_id: "t1".into(),
+            output: ToolOutput::error("cancelled")
+        }
+    );
+    assert_eq!(
+        tail[1],
+        Message::ToolResult {
+            call_id: "t2".into(),
+            output: ToolOutput::text("real")
+        }
+    );
+    // The next prompt starts from a valid history.
+    assert!(prompt(&mut m, "next").iter().any(is_call_llm));
+}
+
+#[test]
+fn cancellation_during_a_hook_round_or_summary_ends_the_prompt() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    feed(&mut m, end_turn());
+    assert_eq!(
+        finish(&feed(&mut m, Input::Cancelled)),
+        Some(FinishReason::Cancelled)
+    );
+    assert_eq!(m.phase(), Phase::Idle);
+    // Late answers of the cancelled round are refused, not applied.
+    assert!(m.handle(say("a", Hook::Stop, "late")).is_err());
+    assert_eq!(m.counters().objections, 0);
+}
+
+#[test]
+fn unexpected_facts_are_refused_with_what_was_expected() {
+    let mut m = machine();
+    let err = m.handle(end_turn()).unwrap_err();
+    assert_eq!(
+        err,
+        MachineError::Unexpected {
+            phase: Phase::Idle,
+            expected: "a prompt",
+            got: "llm_replied"
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "unexpected llm_replied while idle: expected a prompt"
+    );
+    prompt(&mut m, "go");
+    assert!(
+        m.handle(Input::Prompted {
+            text: "again".into()
+        })
+        .is_err()
+    );
+    feed(&mut m, calls(&[("t1", "a__run", json!({}))]));
+    let err = m
+        .handle(Input::ToolFinished {
+            id: "zz".into(),
+            output: ToolOutput::text(""),
+        })
+        .unwrap_err();
+    assert_eq!(err, MachineError::UnknownCall("zz".into()));
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text(""),
+        },
+    );
+    let err = m
+        .handle(Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text(""),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MachineError::Unexpected {
+                phase: Phase::Prompting,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    feed(&mut m, end_turn());
+    let err = m.handle(say("c", Hook::Stop, "x")).unwrap_err();
+    assert_eq!(
+        err,
+        MachineError::UnexpectedHookAnswer {
+            server: server("c"),
+            hook: Hook::Stop
+        }
+    );
+}
+
+#[test]
+fn closed_is_absorbing() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, Input::Closed);
+    assert_eq!(finish(&effects), Some(FinishReason::Cancelled));
+    assert_eq!(m.phase(), Phase::Done);
+    m.handle(Input::Closed).unwrap();
+    assert_eq!(
+        m.handle(Input::Prompted { text: "x".into() }),
+        Err(MachineError::Closed { got: "prompted" })
+    );
+    assert!(drain(&mut m).is_empty());
+}
+
+#[test]
+fn repeated_or_empty_call_ids_are_renamed_so_results_pair_exactly() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(
+        &mut m,
+        calls(&[
+            ("x", "a__run", json!({})),
+            ("x", "b__run", json!({})),
+            ("", "c__run", json!({})),
+        ]),
+    );
+    let Some(Effect::CallTools { calls }) = effects.last() else {
+        panic!("{effects:?}")
+    };
+    let ids: HashSet<_> = calls.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.contains(&CallId::from("x")));
+}
+
+#[test]
+fn a_paused_turn_is_asked_again() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, reply("partial", StopReason::PauseTurn));
+    assert!(effects.iter().any(is_call_llm));
+    assert!(hook_calls(&effects).is_empty());
+    assert_eq!(m.phase(), Phase::Prompting);
+}
+
+#[test]
+fn calls_in_a_reply_cut_short_are_answered_unrun() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let mut input = calls(&[("t1", "a__run", json!({}))]);
+    if let Input::LlmReplied { reply } = &mut input {
+        reply.stop = StopReason::MaxTokens;
+    }
+    let effects = feed(&mut m, input);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::CallTools { .. }))
+    );
+    assert_eq!(finish(&effects), Some(FinishReason::MaxTokens));
+    assert!(
+        matches!(m.history().last(), Some(Message::ToolResult { output, .. }) if output.is_error)
+    );
+}
+
+#[test]
+fn hook_context_reports_the_session_counters() {
+    let mut m = machine_with(Policy {
+        stop_max_rejections: 3,
+        ..policy()
+    });
+    prompt(&mut m, "go");
+    end_turn_with_answers(&mut m, "no", "");
+    feed(&mut m, calls(&[("t1", "a__run", json!({}))]));
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text(""),
+        },
+    );
+    let effects = feed(&mut m, end_turn());
+    let Some(Effect::CallHooks {
+        context,
+        timeout_ms,
+        ..
+    }) = effects.last()
+    else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(*timeout_ms, 2_500);
+    assert_eq!(
+        *context,
+        HookContext {
+            objections_so_far: 1,
+            budget_left: 2,
+            compactions: 0
+        }
+    );
+}
