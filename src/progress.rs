@@ -73,6 +73,88 @@ pub enum Event {
     Finished { reason: FinishReason },
 }
 
+impl Event {
+    /// One line saying what happened, for a person watching; `None` for events a person does
+    /// not need to see (a model request starting, a hook being called, the prompt ending).
+    pub fn describe(&self) -> Option<String> {
+        Some(match self {
+            Self::Thinking { summary: true } => {
+                "compacting: asking the model for a summary of the session".to_owned()
+            }
+            Self::Thinking { summary: false } | Self::HookCalled { .. } | Self::Finished { .. } => {
+                return None;
+            }
+            Self::ModelText { text } => format!("model: {}", one_line(text, 200)),
+            Self::ToolStarted {
+                name, arguments, ..
+            } => format!("→ {name} {}", one_line(&arguments.to_string(), 120)),
+            Self::ToolFinished {
+                name,
+                is_error,
+                output,
+                duration_ms,
+                ..
+            } => {
+                let mark = if *is_error { "✗" } else { "✓" };
+                format!(
+                    "{mark} {name} ({duration_ms} ms): {}",
+                    one_line(output, 120)
+                )
+            }
+            Self::ToolRefused { name } => {
+                format!("✗ {name}: refused (a hook, or no such tool); nothing ran")
+            }
+            Self::Objection {
+                server,
+                text,
+                budget_left,
+            } => format!(
+                "⚑ _Stop objection from {server} ({budget_left} left in the budget): {}",
+                one_line(text, 200)
+            ),
+            Self::StopSkipped {
+                reason: SkipReason::BudgetSpent,
+            } => "■ _Stop budget spent: the turn ends whatever the hooks say".to_owned(),
+            Self::StopSkipped {
+                reason: SkipReason::DeclinedObjection,
+            } => "■ the model ended its turn again after an objection: it declined".to_owned(),
+            Self::Compacted {
+                summarized,
+                messages_before,
+                messages_after,
+            } => format!(
+                "⟲ history compacted ({}): {messages_before} → {messages_after} messages",
+                if *summarized {
+                    "summarized"
+                } else {
+                    "oldest turns dropped"
+                }
+            ),
+            Self::PostCompactInjected { server, text } => format!(
+                "↺ _PostCompact from {server} re-injected: {}",
+                one_line(text, 200)
+            ),
+            Self::HookFailedOpen {
+                server,
+                hook,
+                reason,
+            } => format!("! {hook} on {server} failed open ({reason}): no objection"),
+            Self::ServerKilled { server } => {
+                format!("! server {server} killed after two hook timeouts in a row")
+            }
+        })
+    }
+}
+
+/// `text` on one line, cut to about `max` characters.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
 /// An [`Observer`] that hands each [`Event`] to `sink`, with the time since the session started.
 pub struct ProgressObserver<F> {
     sink: F,
@@ -338,6 +420,23 @@ mod tests {
                 reason: FinishReason::Cancelled
             }
         );
+    }
+
+    #[test]
+    fn descriptions_are_single_lines() {
+        let event = Event::ToolFinished {
+            id: "c1".into(),
+            name: "todo__complete".into(),
+            is_error: false,
+            output: "done:\n  #1".into(),
+            duration_ms: 3,
+        };
+        assert_eq!(
+            event.describe().unwrap(),
+            "✓ todo__complete (3 ms): done: #1"
+        );
+        assert_eq!(one_line(&"é".repeat(10), 4), "éééé…");
+        assert!(Event::Thinking { summary: false }.describe().is_none());
     }
 
     #[test]
