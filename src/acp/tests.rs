@@ -53,6 +53,82 @@ fn session_specs_check_names_and_transports() {
     }
 }
 
+#[test]
+fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
+    let server = ServerName::new("todo").unwrap();
+    let mut translator = Translator::default();
+    let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
+
+    let injected = json(translator.updates(Event::PostCompactInjected {
+        server: server.clone(),
+        text: "#3 open".into(),
+    }));
+    assert_eq!(injected[0]["sessionUpdate"], "tool_call");
+    assert_eq!(injected[0]["title"], "_PostCompact from todo");
+    assert_eq!(injected[0]["status"], "completed");
+    assert_eq!(injected[0]["toolCallId"], "hookloop-1");
+    assert_eq!(injected[0]["rawOutput"]["hook"], "_PostCompact");
+
+    let refused = json(translator.updates(Event::ToolRefused {
+        name: "todo___Stop".into(),
+    }));
+    assert_eq!(refused[0]["toolCallId"], "hookloop-2");
+    assert_eq!(refused[0]["status"], "failed");
+    assert_eq!(
+        refused[0]["content"][0]["content"]["text"],
+        "unknown tool: todo___Stop"
+    );
+
+    for (event, needle) in [
+        (
+            Event::StopSkipped {
+                reason: SkipReason::BudgetSpent,
+            },
+            "budget is spent",
+        ),
+        (
+            Event::Compacted {
+                summarized: true,
+                messages_before: 9,
+                messages_after: 2,
+            },
+            "9 messages became 2",
+        ),
+        (Event::Thinking { summary: true }, "summary"),
+        (
+            Event::HookFailedOpen {
+                server: server.clone(),
+                hook: Hook::Stop,
+                reason: "no answer within 10 ms".into(),
+            },
+            "_Stop on todo gave no usable answer (no answer within 10 ms)",
+        ),
+        (
+            Event::ServerKilled {
+                server: server.clone(),
+            },
+            "timed out twice",
+        ),
+    ] {
+        let update = json(translator.updates(event));
+        assert_eq!(update[0]["sessionUpdate"], "agent_thought_chunk");
+        let text = update[0]["content"]["text"].as_str().unwrap();
+        assert!(text.contains(needle), "{text}");
+    }
+    for quiet in [
+        Event::Thinking { summary: false },
+        Event::HookCalled {
+            hook: Hook::Stop,
+            servers: vec![server.clone()],
+        },
+        Event::Finished {
+            reason: crate::machine::FinishReason::EndTurn,
+        },
+    ] {
+        assert!(translator.updates(quiet).is_empty());
+    }
+}
+
 #[cfg(feature = "testing")]
 mod wire {
     use std::sync::Mutex as StdMutex;
