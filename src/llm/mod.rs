@@ -60,6 +60,32 @@ pub enum AnyLlm {
     Anthropic(Anthropic),
 }
 
+impl AnyLlm {
+    /// The provider's dialect.
+    pub fn provider(&self) -> Provider {
+        match self {
+            Self::OpenAi(_) => Provider::OpenAi,
+            Self::Anthropic(_) => Provider::Anthropic,
+        }
+    }
+
+    /// The model requests name.
+    pub fn model(&self) -> &str {
+        match self {
+            Self::OpenAi(client) => client.model(),
+            Self::Anthropic(client) => client.model(),
+        }
+    }
+
+    /// The URL requests go to.
+    pub fn url(&self) -> &str {
+        match self {
+            Self::OpenAi(client) => client.url(),
+            Self::Anthropic(client) => client.url(),
+        }
+    }
+}
+
 impl LlmClient for AnyLlm {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
         match self {
