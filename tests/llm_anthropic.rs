@@ -12,16 +12,8 @@ use hookloop::machine::{
 use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};
+use support::anthropic_message as message;
 use support::loopback::{Captured, Loopback, Reply};
-
-fn message(content: Value, stop: &str, input_tokens: u64) -> Value {
-    json!({
-        "id": "msg_01", "type": "message", "role": "assistant", "model": "test-model",
-        "content": content, "stop_reason": stop, "stop_sequence": null,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 12,
-                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    })
-}
 
 fn text(content: &str) -> Reply {
     Reply::json(&message(

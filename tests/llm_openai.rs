@@ -11,16 +11,7 @@ use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};
 use support::loopback::{Captured, Loopback, Reply};
-
-fn completion(message: Value, finish: &str, prompt_tokens: u64) -> Value {
-    json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "test-model",
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 12,
-                  "total_tokens": prompt_tokens + 12,
-                  "prompt_tokens_details": {"cached_tokens": 0}}
-    })
-}
+use support::openai_completion as completion;
 
 fn text(content: &str) -> Reply {
     Reply::json(&completion(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hookloop::llm::{ApiKey, Endpoint, RetryPolicy};
 use hookloop::machine::{CallId, Message, ToolCall, ToolOutput};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// An endpoint at the loopback server with fast retries, so tests do not wait on backoff.
 pub fn endpoint(base_url: &str) -> Endpoint {
@@ -23,6 +23,27 @@ pub fn endpoint(base_url: &str) -> Endpoint {
             max_backoff: Duration::from_millis(40),
             max_retry_after: Duration::from_secs(5),
         })
+}
+
+/// A Chat Completions answer in the shape OpenAI sends.
+pub fn openai_completion(message: Value, finish: &str, prompt_tokens: u64) -> Value {
+    json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "test-model",
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 12,
+                  "total_tokens": prompt_tokens + 12,
+                  "prompt_tokens_details": {"cached_tokens": 0}}
+    })
+}
+
+/// A Messages answer in the shape Anthropic sends.
+pub fn anthropic_message(content: Value, stop: &str, input_tokens: u64) -> Value {
+    json!({
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "test-model",
+        "content": content, "stop_reason": stop, "stop_sequence": null,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 12,
+                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    })
 }
 
 /// A Chat Completions body's messages, as the engine's messages.
