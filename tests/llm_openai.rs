@@ -262,6 +262,12 @@ async fn a_client_error_is_not_retried_and_its_message_is_short_and_keyless() {
     };
     assert_eq!(*status, 401);
     assert!(message.len() < 700, "{}", message.len());
+    // The provider quoted the key it refused; the error does not.
+    assert!(!err.to_string().contains("sk-test-key"), "{err}");
+    assert!(
+        message.starts_with("Incorrect API key provided: [redacted]. xxx"),
+        "{message}"
+    );
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -308,6 +314,7 @@ async fn garbage_and_truncated_answers_are_errors() {
         .await
         .unwrap_err();
     assert!(matches!(err, LlmError::Transport(_)), "{err}");
+    assert!(err.to_string().contains("/v1/chat/completions"), "{err}");
     assert_eq!(server.requests().len(), 4);
 }
 

@@ -155,6 +155,10 @@ pub(crate) fn parse_base_url(text: &str) -> Result<Url, LlmError> {
 pub(crate) struct Transport {
     client: reqwest::Client,
     url: Url,
+    /// The URL as errors show it: without a password, should the base URL carry one.
+    shown_url: String,
+    /// The key, to scrub from error answers: some providers quote the key they refused.
+    secret: Option<String>,
     headers: HeaderMap,
     timeout: Duration,
     retry: RetryPolicy,
@@ -164,7 +168,7 @@ impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The headers hold the key: left out on purpose.
         f.debug_struct("Transport")
-            .field("url", &self.url.as_str())
+            .field("url", &self.shown_url)
             .field("timeout", &self.timeout)
             .field("retry", &self.retry)
             .finish_non_exhaustive()
@@ -212,18 +216,25 @@ impl Transport {
             .connect_timeout(endpoint.timeout.min(Duration::from_secs(30)))
             .build()
             .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {}", chain(&e))))?;
+        let mut shown = url.clone();
+        if shown.password().is_some() {
+            // Only fails for URLs that cannot have a password, and this one has one.
+            let _ = shown.set_password(Some("redacted"));
+        }
         Ok(Self {
             client,
+            shown_url: shown.to_string(),
             url,
+            secret: endpoint.api_key.as_ref().map(|k| k.expose().to_owned()),
             headers,
             timeout: endpoint.timeout,
             retry: endpoint.retry,
         })
     }
 
-    /// The URL requests go to.
-    pub(crate) fn url(&self) -> &Url {
-        &self.url
+    /// The URL requests go to, as errors show it.
+    pub(crate) fn url(&self) -> &str {
+        &self.shown_url
     }
 
     /// POSTs `body` and returns the answer's bytes, retrying per the policy.
@@ -273,18 +284,20 @@ impl Transport {
                 .body(body)
                 .send()
                 .await
-                .map_err(Failure::transport)?;
+                .map_err(|e| self.transport_failure(e))?;
             let status = response.status();
             if status.is_success() {
-                return read_capped(response, MAX_RESPONSE_BYTES).await;
+                return self.read_capped(response, MAX_RESPONSE_BYTES).await;
             }
             let after = retry_after(response.headers(), SystemTime::now());
-            // An error answer is only quoted, so a small cap suffices; a broken read of it still
-            // leaves the status to report.
-            let text = read_capped(response, 64 * 1024).await.unwrap_or_default();
+            let text = read_prefix(response, ERROR_BODY_BYTES).await;
+            let mut message = error_message(&text);
+            if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+                message = message.replace(secret, "[redacted]");
+            }
             let error = LlmError::Status {
                 status: status.as_u16(),
-                message: error_message(&text),
+                message,
             };
             let retry = if retryable(status) {
                 Retry::Yes { after }
@@ -305,6 +318,74 @@ impl Transport {
     }
 }
 
+impl Transport {
+    /// The connection could not be made, or broke: worth another try.
+    fn transport_failure(&self, error: reqwest::Error) -> Failure {
+        let retry = if error.is_builder() {
+            Retry::No
+        } else {
+            Retry::Yes { after: None }
+        };
+        Failure {
+            error: LlmError::Transport(format!(
+                "{}: {}",
+                self.shown_url,
+                chain(&error.without_url())
+            )),
+            retry,
+        }
+    }
+
+    /// Reads an answer's body, refusing more than `cap` bytes without reading them all.
+    async fn read_capped(
+        &self,
+        mut response: reqwest::Response,
+        cap: usize,
+    ) -> Result<Vec<u8>, Failure> {
+        let too_large = |len: u64| Failure {
+            error: LlmError::InvalidResponse(format!(
+                "the answer is {len} bytes or more, over the limit of {cap} bytes"
+            )),
+            retry: Retry::No,
+        };
+        let declared = response.content_length();
+        if let Some(len) = declared.filter(|&len| len > cap as u64) {
+            return Err(too_large(len));
+        }
+        let mut body = Vec::with_capacity(declared.map_or(0, |len| len as usize));
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_failure(e))?
+        {
+            if body.len() + chunk.len() > cap {
+                return Err(too_large((body.len() + chunk.len()) as u64));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+}
+
+/// The most bytes of an error answer read: it is only quoted, truncated.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Up to `cap` bytes of an answer's body; whatever arrived if the transfer breaks, since the
+/// status alone is still worth reporting.
+async fn read_prefix(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < cap {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body
+}
+
 /// A failed attempt and whether another may succeed.
 struct Failure {
     error: LlmError,
@@ -319,47 +400,10 @@ enum Retry {
     },
 }
 
-impl Failure {
-    /// The connection could not be made, or broke: worth another try.
-    fn transport(error: reqwest::Error) -> Self {
-        let retry = if error.is_builder() {
-            Retry::No
-        } else {
-            Retry::Yes { after: None }
-        };
-        Self {
-            error: LlmError::Transport(chain(&error)),
-            retry,
-        }
-    }
-}
-
 fn retryable(status: StatusCode) -> bool {
     status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS
         || status.is_server_error()
-}
-
-/// Reads an answer's body, refusing more than `cap` bytes without reading them all.
-async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, Failure> {
-    let too_large = |len: u64| Failure {
-        error: LlmError::InvalidResponse(format!(
-            "the answer is {len} bytes or more, over the limit of {cap} bytes"
-        )),
-        retry: Retry::No,
-    };
-    let declared = response.content_length();
-    if let Some(len) = declared.filter(|&len| len > cap as u64) {
-        return Err(too_large(len));
-    }
-    let mut body = Vec::with_capacity(declared.map_or(0, |len| len as usize));
-    while let Some(chunk) = response.chunk().await.map_err(Failure::transport)? {
-        if body.len() + chunk.len() > cap {
-            return Err(too_large((body.len() + chunk.len()) as u64));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// How long the provider asked the client to wait: `retry-after-ms` (OpenAI), else
@@ -536,11 +580,19 @@ mod tests {
             let endpoint = Endpoint::parse(base).unwrap();
             let transport =
                 Transport::new(&endpoint, "chat/completions", |_| unreachable!(), &[]).unwrap();
-            assert_eq!(transport.url().as_str(), "http://h/v1/chat/completions");
+            assert_eq!(transport.url(), "http://h/v1/chat/completions");
         }
         let endpoint = Endpoint::parse("http://h").unwrap();
         let transport = Transport::new(&endpoint, "v1/messages", |_| unreachable!(), &[]).unwrap();
-        assert_eq!(transport.url().as_str(), "http://h/v1/messages");
+        assert_eq!(transport.url(), "http://h/v1/messages");
+    }
+
+    #[test]
+    fn a_password_in_the_base_url_never_shows_in_errors() {
+        let endpoint = Endpoint::parse("http://user:hunter2@h/v1").unwrap();
+        let transport = Transport::new(&endpoint, "x", |_| unreachable!(), &[]).unwrap();
+        assert_eq!(transport.shown_url, "http://user:redacted@h/v1/x");
+        assert!(!format!("{transport:?}").contains("hunter2"));
     }
 
     #[test]

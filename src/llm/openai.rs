@@ -72,7 +72,7 @@ impl OpenAi {
 
     /// The URL requests go to.
     pub fn url(&self) -> &str {
-        self.transport.url().as_str()
+        self.transport.url()
     }
 
     /// The exact body [`complete`](LlmClient::complete) sends for `request`.
