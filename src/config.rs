@@ -51,6 +51,11 @@ impl Config {
     /// | `HOOKLOOP_TOOL_CONCURRENCY` | 8 | tool calls of one reply run at once, at least 1 |
     /// | `HOOKLOOP_MAX_CONTEXT_TOKENS` | 200000 | the model's context window |
     /// | `HOOKLOOP_MAX_OUTPUT_TOKENS` | 8192 | reserved for output; must be below the window |
+    /// | `HOOKLOOP_SYSTEM_PROMPT` | none | the system prompt |
+    /// | `HOOKLOOP_SYSTEM_PROMPT_FILE` | none | a file holding it (UTF-8); not with the above |
+    ///
+    /// The model provider's own variables are read by
+    /// [`LlmConfig::from_lookup`](crate::llm::LlmConfig::from_lookup).
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Result<Option<String>, ConfigError>,
     ) -> Result<Self, ConfigError> {
@@ -78,6 +83,9 @@ impl Config {
                 value: context.to_string(),
                 reason: format!("must exceed {} ({output})", vars::MAX_OUTPUT_TOKENS),
             });
+        }
+        if let Some(prompt) = read_system_prompt(&lookup)? {
+            builder = builder.system_prompt(prompt);
         }
         builder.context_window(context, output).build()
     }
@@ -192,6 +200,8 @@ pub mod vars {
     pub const TOOL_CONCURRENCY: &str = "HOOKLOOP_TOOL_CONCURRENCY";
     pub const MAX_CONTEXT_TOKENS: &str = "HOOKLOOP_MAX_CONTEXT_TOKENS";
     pub const MAX_OUTPUT_TOKENS: &str = "HOOKLOOP_MAX_OUTPUT_TOKENS";
+    pub const SYSTEM_PROMPT: &str = "HOOKLOOP_SYSTEM_PROMPT";
+    pub const SYSTEM_PROMPT_FILE: &str = "HOOKLOOP_SYSTEM_PROMPT_FILE";
 }
 
 /// A configuration the engine cannot run with.
@@ -204,6 +214,9 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A variable the configuration needs is not set.
+    #[error("{var} is not set: {reason}")]
+    Missing { var: &'static str, reason: String },
     /// A variable's value is not UTF-8.
     #[error("{var} is not valid UTF-8")]
     NotUnicode { var: String },
@@ -236,6 +249,33 @@ where
         return Err(invalid(format!("must be at least {min}")));
     }
     Ok(Some(number))
+}
+
+// --- The system prompt (read here because the machine owns it and accounts for its size). ---
+
+/// The system prompt from `HOOKLOOP_SYSTEM_PROMPT` or the file `HOOKLOOP_SYSTEM_PROMPT_FILE`
+/// names; setting both is an error, since one would silently win.
+fn read_system_prompt(
+    lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
+) -> Result<Option<String>, ConfigError> {
+    let inline = lookup(vars::SYSTEM_PROMPT)?;
+    let Some(path) = lookup(vars::SYSTEM_PROMPT_FILE)? else {
+        return Ok(inline);
+    };
+    if inline.is_some() {
+        return Err(ConfigError::Invalid {
+            var: vars::SYSTEM_PROMPT_FILE,
+            value: path,
+            reason: format!("set {} or this, not both", vars::SYSTEM_PROMPT),
+        });
+    }
+    std::fs::read_to_string(&path)
+        .map(Some)
+        .map_err(|e| ConfigError::Invalid {
+            var: vars::SYSTEM_PROMPT_FILE,
+            value: path.clone(),
+            reason: format!("cannot read the file: {e}"),
+        })
 }
 
 #[cfg(test)]
@@ -341,6 +381,34 @@ mod tests {
                 var: "MCP_HOOK_SERVERS".into()
             }
         );
+    }
+
+    #[test]
+    fn the_system_prompt_comes_from_a_variable_or_a_file() {
+        let config = from(&[("HOOKLOOP_SYSTEM_PROMPT", "be brief")]).unwrap();
+        assert_eq!(config.system_prompt(), Some("be brief"));
+
+        let dir = std::env::temp_dir().join(format!("hookloop-prompt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("prompt.txt");
+        std::fs::write(&file, "from a file\n").unwrap();
+        let path = file.to_str().unwrap();
+        let config = from(&[("HOOKLOOP_SYSTEM_PROMPT_FILE", path)]).unwrap();
+        assert_eq!(config.system_prompt(), Some("from a file\n"));
+
+        let both = from(&[
+            ("HOOKLOOP_SYSTEM_PROMPT", "x"),
+            ("HOOKLOOP_SYSTEM_PROMPT_FILE", path),
+        ])
+        .unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
+        let missing = dir.join("absent.txt");
+        let missing = missing.to_str().unwrap();
+        let err = from(&[("HOOKLOOP_SYSTEM_PROMPT_FILE", missing)]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("HOOKLOOP_SYSTEM_PROMPT_FILE"), "{text}");
+        assert!(text.contains(&format!("{missing:?}")), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! [`LlmClient`] and [`ToolHost`], and feeds the outcome back as a fact. It holds no policy:
 //! every decision about stopping, objecting, compacting or killing is the machine's.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -222,35 +223,23 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         let run = |call: ToolCall| async move {
             let started = Instant::now();
             let output = host.call_tool(&call).await;
-            tracing::debug!(tool = %call.name, elapsed_ms = started.elapsed().as_millis(), "tool call ended");
-            (call.id, output)
-        };
-        let mut queue = calls.into_iter();
-        let mut running = FuturesUnordered::new();
-        running.extend(queue.by_ref().take(self.tool_concurrency).map(run));
-        loop {
-            tokio::select! {
-                biased;
-                () = cancelled(&mut self.cancel_rx) => {
-                    drop(running);
-                    self.boundary.feed(Input::Cancelled)?;
-                    return self.boundary.drain(host).await;
-                }
-                finished = running.next() => {
-                    let Some((id, output)) = finished else { return Err(SessionError::Stalled) };
-                    running.extend(queue.next().map(run));
-                    if running.is_empty() {
-                        // The catalog may have changed while tools ran; tell the machine before
-                        // it plans the next request.
-                        self.boundary.sync_catalog(host)?;
-                    }
-                    self.boundary.feed(Input::ToolFinished { id, output })?;
-                    if let Some(next) = self.boundary.drain(host).await? {
-                        return Ok(Some(next));
-                    }
-                }
+            let elapsed_ms = started.elapsed().as_millis();
+            tracing::debug!(tool = %call.name, elapsed_ms, "tool call ended");
+            Input::ToolFinished {
+                id: call.id,
+                output,
             }
-        }
+        };
+        let mut queue = calls.into_iter().map(run);
+        let running = queue.by_ref().take(self.tool_concurrency).collect();
+        fan_out(
+            &mut self.boundary,
+            &mut self.cancel_rx,
+            host,
+            running,
+            queue,
+        )
+        .await
     }
 
     async fn perform_hooks(
@@ -261,7 +250,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         context: HookContext,
     ) -> Result<Option<Next>, SessionError> {
         let host = &self.host;
-        let mut running: FuturesUnordered<_> = servers
+        let running = servers
             .into_iter()
             .map(|server| async move {
                 let call = HookCall {
@@ -274,26 +263,53 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 let reply = tokio::time::timeout(timeout + HOOK_GRACE, host.call_hook(&call))
                     .await
                     .unwrap_or(HookReply::TimedOut);
-                (call.server, reply)
+                Input::HookAnswered {
+                    server: call.server,
+                    hook,
+                    reply,
+                }
             })
             .collect();
-        loop {
-            tokio::select! {
-                biased;
-                () = cancelled(&mut self.cancel_rx) => {
-                    drop(running);
-                    self.boundary.feed(Input::Cancelled)?;
-                    return self.boundary.drain(host).await;
+        fan_out(
+            &mut self.boundary,
+            &mut self.cancel_rx,
+            host,
+            running,
+            std::iter::empty(),
+        )
+        .await
+    }
+}
+
+/// Runs calls concurrently, starting one from `queue` each time one ends, and feeds each
+/// outcome to the machine as it arrives, until the machine gives its next order or the prompt
+/// is cancelled (the calls still running are dropped, which cancels them).
+async fn fan_out<F: Future<Output = Input>>(
+    boundary: &mut Boundary,
+    cancel_rx: &mut watch::Receiver<u64>,
+    host: &impl ToolHost,
+    mut running: FuturesUnordered<F>,
+    mut queue: impl Iterator<Item = F>,
+) -> Result<Option<Next>, SessionError> {
+    loop {
+        tokio::select! {
+            biased;
+            () = cancelled(cancel_rx) => {
+                drop(running);
+                boundary.feed(Input::Cancelled)?;
+                return boundary.drain(host).await;
+            }
+            ended = running.next() => {
+                let Some(fact) = ended else { return Err(SessionError::Stalled) };
+                running.extend(queue.next());
+                if running.is_empty() {
+                    // The catalog may have changed meanwhile; the machine must know before it
+                    // plans the next request.
+                    boundary.sync_catalog(host)?;
                 }
-                answered = running.next() => {
-                    let Some((server, reply)) = answered else { return Err(SessionError::Stalled) };
-                    if running.is_empty() {
-                        self.boundary.sync_catalog(host)?;
-                    }
-                    self.boundary.feed(Input::HookAnswered { server, hook, reply })?;
-                    if let Some(next) = self.boundary.drain(host).await? {
-                        return Ok(Some(next));
-                    }
+                boundary.feed(fact)?;
+                if let Some(next) = boundary.drain(host).await? {
+                    return Ok(Some(next));
                 }
             }
         }

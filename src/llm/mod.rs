@@ -1,7 +1,20 @@
-//! The model side: the [`LlmClient`] trait the driver calls, and its errors.
+//! The model side: the [`LlmClient`] trait the driver calls, its errors, and the real providers:
+//! [`openai`] (Chat Completions) and [`anthropic`] (Messages), configured by [`LlmConfig`] and
+//! wrapped in [`AnyLlm`] when the provider is chosen at run time.
+
+pub mod anthropic;
+pub mod config;
+pub mod http;
+pub mod openai;
+mod turns;
 
 use std::future::Future;
 
+pub use self::anthropic::Anthropic;
+pub use self::config::{LlmConfig, Provider};
+pub use self::http::{ApiKey, Endpoint, RetryPolicy};
+pub use self::openai::OpenAi;
+pub use self::turns::HISTORY_CUT_NOTE;
 use crate::machine::LlmReply;
 pub use crate::machine::LlmRequest;
 
@@ -37,4 +50,47 @@ pub enum LlmError {
     /// Anything else, said plainly.
     #[error("{0}")]
     Other(String),
+}
+
+/// A client of either provider, for when the provider is chosen at run time (the binary reads
+/// it from `HOOKLOOP_PROVIDER`; see [`LlmConfig::client`]).
+#[derive(Debug)]
+pub enum AnyLlm {
+    OpenAi(OpenAi),
+    Anthropic(Anthropic),
+}
+
+impl AnyLlm {
+    /// The provider's dialect.
+    pub fn provider(&self) -> Provider {
+        match self {
+            Self::OpenAi(_) => Provider::OpenAi,
+            Self::Anthropic(_) => Provider::Anthropic,
+        }
+    }
+
+    /// The model requests name.
+    pub fn model(&self) -> &str {
+        match self {
+            Self::OpenAi(client) => client.model(),
+            Self::Anthropic(client) => client.model(),
+        }
+    }
+
+    /// The URL requests go to.
+    pub fn url(&self) -> &str {
+        match self {
+            Self::OpenAi(client) => client.url(),
+            Self::Anthropic(client) => client.url(),
+        }
+    }
+}
+
+impl LlmClient for AnyLlm {
+    async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        match self {
+            Self::OpenAi(client) => client.complete(request).await,
+            Self::Anthropic(client) => client.complete(request).await,
+        }
+    }
 }

@@ -469,19 +469,7 @@ impl Core {
     /// paused turn), or Idle (any other end); `LlmFailed` → Idle.
     #[state(superstate = "live")]
     fn prompting(&mut self, context: &mut Outbox, event: &Input) -> Outcome<State> {
-        match event {
-            Input::LlmReplied { reply } => self.on_reply(context, reply, Resume::Prompting),
-            Input::LlmFailed { error } => self.finish(
-                context,
-                FinishReason::Failed {
-                    error: error.clone(),
-                },
-            ),
-            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
-            Input::Prompted { .. } | Input::ToolFinished { .. } | Input::HookAnswered { .. } => {
-                context.unexpected(Phase::Prompting, "the model's reply", event)
-            }
-        }
+        self.await_reply(context, event, Resume::Prompting)
     }
 
     /// Waiting for the results of one reply's tool calls. Accepts: `ToolFinished` for an
@@ -561,19 +549,7 @@ impl Core {
     /// `LlmFailed` → Idle.
     #[state(superstate = "live")]
     fn objected(&mut self, context: &mut Outbox, event: &Input) -> Outcome<State> {
-        match event {
-            Input::LlmReplied { reply } => self.on_reply(context, reply, Resume::Objected),
-            Input::LlmFailed { error } => self.finish(
-                context,
-                FinishReason::Failed {
-                    error: error.clone(),
-                },
-            ),
-            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
-            Input::Prompted { .. } | Input::ToolFinished { .. } | Input::HookAnswered { .. } => {
-                context.unexpected(Phase::Objected, "the model's reply", event)
-            }
-        }
+        self.await_reply(context, event, Resume::Objected)
     }
 
     /// Waiting for the compaction summary. Accepts: `LlmReplied` (its trimmed text, if any, is
@@ -687,6 +663,33 @@ impl Core {
 }
 
 impl Core {
+    /// Prompting and Objected wait for the same fact; only what a second end of turn means
+    /// differs, and `on_reply` decides that from `resume`.
+    fn await_reply(
+        &mut self,
+        context: &mut Outbox,
+        event: &Input,
+        resume: Resume,
+    ) -> Outcome<State> {
+        let phase = match resume {
+            Resume::Prompting => Phase::Prompting,
+            Resume::Objected => Phase::Objected,
+        };
+        match event {
+            Input::LlmReplied { reply } => self.on_reply(context, reply, resume),
+            Input::LlmFailed { error } => self.finish(
+                context,
+                FinishReason::Failed {
+                    error: error.clone(),
+                },
+            ),
+            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
+            Input::Prompted { .. } | Input::ToolFinished { .. } | Input::HookAnswered { .. } => {
+                context.unexpected(phase, "the model's reply", event)
+            }
+        }
+    }
+
     fn after_transition(&mut self, source: &State, target: &State, _context: &mut Outbox) {
         tracing::debug!(from = %source.phase(), to = %target.phase(), "transition");
     }

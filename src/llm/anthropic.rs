@@ -1,0 +1,511 @@
+//! The Messages dialect (`POST {base}/v1/messages`, `anthropic-version: 2023-06-01`).
+//!
+//! Translation, both ways:
+//! - The system prompt goes in its own `system` field. Turns are `user` and `assistant`
+//!   messages of content blocks: `text`, `tool_use`, and `tool_result` (with `is_error` kept,
+//!   and images sent as images). Consecutive user turns — tool results, then a prompt or the
+//!   summary instruction — are one message, results first, as the dialect requires.
+//! - `tool_use.input` must be an object. A call whose arguments were not one (raw text another
+//!   dialect could not parse) is re-sent with input `{}`; its error result, which follows it,
+//!   quotes the raw text, so nothing the model sent is lost from view.
+//! - Empty text blocks are left out: the dialect rejects them.
+//! - `stop_reason`: `end_turn` → end of turn, `stop_sequence` → stop sequence (an end of turn
+//!   to the machine), `max_tokens` and `model_context_window_exceeded` → output limit,
+//!   `tool_use` → tool use, `refusal` → refusal, `pause_turn` → pause (the machine asks again
+//!   with the partial turn in the history); anything else → end of turn, logged at warn.
+//! - Usage: `input_tokens` + `cache_read_input_tokens` + `cache_creation_input_tokens` is the
+//!   whole prompt; the cache counts are also reported on their own.
+
+use std::borrow::Cow;
+
+use reqwest::header::HeaderName;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::llm::http::{Endpoint, Transport, truncate};
+use crate::llm::turns::{self, Turn, UserPart};
+use crate::llm::{LlmClient, LlmError, LlmRequest};
+use crate::machine::{
+    CallId, Content, LlmReply, StopReason, ToolCall, ToolOutput, ToolSpec, Usage,
+};
+
+/// The default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The API version sent in the `anthropic-version` header.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// The text sent for a user turn that would otherwise have no content.
+const EMPTY_TURN: &str = "(empty message)";
+
+/// Image types the dialect accepts as images; others are described in text.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// A Messages client.
+#[derive(Debug)]
+pub struct Anthropic {
+    transport: Transport,
+    model: String,
+}
+
+impl Anthropic {
+    /// A client for `model` at `endpoint`.
+    pub fn new(model: impl Into<String>, endpoint: &Endpoint) -> Result<Self, LlmError> {
+        let transport = Transport::new(
+            endpoint,
+            "v1/messages",
+            |key| (HeaderName::from_static("x-api-key"), key.to_owned()),
+            &[(HeaderName::from_static("anthropic-version"), API_VERSION)],
+        )?;
+        Ok(Self {
+            transport,
+            model: model.into(),
+        })
+    }
+
+    /// The model requests name.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The URL requests go to.
+    pub fn url(&self) -> &str {
+        self.transport.url()
+    }
+
+    /// The exact body [`complete`](LlmClient::complete) sends for `request`.
+    pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
+        request_body(&self.model, request)
+    }
+}
+
+impl LlmClient for Anthropic {
+    async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        let body = self.request_body(&request)?;
+        tracing::debug!(
+            model = %self.model,
+            purpose = ?request.purpose,
+            messages = request.messages.len(),
+            bytes = body.len(),
+            "messages request"
+        );
+        tracing::trace!(body = %String::from_utf8_lossy(&body), "request body");
+        let answer = self.transport.post(body).await?;
+        tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
+        parse_response(&answer)
+    }
+}
+
+/// The body of a Messages request for `request`.
+pub fn request_body(model: &str, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
+    let mut messages: Vec<WireMessage<'_>> = turns::turns(request)
+        .into_iter()
+        .map(|turn| match turn {
+            Turn::User(parts) => {
+                let mut content = Vec::with_capacity(parts.len());
+                for part in parts {
+                    match part {
+                        UserPart::Text(text) => push_text(&mut content, text),
+                        UserPart::Result { call_id, output } => {
+                            content.push(tool_result(call_id, output));
+                        }
+                    }
+                }
+                if content.is_empty() {
+                    content.push(Block::Text {
+                        text: Cow::Borrowed(EMPTY_TURN),
+                    });
+                }
+                WireMessage {
+                    role: "user",
+                    content,
+                }
+            }
+            Turn::Assistant { texts, calls } => {
+                let mut content = Vec::with_capacity(texts.len() + calls.len());
+                for text in texts {
+                    push_text(&mut content, text);
+                }
+                content.extend(calls.into_iter().map(tool_use));
+                WireMessage {
+                    role: "assistant",
+                    content,
+                }
+            }
+        })
+        .collect();
+    // A final assistant turn is continued by the model (after `pause_turn`); the dialect
+    // rejects one that ends in whitespace.
+    if let Some(last) = messages.last_mut().filter(|m| m.role == "assistant") {
+        if let Some(Block::Text { text }) = last.content.last_mut() {
+            let trimmed = text.trim_end().len();
+            if trimmed < text.len() {
+                text.to_mut().truncate(trimmed);
+            }
+        }
+        last.content
+            .retain(|block| !matches!(block, Block::Text { text } if text.is_empty()));
+        if last.content.is_empty() {
+            messages.pop();
+        }
+    }
+    let body = MessagesRequest {
+        model,
+        max_tokens: request.max_output_tokens,
+        system: request.system.filter(|s| !s.is_empty()),
+        messages,
+        tools: request.tools.iter().map(wire_tool).collect(),
+    };
+    serde_json::to_vec(&body)
+        .map_err(|e| LlmError::Other(format!("cannot encode the request: {e}")))
+}
+
+/// Parses a Messages answer. Never panics, whatever the bytes.
+pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
+    let response: MessagesResponse = serde_json::from_slice(body).map_err(|e| {
+        LlmError::InvalidResponse(format!(
+            "not a message: {e}; the answer began: {:?}",
+            truncate(&String::from_utf8_lossy(body), 200)
+        ))
+    })?;
+    if response.kind.as_deref() == Some("error") || response.error.is_some() {
+        let message = response
+            .error
+            .as_ref()
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("no message");
+        return Err(LlmError::InvalidResponse(format!(
+            "the provider reported an error: {}",
+            truncate(message, 512)
+        )));
+    }
+    let Some(content) = response.content else {
+        return Err(LlmError::InvalidResponse(
+            "the answer has no content".to_owned(),
+        ));
+    };
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in content {
+        match block {
+            ResponseBlock::Text { text: segment } => text.push_str(&segment),
+            ResponseBlock::ToolUse { id, name, input } => tool_calls.push(ToolCall {
+                id: CallId(id),
+                name,
+                arguments: input,
+            }),
+            // Thinking and server-tool blocks: nothing the machine acts on.
+            ResponseBlock::Other => {}
+        }
+    }
+    let stop = match response.stop_reason.as_deref() {
+        Some("end_turn") => StopReason::EndTurn,
+        Some("stop_sequence") => StopReason::StopSequence,
+        Some("max_tokens" | "model_context_window_exceeded") => StopReason::MaxTokens,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("refusal") => StopReason::Refusal,
+        Some("pause_turn") => StopReason::PauseTurn,
+        other => {
+            tracing::warn!(
+                stop_reason = ?other,
+                "unknown stop_reason; taking it as the end of the turn"
+            );
+            StopReason::EndTurn
+        }
+    };
+    let usage = response.usage.map(|u| {
+        let cache_read_tokens = u.cache_read_input_tokens.unwrap_or(0);
+        let cache_creation_tokens = u.cache_creation_input_tokens.unwrap_or(0);
+        Usage {
+            input_tokens: u
+                .input_tokens
+                .saturating_add(cache_read_tokens)
+                .saturating_add(cache_creation_tokens),
+            output_tokens: u.output_tokens,
+            cache_read_tokens,
+            cache_creation_tokens,
+        }
+    });
+    Ok(LlmReply {
+        text,
+        tool_calls,
+        stop,
+        usage,
+    })
+}
+
+fn push_text<'a>(content: &mut Vec<Block<'a>>, text: Cow<'a, str>) {
+    if !text.is_empty() {
+        content.push(Block::Text { text });
+    }
+}
+
+fn tool_use(call: &ToolCall) -> Block<'_> {
+    let input = if call.arguments.is_object() {
+        Cow::Borrowed(&call.arguments)
+    } else {
+        Cow::Owned(Value::Object(serde_json::Map::new()))
+    };
+    Block::ToolUse {
+        id: call.id.as_str(),
+        name: &call.name,
+        input,
+    }
+}
+
+fn tool_result<'a>(call_id: &'a CallId, output: &'a ToolOutput) -> Block<'a> {
+    let mut content = Vec::with_capacity(output.content.len());
+    for block in &output.content {
+        match block {
+            Content::Text { text } if text.is_empty() => {}
+            Content::Text { text } => content.push(ResultBlock::Text {
+                text: Cow::Borrowed(text),
+            }),
+            Content::Image { mime_type, data } if IMAGE_TYPES.contains(&mime_type.as_str()) => {
+                content.push(ResultBlock::Image {
+                    source: ImageSource {
+                        kind: "base64",
+                        media_type: mime_type,
+                        data,
+                    },
+                });
+            }
+            other => {
+                let mut text = String::new();
+                turns::content_text(other, &mut text);
+                content.push(ResultBlock::Text {
+                    text: Cow::Owned(text),
+                });
+            }
+        }
+    }
+    Block::ToolResult {
+        tool_use_id: call_id.as_str(),
+        content,
+        is_error: output.is_error,
+    }
+}
+
+fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
+    WireTool {
+        name: &tool.name,
+        description: &tool.description,
+        input_schema: &tool.input_schema,
+    }
+}
+
+#[derive(Serialize)]
+struct MessagesRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: Cow<'a, str>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Cow<'a, Value>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        content: Vec<ResultBlock<'a>>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResultBlock<'a> {
+    Text { text: Cow<'a, str> },
+    Image { source: ImageSource<'a> },
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+#[derive(Deserialize)]
+struct MessagesResponse {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    content: Option<Vec<ResponseBlock>>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<ResponseUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct ResponseUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::{Message, Purpose};
+
+    fn parse(value: Value) -> LlmReply {
+        parse_response(value.to_string().as_bytes()).unwrap()
+    }
+
+    fn message(content: Value, stop: &str) -> Value {
+        json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": content, "stop_reason": stop, "stop_sequence": null,
+               "usage": {"input_tokens": 10, "output_tokens": 5}})
+    }
+
+    #[test]
+    fn stop_reasons_map() {
+        let cases = [
+            ("end_turn", StopReason::EndTurn),
+            ("stop_sequence", StopReason::StopSequence),
+            ("max_tokens", StopReason::MaxTokens),
+            ("model_context_window_exceeded", StopReason::MaxTokens),
+            ("tool_use", StopReason::ToolUse),
+            ("refusal", StopReason::Refusal),
+            ("pause_turn", StopReason::PauseTurn),
+            ("something_new", StopReason::EndTurn),
+        ];
+        for (reason, stop) in cases {
+            let got = parse(message(json!([{"type": "text", "text": "x"}]), reason));
+            assert_eq!(got.stop, stop, "{reason}");
+        }
+    }
+
+    #[test]
+    fn usage_counts_the_whole_prompt() {
+        let mut value = message(json!([]), "end_turn");
+        value["usage"] = json!({"input_tokens": 10, "output_tokens": 5,
+            "cache_creation_input_tokens": 200, "cache_read_input_tokens": 3000});
+        assert_eq!(
+            parse(value).usage,
+            Some(Usage {
+                input_tokens: 3210,
+                output_tokens: 5,
+                cache_read_tokens: 3000,
+                cache_creation_tokens: 200
+            })
+        );
+        let mut nulls = message(json!([]), "end_turn");
+        nulls["usage"] = json!({"input_tokens": 10, "output_tokens": 5,
+            "cache_creation_input_tokens": null, "cache_read_input_tokens": null});
+        assert_eq!(parse(nulls).usage.unwrap().input_tokens, 10);
+    }
+
+    #[test]
+    fn unknown_blocks_are_skipped_and_text_is_joined() {
+        let got = parse(message(
+            json!([
+                {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                {"type": "text", "text": "a"},
+                {"type": "server_tool_use", "id": "srv", "name": "web_search", "input": {}},
+                {"type": "text", "text": "b"},
+                {"type": "tool_use", "id": "t1", "name": "fs__read", "input": {"p": 1}}
+            ]),
+            "tool_use",
+        ));
+        assert_eq!(got.text, "ab");
+        assert_eq!(got.tool_calls.len(), 1);
+        assert_eq!(got.tool_calls[0].arguments, json!({"p": 1}));
+    }
+
+    #[test]
+    fn bad_answers_are_errors_that_say_why() {
+        let cases: [(&[u8], &str); 5] = [
+            (b"{", "not a message"),
+            (b"Bad Gateway", "the answer began: \"Bad Gateway\""),
+            (br#"{"type": "message"}"#, "no content"),
+            (
+                br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+                "Overloaded",
+            ),
+            (br#"{"content": [{"type": "text"}]}"#, "not a message"),
+        ];
+        for (body, expected) in cases {
+            let err = parse_response(body).unwrap_err();
+            assert!(matches!(err, LlmError::InvalidResponse(_)), "{err}");
+            assert!(err.to_string().contains(expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_final_assistant_turn_loses_trailing_whitespace() {
+        let messages = [
+            Message::user("go"),
+            Message::Assistant {
+                text: "partial  \n".into(),
+                tool_calls: vec![],
+            },
+        ];
+        let request = LlmRequest {
+            purpose: Purpose::Turn,
+            system: None,
+            messages: &messages,
+            tools: &[],
+            instruction: None,
+            max_output_tokens: 10,
+        };
+        let body: Value = serde_json::from_slice(&request_body("m", &request).unwrap()).unwrap();
+        assert_eq!(body["messages"][1]["content"][0]["text"], "partial");
+    }
+}

@@ -1,0 +1,384 @@
+//! Which provider to call and how: [`LlmConfig`], read from the environment by the binary or
+//! built by an embedder, and turned into a client by [`LlmConfig::client`].
+//!
+//! The context window and output reserve (`HOOKLOOP_MAX_CONTEXT_TOKENS`,
+//! `HOOKLOOP_MAX_OUTPUT_TOKENS`) and the system prompt (`HOOKLOOP_SYSTEM_PROMPT`,
+//! `HOOKLOOP_SYSTEM_PROMPT_FILE`) are the machine's and live in [`Config`](crate::Config): the
+//! machine accounts for them and puts them in every request.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::config::ConfigError;
+use crate::llm::anthropic::{self, Anthropic};
+use crate::llm::http::{ApiKey, Endpoint, RetryPolicy, parse_base_url};
+use crate::llm::openai::{self, MaxTokensField, OpenAi};
+use crate::llm::{AnyLlm, LlmError};
+
+/// The names of the variables [`LlmConfig::from_env`] reads.
+pub mod vars {
+    pub const PROVIDER: &str = "HOOKLOOP_PROVIDER";
+    pub const MODEL: &str = "HOOKLOOP_MODEL";
+    pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+    pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
+    pub const OPENAI_MAX_TOKENS_FIELD: &str = "HOOKLOOP_OPENAI_MAX_TOKENS_FIELD";
+    pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+    pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+    pub const TIMEOUT_SECS: &str = "HOOKLOOP_LLM_TIMEOUT_SECS";
+    pub const MAX_RETRIES: &str = "HOOKLOOP_LLM_MAX_RETRIES";
+}
+
+/// A model provider's dialect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// Chat Completions: OpenAI and every server that speaks its dialect.
+    #[default]
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl Provider {
+    /// The name used in `HOOKLOOP_PROVIDER`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// The base URL used when none is configured.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Self::OpenAi => openai::DEFAULT_BASE_URL,
+            Self::Anthropic => anthropic::DEFAULT_BASE_URL,
+        }
+    }
+
+    fn key_var(self) -> &'static str {
+        match self {
+            Self::OpenAi => vars::OPENAI_API_KEY,
+            Self::Anthropic => vars::ANTHROPIC_API_KEY,
+        }
+    }
+
+    fn base_url_var(self) -> &'static str {
+        match self {
+            Self::OpenAi => vars::OPENAI_BASE_URL,
+            Self::Anthropic => vars::ANTHROPIC_BASE_URL,
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Provider {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "openai" => Ok(Self::OpenAi),
+            "anthropic" => Ok(Self::Anthropic),
+            _ => Err("expected openai or anthropic".into()),
+        }
+    }
+}
+
+/// Which provider, which model, and how to reach it.
+#[derive(Clone, Debug)]
+pub struct LlmConfig {
+    pub provider: Provider,
+    pub model: String,
+    pub endpoint: Endpoint,
+    /// Chat Completions only: where the output limit goes; `None` picks by the base URL
+    /// ([`MaxTokensField::default_for`]).
+    pub max_tokens_field: Option<MaxTokensField>,
+}
+
+impl LlmConfig {
+    /// A configuration for `model` of `provider` at its default base URL, with no key.
+    pub fn new(provider: Provider, model: impl Into<String>) -> Self {
+        let url = parse_base_url(provider.default_base_url())
+            // The defaults are constants checked by a unit test.
+            .unwrap_or_else(|e| unreachable!("default base URL: {e}"));
+        Self {
+            provider,
+            model: model.into(),
+            endpoint: Endpoint::new(url),
+            max_tokens_field: None,
+        }
+    }
+
+    /// Reads the process environment. See [`from_lookup`](Self::from_lookup).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|var| match std::env::var(var) {
+            Ok(value) => Ok(Some(value)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode {
+                var: var.to_owned(),
+            }),
+        })
+    }
+
+    /// Reads the variables through `lookup` (a value, `None` when unset, or an error):
+    ///
+    /// | variable | default | meaning |
+    /// |---|---|---|
+    /// | `HOOKLOOP_PROVIDER` | `openai` | `openai` (Chat Completions) or `anthropic` (Messages) |
+    /// | `HOOKLOOP_MODEL` | required | the model name the provider knows |
+    /// | `OPENAI_API_KEY` | required for the default base URL | sent as a bearer token |
+    /// | `OPENAI_BASE_URL` | `https://api.openai.com/v1` | any Chat Completions server |
+    /// | `HOOKLOOP_OPENAI_MAX_TOKENS_FIELD` | by host | `max_completion_tokens` for api.openai.com, else `max_tokens` |
+    /// | `ANTHROPIC_API_KEY` | required for the default base URL | sent as `x-api-key` |
+    /// | `ANTHROPIC_BASE_URL` | `https://api.anthropic.com` | any Messages server |
+    /// | `HOOKLOOP_LLM_TIMEOUT_SECS` | 120 | per attempt, from sending to the last byte, at least 1 |
+    /// | `HOOKLOOP_LLM_MAX_RETRIES` | 3 | retries on 408, 429, 5xx and connection failures |
+    ///
+    /// A key is optional when the base URL is not the provider's own, since local servers
+    /// (Ollama, llama.cpp, vLLM) usually need none; an empty key counts as unset.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Result<Option<String>, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        let provider = match lookup(vars::PROVIDER)? {
+            None => Provider::default(),
+            Some(value) => value.parse().map_err(|reason| ConfigError::Invalid {
+                var: vars::PROVIDER,
+                value: value.clone(),
+                reason,
+            })?,
+        };
+        let model = lookup(vars::MODEL)?.ok_or(ConfigError::Missing {
+            var: vars::MODEL,
+            reason: format!("name the {provider} model to use"),
+        })?;
+        let model = model.trim();
+        if model.is_empty() {
+            return Err(ConfigError::Invalid {
+                var: vars::MODEL,
+                value: model.to_owned(),
+                reason: "must not be empty".into(),
+            });
+        }
+        let mut config = Self::new(provider, model);
+
+        let url_var = provider.base_url_var();
+        if let Some(value) = lookup(url_var)? {
+            config.endpoint.base_url =
+                parse_base_url(&value).map_err(|e| ConfigError::Invalid {
+                    var: url_var,
+                    value: value.clone(),
+                    reason: match e {
+                        LlmError::Other(reason) => reason,
+                        other => other.to_string(),
+                    },
+                })?;
+        }
+        let custom_url =
+            config.endpoint.base_url.as_str().trim_end_matches('/') != provider.default_base_url();
+
+        let key_var = provider.key_var();
+        match lookup(key_var)?.filter(|key| !key.trim().is_empty()) {
+            Some(key) => config.endpoint.api_key = Some(ApiKey::new(key.trim())),
+            None if custom_url => {}
+            None => {
+                return Err(ConfigError::Missing {
+                    var: key_var,
+                    reason: format!(
+                        "the {provider} API at {} needs a key",
+                        provider.default_base_url()
+                    ),
+                });
+            }
+        }
+
+        if let Some(secs) = parse_whole(&lookup, vars::TIMEOUT_SECS, 1)? {
+            config.endpoint.timeout = Duration::from_secs(secs);
+        }
+        if let Some(retries) = parse_whole(&lookup, vars::MAX_RETRIES, 0)? {
+            config.endpoint.retry = RetryPolicy {
+                max_retries: u32::try_from(retries).map_err(|_| ConfigError::Invalid {
+                    var: vars::MAX_RETRIES,
+                    value: retries.to_string(),
+                    reason: "too large".into(),
+                })?,
+                ..config.endpoint.retry
+            };
+        }
+        if provider == Provider::OpenAi
+            && let Some(value) = lookup(vars::OPENAI_MAX_TOKENS_FIELD)?
+        {
+            config.max_tokens_field =
+                Some(value.parse().map_err(|reason| ConfigError::Invalid {
+                    var: vars::OPENAI_MAX_TOKENS_FIELD,
+                    value: value.clone(),
+                    reason,
+                })?);
+        }
+        Ok(config)
+    }
+
+    /// A client of the configured provider.
+    pub fn client(&self) -> Result<AnyLlm, LlmError> {
+        Ok(match self.provider {
+            Provider::OpenAi => {
+                let client = OpenAi::new(self.model.clone(), &self.endpoint)?;
+                AnyLlm::OpenAi(match self.max_tokens_field {
+                    Some(field) => client.with_max_tokens_field(field),
+                    None => client,
+                })
+            }
+            Provider::Anthropic => {
+                AnyLlm::Anthropic(Anthropic::new(self.model.clone(), &self.endpoint)?)
+            }
+        })
+    }
+}
+
+fn parse_whole(
+    lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
+    var: &'static str,
+    min: u64,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(value) = lookup(var)? else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| ConfigError::Invalid {
+        var,
+        value: value.clone(),
+        reason,
+    };
+    let number: u64 = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(format!("expected a whole number, at least {min}")))?;
+    if number < min {
+        return Err(invalid(format!("must be at least {min}")));
+    }
+    Ok(Some(number))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<LlmConfig, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        LlmConfig::from_lookup(|var| Ok(map.get(var).cloned()))
+    }
+
+    #[test]
+    fn defaults_are_openai_at_its_own_url() {
+        let config = from(&[("HOOKLOOP_MODEL", "gpt-x"), ("OPENAI_API_KEY", "sk-1")]).unwrap();
+        assert_eq!(config.provider, Provider::OpenAi);
+        assert_eq!(config.model, "gpt-x");
+        assert_eq!(
+            config.endpoint.base_url.as_str(),
+            "https://api.openai.com/v1"
+        );
+        assert_eq!(config.endpoint.timeout, Duration::from_secs(120));
+        assert_eq!(config.endpoint.retry.max_retries, 3);
+        assert_eq!(config.endpoint.api_key, Some(ApiKey::new("sk-1")));
+        assert_eq!(config.max_tokens_field, None);
+        let client = config.client().unwrap();
+        assert!(matches!(client, AnyLlm::OpenAi(_)));
+    }
+
+    #[test]
+    fn anthropic_reads_its_own_variables() {
+        let config = from(&[
+            ("HOOKLOOP_PROVIDER", " Anthropic "),
+            ("HOOKLOOP_MODEL", "claude-x"),
+            ("ANTHROPIC_API_KEY", "k"),
+            ("OPENAI_BASE_URL", "not read"),
+            ("HOOKLOOP_LLM_TIMEOUT_SECS", "30"),
+            ("HOOKLOOP_LLM_MAX_RETRIES", "0"),
+        ])
+        .unwrap();
+        assert_eq!(config.provider, Provider::Anthropic);
+        assert_eq!(
+            config.endpoint.base_url.as_str(),
+            "https://api.anthropic.com/"
+        );
+        assert_eq!(config.endpoint.timeout, Duration::from_secs(30));
+        assert_eq!(config.endpoint.retry.max_retries, 0);
+        match config.client().unwrap() {
+            AnyLlm::Anthropic(client) => {
+                assert_eq!(client.url(), "https://api.anthropic.com/v1/messages");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_key_is_optional_for_a_server_of_ones_own() {
+        let config = from(&[
+            ("HOOKLOOP_MODEL", "llama3"),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
+            ("OPENAI_API_KEY", ""),
+            ("HOOKLOOP_OPENAI_MAX_TOKENS_FIELD", "max_completion_tokens"),
+        ])
+        .unwrap();
+        assert_eq!(config.endpoint.api_key, None);
+        assert_eq!(
+            config.max_tokens_field,
+            Some(MaxTokensField::MaxCompletionTokens)
+        );
+        match config.client().unwrap() {
+            AnyLlm::OpenAi(client) => {
+                assert_eq!(client.url(), "http://127.0.0.1:11434/v1/chat/completions");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_keys_and_models_name_the_variable() {
+        let err = from(&[("HOOKLOOP_MODEL", "m")]).unwrap_err();
+        assert!(err.to_string().contains("OPENAI_API_KEY"), "{err}");
+        let err = from(&[("HOOKLOOP_PROVIDER", "anthropic"), ("HOOKLOOP_MODEL", "m")]).unwrap_err();
+        assert!(err.to_string().contains("ANTHROPIC_API_KEY"), "{err}");
+        let err = from(&[("OPENAI_API_KEY", "k")]).unwrap_err();
+        assert!(err.to_string().contains("HOOKLOOP_MODEL"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable_and_the_value() {
+        let base = [("HOOKLOOP_MODEL", "m"), ("OPENAI_API_KEY", "k")];
+        let cases = [
+            ("HOOKLOOP_PROVIDER", "gemini"),
+            ("HOOKLOOP_MODEL", " "),
+            ("OPENAI_BASE_URL", "ftp://x"),
+            ("OPENAI_BASE_URL", "localhost:8080"),
+            ("HOOKLOOP_LLM_TIMEOUT_SECS", "0"),
+            ("HOOKLOOP_LLM_TIMEOUT_SECS", "1.5"),
+            ("HOOKLOOP_LLM_MAX_RETRIES", "-1"),
+            ("HOOKLOOP_LLM_MAX_RETRIES", "99999999999"),
+            ("HOOKLOOP_OPENAI_MAX_TOKENS_FIELD", "n_predict"),
+        ];
+        for (var, value) in cases {
+            let mut pairs = base.to_vec();
+            pairs.retain(|(k, _)| *k != var);
+            pairs.push((var, value));
+            let err = from(&pairs).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(var), "{text}");
+            assert!(text.contains(&format!("{:?}", value.trim())), "{text}");
+        }
+    }
+
+    #[test]
+    fn keys_never_show_in_errors_or_debug_output() {
+        let config = from(&[("HOOKLOOP_MODEL", "m"), ("OPENAI_API_KEY", "sk-secret")]).unwrap();
+        assert!(!format!("{config:?}").contains("sk-secret"));
+        assert!(!format!("{:?}", config.client().unwrap()).contains("sk-secret"));
+    }
+}

@@ -1,0 +1,625 @@
+//! The HTTP side both providers share: one POST of a JSON body, bounded in time and size, with
+//! retries on the failures that retrying can fix.
+
+use std::error::Error as _;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use reqwest::{StatusCode, Url};
+
+use crate::llm::LlmError;
+
+/// The most bytes of an answer the client reads; a longer one is an error.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most characters of an error answer quoted in an [`LlmError`].
+pub const MAX_ERROR_CHARS: usize = 512;
+
+/// An API key. Its `Debug` and `Display` never show it, so it cannot leak into logs or errors.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// When and how often a failed request is tried again.
+///
+/// Retried: HTTP 408, 429 and 5xx, and failures to connect, send or read the answer. Not
+/// retried: other statuses (the request itself is wrong), an answer that is not valid, and a
+/// timeout (retrying would multiply the wait the timeout bounds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt. Default: 3.
+    pub max_retries: u32,
+    /// The backoff before the first retry; it doubles with each retry. Default: 500 ms.
+    pub initial_backoff: Duration,
+    /// The longest backoff. Default: 8 s.
+    pub max_backoff: Duration,
+    /// The longest wait a `Retry-After` header may ask for; a longer one ends the retries,
+    /// since the provider said no useful answer comes sooner. Default: 60 s.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (1-based): exponential, with "equal jitter" (half
+    /// fixed, half random) so that clients failing together do not retry together, while the
+    /// wait never drops to zero.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(2u32.saturating_pow(retry.saturating_sub(1)))
+            .min(self.max_backoff);
+        let half = exp / 2;
+        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        half + Duration::from_nanos(fastrand::u64(0..=jitter_ns))
+    }
+}
+
+/// Where and how a provider is reached. Both clients take one.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// The base URL; the provider appends its path (`/chat/completions`, `/v1/messages`).
+    pub base_url: Url,
+    /// Sent as the provider's credential header when set.
+    pub api_key: Option<ApiKey>,
+    /// Bounds each attempt, from sending to the answer's last byte. Default: 120 s.
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Endpoint {
+    /// The default request timeout.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// An endpoint at `base_url` with no key and the default timeout and retries.
+    pub fn new(base_url: Url) -> Self {
+        Self {
+            base_url,
+            api_key: None,
+            timeout: Self::DEFAULT_TIMEOUT,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Parses `base_url` first; see [`new`](Self::new).
+    pub fn parse(base_url: &str) -> Result<Self, LlmError> {
+        Ok(Self::new(parse_base_url(base_url)?))
+    }
+
+    /// The same endpoint with this key.
+    #[must_use]
+    pub fn api_key(mut self, key: ApiKey) -> Self {
+        self.api_key = Some(key);
+        self
+    }
+
+    /// The same endpoint with this timeout per attempt.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The same endpoint with this retry policy.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+}
+
+/// Parses a base URL: absolute, `http` or `https`, without query or fragment.
+pub(crate) fn parse_base_url(text: &str) -> Result<Url, LlmError> {
+    let url = Url::parse(text.trim())
+        .map_err(|e| LlmError::Other(format!("invalid base URL {text:?}: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(LlmError::Other(format!(
+            "invalid base URL {text:?}: the scheme must be http or https"
+        )));
+    }
+    if url.query().is_some() || url.fragment().is_some() || url.cannot_be_a_base() {
+        return Err(LlmError::Other(format!(
+            "invalid base URL {text:?}: expected scheme, host and path only"
+        )));
+    }
+    Ok(url)
+}
+
+/// One provider's HTTP client: a URL, fixed headers, and the limits.
+pub(crate) struct Transport {
+    client: reqwest::Client,
+    url: Url,
+    /// The URL as errors show it: without a password, should the base URL carry one.
+    shown_url: String,
+    /// The key, to scrub from error answers: some providers quote the key they refused.
+    secret: Option<String>,
+    headers: HeaderMap,
+    timeout: Duration,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The headers hold the key: left out on purpose.
+        f.debug_struct("Transport")
+            .field("url", &self.shown_url)
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    /// A client that POSTs to `path` under the endpoint's base URL. `auth` turns the key into
+    /// the provider's credential header; `extra` are fixed headers of the dialect.
+    pub(crate) fn new(
+        endpoint: &Endpoint,
+        path: &str,
+        auth: impl FnOnce(&str) -> (HeaderName, String),
+        extra: &[(HeaderName, &'static str)],
+    ) -> Result<Self, LlmError> {
+        let mut url = endpoint.base_url.clone();
+        let joined = format!("{}/{}", url.path().trim_end_matches('/'), path);
+        url.set_path(&joined);
+
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("hookloop/", env!("CARGO_PKG_VERSION"))),
+        );
+        for (name, value) in extra {
+            headers.insert(name.clone(), HeaderValue::from_static(value));
+        }
+        if let Some(key) = &endpoint.api_key {
+            let (name, value) = auth(key.expose());
+            // Never echo the value: the error names the header only.
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                LlmError::Other(format!(
+                    "the API key cannot be sent in the {name} header: it has characters \
+                     not allowed there"
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+
+        let client = reqwest::Client::builder()
+            // A redirect to another host would carry the key along; providers do not redirect.
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(endpoint.timeout.min(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {}", chain(&e))))?;
+        let mut shown = url.clone();
+        if shown.password().is_some() {
+            // Only fails for URLs that cannot have a password, and this one has one.
+            let _ = shown.set_password(Some("redacted"));
+        }
+        Ok(Self {
+            client,
+            shown_url: shown.to_string(),
+            url,
+            secret: endpoint.api_key.as_ref().map(|k| k.expose().to_owned()),
+            headers,
+            timeout: endpoint.timeout,
+            retry: endpoint.retry,
+        })
+    }
+
+    /// The URL requests go to, as errors show it.
+    pub(crate) fn url(&self) -> &str {
+        &self.shown_url
+    }
+
+    /// POSTs `body` and returns the answer's bytes, retrying per the policy.
+    pub(crate) async fn post(&self, body: Vec<u8>) -> Result<Vec<u8>, LlmError> {
+        let body = bytes::Bytes::from(body);
+        let mut retries = 0;
+        loop {
+            let failure = match self.attempt(body.clone()).await {
+                Ok(answer) => return Ok(answer),
+                Err(failure) => failure,
+            };
+            let wait = match failure.retry {
+                Retry::No => return Err(failure.error),
+                Retry::Yes { .. } if retries >= self.retry.max_retries => {
+                    return Err(failure.error);
+                }
+                Retry::Yes { after: Some(after) } if after > self.retry.max_retry_after => {
+                    tracing::warn!(
+                        error = %failure.error,
+                        retry_after_ms = after.as_millis(),
+                        "the provider asked to wait longer than allowed; not retrying"
+                    );
+                    return Err(failure.error);
+                }
+                Retry::Yes { after } => {
+                    retries += 1;
+                    after.unwrap_or_else(|| self.retry.backoff(retries))
+                }
+            };
+            tracing::warn!(
+                error = %failure.error,
+                retry = retries,
+                of = self.retry.max_retries,
+                wait_ms = wait.as_millis(),
+                "model request failed; retrying"
+            );
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn attempt(&self, body: bytes::Bytes) -> Result<Vec<u8>, Failure> {
+        let send = async {
+            let response = self
+                .client
+                .post(self.url.clone())
+                .headers(self.headers.clone())
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| self.transport_failure(e))?;
+            let status = response.status();
+            if status.is_success() {
+                return self.read_capped(response, MAX_RESPONSE_BYTES).await;
+            }
+            let after = retry_after(response.headers(), SystemTime::now());
+            let text = read_prefix(response, ERROR_BODY_BYTES).await;
+            let mut message = error_message(&text);
+            if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+                message = message.replace(secret, "[redacted]");
+            }
+            let error = LlmError::Status {
+                status: status.as_u16(),
+                message,
+            };
+            let retry = if retryable(status) {
+                Retry::Yes { after }
+            } else {
+                Retry::No
+            };
+            Err(Failure { error, retry })
+        };
+        match tokio::time::timeout(self.timeout, send).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Failure {
+                error: LlmError::Timeout {
+                    secs: self.timeout.as_secs_f64().ceil() as u64,
+                },
+                retry: Retry::No,
+            }),
+        }
+    }
+}
+
+impl Transport {
+    /// The connection could not be made, or broke: worth another try.
+    fn transport_failure(&self, error: reqwest::Error) -> Failure {
+        let retry = if error.is_builder() {
+            Retry::No
+        } else {
+            Retry::Yes { after: None }
+        };
+        Failure {
+            error: LlmError::Transport(format!(
+                "{}: {}",
+                self.shown_url,
+                chain(&error.without_url())
+            )),
+            retry,
+        }
+    }
+
+    /// Reads an answer's body, refusing more than `cap` bytes without reading them all.
+    async fn read_capped(
+        &self,
+        mut response: reqwest::Response,
+        cap: usize,
+    ) -> Result<Vec<u8>, Failure> {
+        let too_large = |len: u64| Failure {
+            error: LlmError::InvalidResponse(format!(
+                "the answer is {len} bytes or more, over the limit of {cap} bytes"
+            )),
+            retry: Retry::No,
+        };
+        let declared = response.content_length();
+        if let Some(len) = declared.filter(|&len| len > cap as u64) {
+            return Err(too_large(len));
+        }
+        let mut body = Vec::with_capacity(declared.map_or(0, |len| len as usize));
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_failure(e))?
+        {
+            if body.len() + chunk.len() > cap {
+                return Err(too_large((body.len() + chunk.len()) as u64));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+}
+
+/// The most bytes of an error answer read: it is only quoted, truncated.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Up to `cap` bytes of an answer's body; whatever arrived if the transfer breaks, since the
+/// status alone is still worth reporting.
+async fn read_prefix(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < cap {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body
+}
+
+/// A failed attempt and whether another may succeed.
+struct Failure {
+    error: LlmError,
+    retry: Retry,
+}
+
+enum Retry {
+    No,
+    /// Worth another try, after the wait the provider asked for, if it did.
+    Yes {
+        after: Option<Duration>,
+    },
+}
+
+fn retryable(status: StatusCode) -> bool {
+    status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
+}
+
+/// How long the provider asked the client to wait: `retry-after-ms` (OpenAI), else
+/// `retry-after` in seconds or as an HTTP date.
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    // `try_from`: the header is the peer's; a huge, negative or NaN value must not panic.
+    if let Some(wait) = header("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok())
+    {
+        return Some(wait);
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The message of an error answer: the provider's own `error.message` when the body is the
+/// usual JSON, else the body's text; truncated either way.
+pub(crate) fn error_message(body: &[u8]) -> String {
+    let parsed: Option<String> = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let error = v.get("error")?;
+            match error {
+                serde_json::Value::String(s) => Some(s.clone()),
+                other => other.get("message")?.as_str().map(str::to_owned),
+            }
+        });
+    let text = parsed.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    if text.is_empty() {
+        return "(empty answer)".to_owned();
+    }
+    truncate(&text, MAX_ERROR_CHARS)
+}
+
+/// At most `max` characters of `text`, marked when cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
+    }
+}
+
+/// An error and its causes on one line: reqwest's own message alone rarely says what failed.
+fn chain(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_reads_milliseconds_seconds_and_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after-ms", "250")]), now),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", " 2 ")]), now),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "1.5")]), now),
+            Some(Duration::from_millis(1500))
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &later)]), now),
+            Some(Duration::from_secs(30))
+        );
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &earlier)]), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")]), now), None);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "1e300")]), now),
+            None
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "NaN")]), now), None);
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after-ms", "inf"), ("retry-after", "3")]),
+                now
+            ),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(retry_after(&headers(&[]), now), None);
+    }
+
+    #[test]
+    fn backoff_doubles_within_its_bounds_and_never_reaches_zero() {
+        let policy = RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(300),
+            ..RetryPolicy::default()
+        };
+        for _ in 0..200 {
+            let first = policy.backoff(1);
+            assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
+            let second = policy.backoff(2);
+            assert!(second >= Duration::from_millis(100) && second <= Duration::from_millis(200));
+            let capped = policy.backoff(30);
+            assert!(capped >= Duration::from_millis(150) && capped <= Duration::from_millis(300));
+        }
+    }
+
+    #[test]
+    fn error_messages_prefer_the_providers_message_and_are_truncated() {
+        assert_eq!(
+            error_message(br#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#),
+            "bad model"
+        );
+        assert_eq!(
+            error_message(
+                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
+            "Overloaded"
+        );
+        assert_eq!(error_message(br#"{"error":"plain"}"#), "plain");
+        assert_eq!(error_message(b"  <html>oops</html> "), "<html>oops</html>");
+        assert_eq!(error_message(b""), "(empty answer)");
+        let long = "é".repeat(2000);
+        let cut = error_message(long.as_bytes());
+        assert!(cut.starts_with(&"é".repeat(MAX_ERROR_CHARS)));
+        assert!(cut.ends_with("… (4000 bytes in all)"), "{cut}");
+    }
+
+    #[test]
+    fn base_urls_must_be_http_with_a_host() {
+        assert!(parse_base_url("https://api.openai.com/v1").is_ok());
+        assert!(parse_base_url("http://127.0.0.1:11434/v1/").is_ok());
+        for bad in ["ftp://x", "not a url", "https://x/v1?key=1", "mailto:a@b"] {
+            let err = parse_base_url(bad).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn paths_join_the_base_url_with_one_slash() {
+        for base in ["http://h/v1", "http://h/v1/"] {
+            let endpoint = Endpoint::parse(base).unwrap();
+            let transport =
+                Transport::new(&endpoint, "chat/completions", |_| unreachable!(), &[]).unwrap();
+            assert_eq!(transport.url(), "http://h/v1/chat/completions");
+        }
+        let endpoint = Endpoint::parse("http://h").unwrap();
+        let transport = Transport::new(&endpoint, "v1/messages", |_| unreachable!(), &[]).unwrap();
+        assert_eq!(transport.url(), "http://h/v1/messages");
+    }
+
+    #[test]
+    fn a_password_in_the_base_url_never_shows_in_errors() {
+        let endpoint = Endpoint::parse("http://user:hunter2@h/v1").unwrap();
+        let transport = Transport::new(&endpoint, "x", |_| unreachable!(), &[]).unwrap();
+        assert_eq!(transport.shown_url, "http://user:redacted@h/v1/x");
+        assert!(!format!("{transport:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn keys_never_show_in_debug_output() {
+        let key = ApiKey::new("sk-secret");
+        assert!(!format!("{key:?}").contains("secret"));
+        let endpoint = Endpoint::parse("http://h").unwrap().api_key(key);
+        assert!(!format!("{endpoint:?}").contains("secret"));
+        let transport = Transport::new(
+            &endpoint,
+            "x",
+            |key| (HeaderName::from_static("x-api-key"), key.to_owned()),
+            &[],
+        )
+        .unwrap();
+        assert!(!format!("{transport:?}").contains("secret"));
+        let bad = Endpoint::parse("http://h")
+            .unwrap()
+            .api_key(ApiKey::new("sk-secret\nnewline"));
+        let err = Transport::new(
+            &bad,
+            "x",
+            |key| (HeaderName::from_static("x-api-key"), key.to_owned()),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("secret"), "{err}");
+    }
+}
