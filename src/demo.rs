@@ -2,15 +2,17 @@
 //!
 //! [`DemoModel`] is not a language model. It is a short deterministic program that reads the
 //! conversation it is sent and answers the way a cooperative agent would, so the demo runs with
-//! no API key and no network while everything else — the engine, the hooks, the MCP server — is
-//! real. It follows one rule per act:
+//! no API key and no network while everything else — the engine, the hooks, the todo MCP server
+//! (`examples/todo_server.rs`: tools `add`, `complete`, `list`; hooks `_Stop`, `_PostCompact`) —
+//! is real. Its rules, one set per act:
 //!
-//! - [`Act::WorkThroughTodos`]: with no hook answer in sight it claims to be done (trying to
-//!   stop with todos open). Once a hook has listed open todos (`#<id>` in its text, from `_Stop`
-//!   or `_PostCompact`), it completes them one per reply through the todo server's `complete`
-//!   tool, then ends its turn.
-//! - [`Act::Stubborn`]: it ends its turn; after each objection it does one more tool call and
-//!   ends again, so only the objection budget can end the prompt.
+//! - [`Act::WorkThroughTodos`]: plan the work as todos (`add`), then claim to be done — trying to
+//!   stop with todos open. Once a hook has spoken (a `_Stop` objection, or a `_PostCompact`
+//!   re-injection after a compaction), `list` the todos and `complete` the open ones, one per
+//!   reply, then end the turn.
+//! - [`Act::Stubborn`]: add a todo only a person can do, then claim to be done; after each
+//!   objection, `list` the todos (it can do nothing else) and end the turn again, so only the
+//!   objection budget can end the prompt.
 //!
 //! Compaction requests are answered with a fixed summary.
 
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::hooks::{self, Hook};
+use crate::hooks;
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{CallId, LlmReply, Message, Purpose, StopReason, ToolCall};
 use crate::progress::Event;
@@ -28,34 +30,39 @@ use crate::progress::Event;
 /// Which behaviour the scripted model follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Act {
-    /// Claim to be done, then work through the todos a hook lists.
+    /// Plan todos, claim to be done, then work through what the hooks say is open.
     WorkThroughTodos,
-    /// Keep ending the turn, doing one tool call after each objection.
+    /// Plan a todo it cannot do, and keep claiming to be done.
     Stubborn,
 }
+
+/// The todos the model plans in act one.
+pub const RELEASE_TODOS: [&str; 3] = ["write the changelog", "tag v1.0", "publish the crate"];
+
+/// The todo the model plans in act two, which no tool can get done.
+pub const HUMAN_TODO: &str = "get sign-off from legal";
+
+/// The summary the scripted model gives when the engine compacts the history.
+pub const DEMO_SUMMARY: &str = "The user asked to get the release out. The work was planned as todos in the todo server and is being worked through.";
 
 /// The scripted model of the demo. See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct DemoModel {
     act: Act,
-    /// The qualified name of the tool that completes a todo: `<server>__complete`.
-    complete_tool: String,
-    /// The argument naming the todo to complete.
-    id_argument: String,
+    server: String,
 }
 
-/// The summary the scripted model gives when the engine compacts the history.
-pub const DEMO_SUMMARY: &str = "The user asked to get the release out by working through the \
-todo list. Some todos were completed with the todo server; the rest are still open.";
-
 impl DemoModel {
-    /// A scripted model for `act` that completes todos with `<server>__complete {id_argument: n}`.
-    pub fn new(act: Act, server: &str, id_argument: &str) -> Self {
+    /// A scripted model for `act`, using the todo server named `server`.
+    pub fn new(act: Act, server: &str) -> Self {
         Self {
             act,
-            complete_tool: hooks::qualify(server, "complete"),
-            id_argument: id_argument.to_owned(),
+            server: server.to_owned(),
         }
+    }
+
+    fn tool(&self, name: &str) -> String {
+        hooks::qualify(&self.server, name)
     }
 
     /// The reply to one request: a pure function of the request.
@@ -63,96 +70,125 @@ impl DemoModel {
         if let Purpose::Summary { .. } = request.purpose {
             return text(DEMO_SUMMARY);
         }
-        match self.act {
-            Act::WorkThroughTodos => self.work(request.messages),
-            Act::Stubborn => self.stubborn(request.messages),
-        }
-    }
-
-    fn work(&self, messages: &[Message]) -> LlmReply {
-        let Some((at, hook_text)) = last_hook_answer(messages) else {
-            return text("Everything on the release checklist looks handled to me. I'm done.");
-        };
-        let done = self.completed_after(messages, at);
-        let open: Vec<u64> = todo_ids(&hook_text)
-            .into_iter()
-            .filter(|id| !done.contains(id))
-            .collect();
-        match open.first() {
-            Some(&id) => self.complete(
+        let messages = request.messages;
+        let hook = last_hook_answer(messages);
+        let planned = messages
+            .iter()
+            .any(|m| self.calls(m, "add").next().is_some());
+        match (self.act, hook) {
+            (Act::WorkThroughTodos, None) if !planned => {
+                let calls = RELEASE_TODOS
+                    .iter()
+                    .map(|todo| (self.tool("add"), json!({ "text": todo })))
+                    .collect();
+                self.call(messages, "Planning the release as todos.", calls)
+            }
+            (Act::Stubborn, None) if !planned => self.call(
                 messages,
-                format!("Right — todo #{id} is still open. Completing it now."),
-                id,
+                "Noting what is left.",
+                vec![(self.tool("add"), json!({ "text": HUMAN_TODO }))],
             ),
-            None => {
-                text("Every todo on the list is complete. The release is ready; stopping here.")
-            }
+            (_, None) => text("The release is planned and in hand. I'm done."),
+            (Act::WorkThroughTodos, Some(at)) => self.work(messages, at),
+            (Act::Stubborn, Some(at)) => match self.list_after(messages, at) {
+                None => self.list(messages, "The hook says something is still open. Checking."),
+                Some(_) => text(
+                    "Only a person can get that sign-off; there is nothing more I can do. I'm done.",
+                ),
+            },
         }
     }
 
-    fn stubborn(&self, messages: &[Message]) -> LlmReply {
-        let last_is_hook = matches!(messages.last(), Some(Message::ToolResult { output, .. })
-            if hook_body(&output.joined_text()).is_some());
-        match (last_is_hook, last_hook_answer(messages)) {
-            (true, Some((_, hook_text))) => {
-                let id = todo_ids(&hook_text).into_iter().next().unwrap_or(1);
-                self.complete(
-                    messages,
-                    format!("The hook insists. Trying todo #{id} once more."),
-                    id,
-                )
-            }
-            _ => text("I have done what can be done here. I'm finished."),
+    fn work(&self, messages: &[Message], hook_at: usize) -> LlmReply {
+        let Some((list_at, open)) = self.list_after(messages, hook_at) else {
+            return self.list(
+                messages,
+                "A hook says todos are still open. Let me look at the list.",
+            );
+        };
+        let done = self.completed_after(messages, list_at);
+        match open.iter().find(|id| !done.contains(id)) {
+            Some(&id) => self.call(
+                messages,
+                &format!("Completing todo #{id}."),
+                vec![(self.tool("complete"), json!({ "id": id }))],
+            ),
+            None => text("Every todo is complete: the release is out. Stopping here."),
         }
     }
 
-    fn complete(&self, messages: &[Message], say: String, id: u64) -> LlmReply {
+    fn list(&self, messages: &[Message], say: &str) -> LlmReply {
+        self.call(messages, say, vec![(self.tool("list"), json!({}))])
+    }
+
+    fn call(&self, messages: &[Message], say: &str, calls: Vec<(String, Value)>) -> LlmReply {
+        let tool_calls = calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, arguments))| ToolCall {
+                id: CallId(format!("demo_{}_{i}", messages.len())),
+                name,
+                arguments,
+            })
+            .collect();
         LlmReply {
-            text: say,
-            tool_calls: vec![ToolCall {
-                id: CallId(format!("demo_{}", messages.len())),
-                name: self.complete_tool.clone(),
-                arguments: json!({ self.id_argument.as_str(): id }),
-            }],
+            text: say.to_owned(),
+            tool_calls,
             stop: StopReason::ToolUse,
             usage: None,
         }
     }
 
-    /// Todos this model completed, successfully, after message `from`.
-    fn completed_after(&self, messages: &[Message], from: usize) -> BTreeSet<u64> {
-        let mut asked = Vec::new();
-        let mut done = BTreeSet::new();
-        for message in &messages[from..] {
-            match message {
-                Message::Assistant { tool_calls, .. } => {
-                    for call in tool_calls.iter().filter(|c| c.name == self.complete_tool) {
-                        if let Some(id) = call
-                            .arguments
-                            .get(&self.id_argument)
-                            .and_then(Value::as_u64)
-                        {
-                            asked.push((call.id.clone(), id));
-                        }
-                    }
-                }
-                Message::ToolResult { call_id, output } if !output.is_error => {
-                    if let Some((_, id)) = asked.iter().find(|(c, _)| c == call_id) {
-                        done.insert(*id);
-                    }
-                }
-                Message::ToolResult { .. } | Message::User { .. } => {}
+    fn calls<'a>(&self, message: &'a Message, tool: &str) -> impl Iterator<Item = &'a ToolCall> {
+        let name = self.tool(tool);
+        let calls: &[ToolCall] = match message {
+            Message::Assistant { tool_calls, .. } => tool_calls,
+            Message::User { .. } | Message::ToolResult { .. } => &[],
+        };
+        calls.iter().filter(move |c| c.name == name)
+    }
+
+    /// The output of the tool call `id`, if it succeeded.
+    fn output_of(messages: &[Message], id: &CallId) -> Option<String> {
+        messages.iter().find_map(|m| match m {
+            Message::ToolResult { call_id, output } if call_id == id && !output.is_error => {
+                Some(output.joined_text())
             }
-        }
-        done
+            _ => None,
+        })
+    }
+
+    /// The newest `list` answered after message `from`: where, and the open todo ids it shows.
+    fn list_after(&self, messages: &[Message], from: usize) -> Option<(usize, Vec<u64>)> {
+        messages
+            .iter()
+            .enumerate()
+            .skip(from)
+            .rev()
+            .find_map(|(i, m)| {
+                let call = self.calls(m, "list").next()?;
+                Some((i, open_ids(&Self::output_of(messages, &call.id)?)))
+            })
+    }
+
+    /// Todos completed successfully after message `from`.
+    fn completed_after(&self, messages: &[Message], from: usize) -> BTreeSet<u64> {
+        messages[from..]
+            .iter()
+            .flat_map(|m| self.calls(m, "complete"))
+            .filter(|call| {
+                Self::output_of(messages, &call.id).is_some_and(|out| out.starts_with("completed"))
+            })
+            .filter_map(|call| call.arguments.get("id").and_then(Value::as_u64))
+            .collect()
     }
 }
 
 impl LlmClient for DemoModel {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
         let reply = self.reply(&request);
-        // A short pause, so the demo reads like a session and the spinner has a moment.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // A short pause, so the demo reads like a session rather than a dump.
+        tokio::time::sleep(Duration::from_millis(120)).await;
         Ok(reply)
     }
 }
@@ -166,43 +202,30 @@ fn text(text: &str) -> LlmReply {
     }
 }
 
-/// The engine injects a hook's answer as a tool result holding `{"hook", "server", "text"}`.
-fn hook_body(text: &str) -> Option<(Hook, String)> {
-    let value: Value = serde_json::from_str(text).ok()?;
-    let hook: Hook = serde_json::from_value(value.get("hook")?.clone()).ok()?;
-    let text = value.get("text")?.as_str()?.to_owned();
-    Some((hook, text))
+/// Whether a tool result is a hook's answer: the engine injects `{"hook", "server", "text"}`.
+fn is_hook_body(text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok_and(|v| {
+        v.get("hook").is_some() && v.get("server").is_some() && v.get("text").is_some()
+    })
 }
 
-/// The index and text of the newest hook answer in the conversation.
-fn last_hook_answer(messages: &[Message]) -> Option<(usize, String)> {
-    messages
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(i, m)| match m {
-            Message::ToolResult { output, .. } => {
-                hook_body(&output.joined_text()).map(|(_, t)| (i, t))
-            }
-            Message::User { .. } | Message::Assistant { .. } => None,
+/// The index of the newest hook answer in the conversation.
+fn last_hook_answer(messages: &[Message]) -> Option<usize> {
+    messages.iter().rposition(|m| match m {
+        Message::ToolResult { output, .. } => is_hook_body(&output.joined_text()),
+        Message::User { .. } | Message::Assistant { .. } => false,
+    })
+}
+
+/// The ids of the open todos in a `list` answer: lines `#<id> [ ] <text>`.
+pub fn open_ids(list: &str) -> Vec<u64> {
+    list.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix('#')?;
+            let (id, state) = rest.split_once(' ')?;
+            state.starts_with("[ ]").then(|| id.parse().ok()).flatten()
         })
-}
-
-/// The todo ids a hook's text names, as `#<digits>`, in order, without repeats.
-pub fn todo_ids(text: &str) -> Vec<u64> {
-    let mut ids = Vec::new();
-    for (i, _) in text.match_indices('#') {
-        let digits: String = text[i + 1..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        if let Ok(id) = digits.parse::<u64>()
-            && !ids.contains(&id)
-        {
-            ids.push(id);
-        }
-    }
-    ids
+        .collect()
 }
 
 /// Writes the story as it happens: one line per event worth seeing.
@@ -249,24 +272,8 @@ impl<W: Write> Narrator<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::Hook;
     use crate::machine::ToolOutput;
-
-    fn hook_result(id: &str, hook: Hook, text: &str) -> Vec<Message> {
-        vec![
-            Message::Assistant {
-                text: String::new(),
-                tool_calls: vec![ToolCall {
-                    id: CallId(id.into()),
-                    name: format!("todo__{hook}"),
-                    arguments: json!({}),
-                }],
-            },
-            Message::ToolResult {
-                call_id: CallId(id.into()),
-                output: ToolOutput::text(hooks::encode_hook_body(hook, "todo", text)),
-            },
-        ]
-    }
 
     fn request(messages: &[Message]) -> LlmRequest<'_> {
         LlmRequest {
@@ -279,87 +286,118 @@ mod tests {
         }
     }
 
-    #[test]
-    fn ids_are_read_from_hook_text() {
-        assert_eq!(
-            todo_ids("2 open: #1 tests, #12 docs; #1 again, # nothing"),
-            [1, 12]
-        );
-        assert!(todo_ids("no todos").is_empty());
-    }
-
-    #[test]
-    fn the_model_claims_done_then_completes_what_the_hook_lists() {
-        let model = DemoModel::new(Act::WorkThroughTodos, "todo", "id");
-        let mut messages = vec![Message::user("ship it")];
-        let first = model.reply(&request(&messages));
-        assert!(first.tool_calls.is_empty());
-        assert_eq!(first.stop, StopReason::EndTurn);
-
+    /// Plays `reply` against `messages`, answering tool calls with `answer`.
+    fn step(
+        model: &DemoModel,
+        messages: &mut Vec<Message>,
+        answer: impl Fn(&ToolCall) -> String,
+    ) -> LlmReply {
+        let reply = model.reply(&request(messages));
         messages.push(Message::Assistant {
-            text: first.text,
-            tool_calls: vec![],
-        });
-        messages.extend(hook_result("h1", Hook::Stop, "2 open: #4 tests, #7 docs"));
-        let second = model.reply(&request(&messages));
-        assert_eq!(second.tool_calls[0].name, "todo__complete");
-        assert_eq!(second.tool_calls[0].arguments, json!({"id": 4}));
-
-        messages.push(Message::Assistant {
-            text: second.text,
-            tool_calls: second.tool_calls.clone(),
-        });
-        messages.push(Message::ToolResult {
-            call_id: second.tool_calls[0].id.clone(),
-            output: ToolOutput::text("completed #4"),
-        });
-        let third = model.reply(&request(&messages));
-        assert_eq!(third.tool_calls[0].arguments, json!({"id": 7}));
-
-        messages.push(Message::Assistant {
-            text: third.text,
-            tool_calls: third.tool_calls.clone(),
-        });
-        messages.push(Message::ToolResult {
-            call_id: third.tool_calls[0].id.clone(),
-            output: ToolOutput::text("completed #7"),
-        });
-        let fourth = model.reply(&request(&messages));
-        assert!(fourth.tool_calls.is_empty());
-        assert_eq!(fourth.stop, StopReason::EndTurn);
-    }
-
-    #[test]
-    fn a_post_compact_list_replaces_what_came_before() {
-        let model = DemoModel::new(Act::WorkThroughTodos, "todo", "id");
-        let mut messages = vec![Message::user("summary"), Message::user("ship it")];
-        messages.extend(hook_result("h9", Hook::PostCompact, "open: #3 changelog"));
-        let reply = model.reply(&request(&messages));
-        assert_eq!(reply.tool_calls[0].arguments, json!({"id": 3}));
-    }
-
-    #[test]
-    fn the_stubborn_act_calls_a_tool_after_each_objection_only() {
-        let model = DemoModel::new(Act::Stubborn, "todo", "id");
-        let mut messages = vec![Message::user("ship it")];
-        assert!(model.reply(&request(&messages)).tool_calls.is_empty());
-        messages.extend(hook_result("h1", Hook::Stop, "#5 still open"));
-        let reply = model.reply(&request(&messages));
-        assert_eq!(reply.tool_calls[0].arguments, json!({"id": 5}));
-        messages.push(Message::Assistant {
-            text: reply.text,
+            text: reply.text.clone(),
             tool_calls: reply.tool_calls.clone(),
         });
-        messages.push(Message::ToolResult {
-            call_id: reply.tool_calls[0].id.clone(),
-            output: ToolOutput::text("reopened"),
+        for call in &reply.tool_calls {
+            messages.push(Message::ToolResult {
+                call_id: call.id.clone(),
+                output: ToolOutput::text(answer(call)),
+            });
+        }
+        reply
+    }
+
+    fn hook(messages: &mut Vec<Message>, hook: Hook, text: &str) {
+        let id = CallId(format!("hook_{}", messages.len()));
+        messages.push(Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: id.clone(),
+                name: hooks::qualify("todo", hook.tool_name()),
+                arguments: json!({}),
+            }],
         });
-        assert!(model.reply(&request(&messages)).tool_calls.is_empty());
+        messages.push(Message::ToolResult {
+            call_id: id,
+            output: ToolOutput::text(hooks::encode_hook_body(hook, "todo", text)),
+        });
+    }
+
+    fn names(reply: &LlmReply) -> Vec<&str> {
+        reply.tool_calls.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn open_ids_are_read_from_a_list() {
+        assert_eq!(
+            open_ids("#1 [x] a\n#2 [ ] b c\n#10 [ ] d\nno todos"),
+            [2, 10]
+        );
+    }
+
+    #[test]
+    fn act_one_plans_claims_done_then_works_through_the_list() {
+        let model = DemoModel::new(Act::WorkThroughTodos, "todo");
+        let mut messages = vec![Message::user("ship it")];
+        let plan = step(&model, &mut messages, |_| "added".into());
+        assert_eq!(names(&plan), ["todo__add"; 3]);
+        let claim = step(&model, &mut messages, |_| unreachable!());
+        assert!(claim.tool_calls.is_empty() && claim.stop == StopReason::EndTurn);
+
+        hook(&mut messages, Hook::Stop, "3 open: a; b; c");
+        let list = step(&model, &mut messages, |_| {
+            "#1 [ ] a\n#2 [ ] b\n#3 [x] c".into()
+        });
+        assert_eq!(names(&list), ["todo__list"]);
+        let first = step(&model, &mut messages, |c| {
+            format!("completed #{}", c.arguments["id"])
+        });
+        assert_eq!(first.tool_calls[0].arguments, json!({"id": 1}));
+        let second = step(&model, &mut messages, |c| {
+            format!("completed #{}", c.arguments["id"])
+        });
+        assert_eq!(second.tool_calls[0].arguments, json!({"id": 2}));
+        let end = step(&model, &mut messages, |_| unreachable!());
+        assert!(end.tool_calls.is_empty() && end.stop == StopReason::EndTurn);
+    }
+
+    #[test]
+    fn after_a_compaction_the_re_injected_list_restarts_the_work() {
+        let model = DemoModel::new(Act::WorkThroughTodos, "todo");
+        let mut messages = vec![Message::user(DEMO_SUMMARY), Message::user("ship it")];
+        hook(&mut messages, Hook::PostCompact, "Open todos:\n- c");
+        let list = step(&model, &mut messages, |_| "#1 [x] a\n#3 [ ] c".into());
+        assert_eq!(names(&list), ["todo__list"]);
+        let done = step(&model, &mut messages, |_| "completed #3: c".into());
+        assert_eq!(done.tool_calls[0].arguments, json!({"id": 3}));
+    }
+
+    #[test]
+    fn act_two_lists_after_each_objection_and_claims_done_again() {
+        let model = DemoModel::new(Act::Stubborn, "todo");
+        let mut messages = vec![Message::user("tidy up")];
+        assert_eq!(
+            names(&step(&model, &mut messages, |_| "added #1".into())),
+            ["todo__add"]
+        );
+        assert!(
+            step(&model, &mut messages, |_| unreachable!())
+                .tool_calls
+                .is_empty()
+        );
+        for _ in 0..3 {
+            hook(&mut messages, Hook::Stop, "1 open: get sign-off from legal");
+            let list = step(&model, &mut messages, |_| {
+                "#1 [ ] get sign-off from legal".into()
+            });
+            assert_eq!(names(&list), ["todo__list"]);
+            let end = step(&model, &mut messages, |_| unreachable!());
+            assert!(end.tool_calls.is_empty() && end.stop == StopReason::EndTurn);
+        }
     }
 
     #[test]
     fn summaries_are_fixed() {
-        let model = DemoModel::new(Act::WorkThroughTodos, "todo", "id");
+        let model = DemoModel::new(Act::WorkThroughTodos, "todo");
         let messages = [Message::user("x")];
         let mut req = request(&messages);
         req.purpose = Purpose::Summary { from: 0 };
