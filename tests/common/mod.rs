@@ -109,3 +109,32 @@ pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) ->
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The path of an example binary, built (or found up to date) by cargo on first use: cargo
+/// builds examples for `cargo test` but not for `cargo test --test <name>`, and gives tests no
+/// `CARGO_BIN_EXE_*` for them.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/examples/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable is in target/<profile>/deps");
+    let path = dir.join("examples").join(name);
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if release {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("run cargo");
+        assert!(status.success(), "cargo build --example {name} failed");
+        built.push(name.to_owned());
+    }
+    path
+}
