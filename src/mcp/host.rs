@@ -15,11 +15,11 @@ use futures_util::future::join_all;
 use rmcp::ClientHandler;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
-    ProtocolVersion, RequestMetaObject,
+    ProtocolVersion, RequestMetaObject, ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{
-    ClientLifecycleMode, NotificationContext, RoleClient, RunningService, ServiceError,
-    serve_client_with_lifecycle,
+    ClientLifecycleMode, NotificationContext, Peer, RoleClient, RunningService, ServiceError,
+    Subscription, serve_client_with_lifecycle,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -630,7 +630,17 @@ impl Slot {
         };
         match convert::tools_from_server(&self.name, tools, &self.shared.options) {
             Ok(tools) => {
-                tracing::debug!(server = %self.name, life, tools = tools.len(), "server started");
+                let peer = conn.service.peer().clone();
+                let version = peer.peer_info().map(|i| i.protocol_version.to_string());
+                tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, "server started");
+                if let Some(subscription) = subscribe_tool_list(&peer).await {
+                    tokio::spawn(watch_tool_list(
+                        Arc::downgrade(self),
+                        peer,
+                        life,
+                        subscription,
+                    ));
+                }
                 Ok((conn, tools))
             }
             Err(error) => {
@@ -681,28 +691,73 @@ impl ClientHandler for Handler {
         let Some(slot) = self.slot.upgrade() else {
             return;
         };
-        let life = self.life;
         // Listing needs the connection's reader, which is busy delivering this notification:
         // list from a task of its own.
-        tokio::spawn(async move {
-            match context.peer.list_all_tools().await {
-                Ok(tools) => {
-                    let current = matches!(&slot.lock().life, Life::Live(c) if c.life == life);
-                    if !current {
-                        return;
-                    }
-                    match convert::tools_from_server(&slot.name, tools, &slot.shared.options) {
-                        Ok(tools) => slot.set_tools(tools),
-                        Err(error) => {
-                            tracing::warn!(server = %slot.name, %error, "keeping the old tool list")
-                        }
-                    }
-                }
+        tokio::spawn(refresh_tools(slot, context.peer, self.life));
+    }
+}
+
+/// Lists a server's tools again after it said they changed, and replaces its catalog entry,
+/// unless the life that said so has ended since.
+async fn refresh_tools(slot: Arc<Slot>, peer: Peer<RoleClient>, life: u64) {
+    match peer.list_all_tools().await {
+        Ok(tools) => {
+            let current = matches!(&slot.lock().life, Life::Live(c) if c.life == life);
+            if !current {
+                return;
+            }
+            match convert::tools_from_server(&slot.name, tools, &slot.shared.options) {
+                Ok(tools) => slot.set_tools(tools),
                 Err(error) => {
-                    tracing::warn!(server = %slot.name, %error, "tools/list after list_changed failed")
+                    tracing::warn!(server = %slot.name, %error, "keeping the old tool list")
                 }
             }
-        });
+        }
+        Err(error) => {
+            tracing::warn!(server = %slot.name, %error, "tools/list after list_changed failed")
+        }
+    }
+}
+
+/// On the stateless protocol (2026-07-28 on), a server sends `list_changed` only on a
+/// subscription the client opened. Opens one when the server offers the notification; the
+/// subscription is open once this returns, so no change after start-up is missed.
+async fn subscribe_tool_list(peer: &Peer<RoleClient>) -> Option<Subscription> {
+    let info = peer.peer_info()?;
+    let offers = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|tools| tools.list_changed)
+        .unwrap_or(false);
+    if info.protocol_version.has_initialize() || !offers {
+        return None;
+    }
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    match peer.listen(filter).await {
+        Ok(subscription) => Some(subscription),
+        Err(error) => {
+            tracing::debug!(%error, "the server refused a list_changed subscription");
+            None
+        }
+    }
+}
+
+/// Refreshes the catalog from a `list_changed` subscription until the life ends.
+async fn watch_tool_list(
+    slot: Weak<Slot>,
+    peer: Peer<RoleClient>,
+    life: u64,
+    mut subscription: Subscription,
+) {
+    while let Ok(Some(notification)) = subscription.next().await {
+        if matches!(
+            notification,
+            ServerNotification::ToolListChangedNotification(_)
+        ) {
+            let Some(slot) = slot.upgrade() else { return };
+            refresh_tools(slot, peer.clone(), life).await;
+        }
     }
 }
 

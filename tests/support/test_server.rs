@@ -9,7 +9,7 @@
 //! | `TS_STATE_DIR` | keep the script position in files here, so it survives restarts |
 //! | `TS_EXTRA_TOOLS` | more tool names, comma-separated (invalid or duplicate ones too) |
 //! | `TS_TOOL_COUNT` | this many more tools, `t0`, `t1`… |
-//! | `TS_LOG` | append `call <tool>`, `cancelled` and `meta <json>` lines to this file |
+//! | `TS_LOG` | append `call <tool>`, `meta <json>` and `cancelled` (a hung call was) lines here |
 //! | `TS_PID_FILE` | append this process's pid at start |
 //! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
 //! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
@@ -29,11 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
-    ContentBlock, ErrorData, ImageContent, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ImageContent,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -163,8 +162,11 @@ impl TestServer {
     }
 }
 
+/// Waits until the client cancels the request (a `notifications/cancelled`, or on the stateless
+/// HTTP protocol a closed response stream), and says so in the log.
 async fn hang(context: &RequestContext<RoleServer>) -> ErrorData {
     context.ct.cancelled().await;
+    log("cancelled");
     ErrorData::internal_error("cancelled", None)
 }
 
@@ -259,14 +261,6 @@ impl ServerHandler for TestServer {
             }
             other => Ok(text(format!("{other} ran"))),
         }
-    }
-
-    async fn on_cancelled(
-        &self,
-        _notification: CancelledNotificationParam,
-        _context: NotificationContext<RoleServer>,
-    ) {
-        log("cancelled");
     }
 }
 
