@@ -127,8 +127,9 @@ impl ServerHandler for Todos {
     }
 }
 
+// `pub`: the hookloop binary serves this as its hidden `todo-server` command, for the demo.
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = Todos::new()
         .serve((tokio::io::stdin(), tokio::io::stdout()))
         .await?;
