@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::hooks;
 use crate::llm::{LlmClient, LlmError, LlmRequest};
-use crate::machine::{CallId, LlmReply, Message, Purpose, StopReason, ToolCall};
+use crate::machine::{CallId, LlmReply, Message, Purpose, SUMMARY_PREFIX, StopReason, ToolCall};
 use crate::progress::Event;
 
 /// Which behaviour the scripted model follows.
@@ -72,9 +72,11 @@ impl DemoModel {
         }
         let messages = request.messages;
         let hook = last_hook_answer(messages);
-        let planned = messages
-            .iter()
-            .any(|m| self.calls(m, "add").next().is_some());
+        // After a compaction the `add` calls are gone, but the summary says the work is planned.
+        let planned = messages.iter().any(|m| {
+            self.calls(m, "add").next().is_some()
+                || matches!(m, Message::User { text } if text.starts_with(SUMMARY_PREFIX))
+        });
         match (self.act, hook) {
             (Act::WorkThroughTodos, None) if !planned => {
                 let calls = RELEASE_TODOS
@@ -88,7 +90,8 @@ impl DemoModel {
                 "Noting what is left.",
                 vec![(self.tool("add"), json!({ "text": HUMAN_TODO }))],
             ),
-            (_, None) => text("The release is planned and in hand. I'm done."),
+            (Act::WorkThroughTodos, None) => text("The release is planned and in hand. I'm done."),
+            (Act::Stubborn, None) => text("The backlog is written down. I'm done."),
             (Act::WorkThroughTodos, Some(at)) => self.work(messages, at),
             (Act::Stubborn, Some(at)) => match self.list_after(messages, at) {
                 None => self.list(messages, "The hook says something is still open. Checking."),
@@ -101,14 +104,23 @@ impl DemoModel {
 
     fn work(&self, messages: &[Message], hook_at: usize) -> LlmReply {
         let Some((list_at, open)) = self.list_after(messages, hook_at) else {
-            return self.list(
-                messages,
-                "A hook says todos are still open. Let me look at the list.",
-            );
+            let say = if hook_name(&messages[hook_at]).as_deref() == Some("_PostCompact") {
+                "The history was compacted; the todo server put the open todos back. Checking the list."
+            } else {
+                "The todo server objects: todos are still open. Let me look at the list."
+            };
+            return self.list(messages, say);
         };
         let done = self.completed_after(messages, list_at);
-        match open.iter().find(|id| !done.contains(id)) {
-            Some(&id) => self.call(
+        match open.iter().find(|(id, _)| !done.contains(id)) {
+            // Writing the changelog is real work: a long message, which fills the small context
+            // window of the demo and brings on the compaction.
+            Some((id, text)) if text.contains("changelog") => self.call(
+                messages,
+                &format!("Here is the changelog; completing todo #{id}.\n\n{CHANGELOG}"),
+                vec![(self.tool("complete"), json!({ "id": id }))],
+            ),
+            Some((id, _)) => self.call(
                 messages,
                 &format!("Completing todo #{id}."),
                 vec![(self.tool("complete"), json!({ "id": id }))],
@@ -158,8 +170,8 @@ impl DemoModel {
         })
     }
 
-    /// The newest `list` answered after message `from`: where, and the open todo ids it shows.
-    fn list_after(&self, messages: &[Message], from: usize) -> Option<(usize, Vec<u64>)> {
+    /// The newest `list` answered after message `from`: where, and the open todos it shows.
+    fn list_after(&self, messages: &[Message], from: usize) -> Option<(usize, Vec<(u64, String)>)> {
         messages
             .iter()
             .enumerate()
@@ -167,7 +179,7 @@ impl DemoModel {
             .rev()
             .find_map(|(i, m)| {
                 let call = self.calls(m, "list").next()?;
-                Some((i, open_ids(&Self::output_of(messages, &call.id)?)))
+                Some((i, open_todos(&Self::output_of(messages, &call.id)?)))
             })
     }
 
@@ -217,16 +229,43 @@ fn last_hook_answer(messages: &[Message]) -> Option<usize> {
     })
 }
 
-/// The ids of the open todos in a `list` answer: lines `#<id> [ ] <text>`.
-pub fn open_ids(list: &str) -> Vec<u64> {
+/// The open todos of a `list` answer, from its lines `#<id> [ ] <text>`.
+pub fn open_todos(list: &str) -> Vec<(u64, String)> {
     list.lines()
         .filter_map(|line| {
             let rest = line.trim().strip_prefix('#')?;
-            let (id, state) = rest.split_once(' ')?;
-            state.starts_with("[ ]").then(|| id.parse().ok()).flatten()
+            let (id, rest) = rest.split_once(' ')?;
+            let text = rest.strip_prefix("[ ] ")?;
+            Some((id.parse().ok()?, text.to_owned()))
         })
         .collect()
 }
+
+/// The name of the hook whose answer `message` carries, if it carries one.
+fn hook_name(message: &Message) -> Option<String> {
+    let Message::ToolResult { output, .. } = message else {
+        return None;
+    };
+    let value: Value = serde_json::from_str(&output.joined_text()).ok()?;
+    Some(value.get("hook")?.as_str()?.to_owned())
+}
+
+/// What the scripted model writes for the changelog todo.
+const CHANGELOG: &str = "## v1.0\n\n\
+### Added\n\
+- Hook tools: MCP servers steer the agent loop through `_Stop` and `_PostCompact`.\n\
+- An Agent Client Protocol agent (`hookloop acp`) and a one-shot CLI (`hookloop run`).\n\
+- OpenAI Chat Completions and Anthropic Messages providers, with retries and timeouts.\n\
+- Transcripts: every effect and fact of a session, replayable exactly.\n\n\
+### Sovereignty\n\
+- A hook that does not answer in time has not objected; two timeouts in a row kill its server.\n\
+- `_Stop` objections are budgeted per session; after the budget the engine stops regardless.\n\
+- A model that ends its turn right after an objection has declined it, and the turn ends.\n\n\
+### Changed\n\
+- Compaction keeps the current prompt and asks `_PostCompact` what must survive the summary.\n\
+- Hook answers reach the model JSON-encoded as tool results, never as instructions.\n\n\
+### Fixed\n\
+- Tool calls cancelled mid-flight are answered in the history, so every call has its result.";
 
 /// Writes the story as it happens: one line per event worth seeing.
 pub struct Narrator<W> {
@@ -327,10 +366,10 @@ mod tests {
     }
 
     #[test]
-    fn open_ids_are_read_from_a_list() {
+    fn open_todos_are_read_from_a_list() {
         assert_eq!(
-            open_ids("#1 [x] a\n#2 [ ] b c\n#10 [ ] d\nno todos"),
-            [2, 10]
+            open_todos("#1 [x] a\n#2 [ ] b c\n#10 [ ] d\nno todos"),
+            [(2, "b c".to_owned()), (10, "d".to_owned())]
         );
     }
 

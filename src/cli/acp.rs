@@ -1,0 +1,54 @@
+//! `hookloop acp`: the Agent Client Protocol agent on stdio, with the real provider and host.
+
+use std::process::ExitCode;
+
+use hookloop::acp::{self, AgentOptions, SessionFactory, SessionSpec};
+use hookloop::{Config, Session};
+
+use super::{Failure, wire};
+
+/// Serves until stdin ends. Configuration is checked before the first frame is read.
+pub async fn main() -> ExitCode {
+    let factory = match Factory::from_env() {
+        Ok(factory) => factory,
+        Err(failure) => return failure.report(),
+    };
+    tracing::info!("serving the Agent Client Protocol on stdio");
+    let served = acp::serve(
+        factory,
+        AgentOptions::default(),
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+    )
+    .await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => Failure::failed(e).report(),
+    }
+}
+
+/// Builds each session from the environment's configuration and the client's MCP servers.
+struct Factory {
+    config: Config,
+    llm: wire::SharedLlm,
+}
+
+impl Factory {
+    fn from_env() -> Result<Self, Failure> {
+        Ok(Self {
+            config: Config::from_env()?,
+            llm: wire::model_from_env()?,
+        })
+    }
+}
+
+impl SessionFactory for Factory {
+    type Llm = wire::SharedLlm;
+    type Host = wire::Host;
+    type Error = String;
+
+    async fn create(&self, spec: SessionSpec) -> Result<Session<Self::Llm, Self::Host>, String> {
+        let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
+        Ok(Session::new(self.config.clone(), self.llm.clone(), host))
+    }
+}

@@ -1,0 +1,198 @@
+//! `hookloop demo`: the two-act story, offline, with a scripted model and the real todo server.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use hookloop::demo::{Act, DemoModel, Narrator};
+use hookloop::machine::{FinishReason, SkipReason};
+use hookloop::progress::{Event, ProgressObserver};
+use hookloop::{Config, Hook, HookServers, PromptStop, Session};
+
+use super::{Failure, wire};
+
+/// The todo server's name in the demo, and so in `MCP_HOOK_SERVERS`.
+const SERVER: &str = "todo";
+
+const ACT_ONE_PROMPT: &str = "Get the release out: work through the todo list.";
+const ACT_TWO_PROMPT: &str = "Tidy up the backlog.";
+
+/// Runs both acts; exits 1 if the story did not unfold as told (so CI notices).
+pub async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report(),
+    }
+}
+
+/// What happened in one act, for checking the story's milestones.
+#[derive(Default)]
+struct Seen {
+    objections: u32,
+    compactions: u32,
+    post_compact: u32,
+    tool_calls: u32,
+    budget_spent: bool,
+    last_hook_quiet: bool,
+    finished: Option<FinishReason>,
+}
+
+async fn run() -> Result<(), Failure> {
+    let out = Arc::new(Mutex::new(Narrator::new(std::io::stdout())));
+    let say = |text: &str| {
+        let mut narrator = out.lock().unwrap_or_else(|p| p.into_inner());
+        narrator
+            .say(text)
+            .map_err(|e| Failure::failed(format!("cannot write: {e}")))
+    };
+    say("hookloop demo")?;
+    say("=============")?;
+    say(
+        "The model in this demo is SCRIPTED: a short deterministic program (hookloop::demo::DemoModel)",
+    )?;
+    say(
+        "stands in for the LLM, so nothing here needs an API key or the network. Everything else is",
+    )?;
+    say(
+        "real: the engine, and the todo MCP server, started from this binary as a child process over",
+    )?;
+    say("stdio, with its _Stop and _PostCompact hooks on (MCP_HOOK_SERVERS=todo).")?;
+    say("")?;
+
+    say("Act 1 — the model wants to stop early")?;
+    say("--------------------------------------")?;
+    say(&format!("user: {ACT_ONE_PROMPT}"))?;
+    let config = Config::builder()
+        .hook_servers(HookServers::Named(vec![SERVER.into()]))
+        // A small context window, so the history is compacted during the act.
+        .context_window(wire::DEMO_CONTEXT_TOKENS, 100)
+        // One tool call at a time, so the todos are numbered in the order they were planned.
+        .tool_concurrency(1)
+        .build()?;
+    let host = wire::todo_host(SERVER).await?;
+    let model = DemoModel::new(Act::WorkThroughTodos, SERVER);
+    let one = play(config, model, host, ACT_ONE_PROMPT, &out).await?;
+    check(one.objections >= 1, "act 1: _Stop never objected")?;
+    check(one.tool_calls >= 1, "act 1: the model completed no todo")?;
+    check(
+        one.compactions >= 1,
+        "act 1: the history was never compacted",
+    )?;
+    check(
+        one.post_compact >= 1,
+        "act 1: _PostCompact re-injected nothing",
+    )?;
+    check(
+        one.last_hook_quiet && one.finished == Some(FinishReason::EndTurn),
+        "act 1: the model did not stop for good with the list empty",
+    )?;
+    say("  ✓ the list is empty, _Stop has nothing left to say, and the model stopped for good.")?;
+    say("")?;
+
+    say("Act 2 — a stubborn hook")?;
+    say("-----------------------")?;
+    say("A fresh session. This time the open todo is one no tool can close, so the todo server's")?;
+    say(
+        "_Stop objects to every stop, whatever the model does. Hooks are advisory: a session may be",
+    )?;
+    say(
+        "objected to 3 times (SPROUT_AGENT_STOP_MAX_REJECTIONS), then the engine stops regardless.",
+    )?;
+    say(&format!("user: {ACT_TWO_PROMPT}"))?;
+    let config = Config::builder()
+        .hook_servers(HookServers::Named(vec![SERVER.into()]))
+        .build()?;
+    let budget = config.policy().stop_max_rejections;
+    let host = wire::todo_host(SERVER).await?;
+    let model = DemoModel::new(Act::Stubborn, SERVER);
+    let two = play(config, model, host, ACT_TWO_PROMPT, &out).await?;
+    check(
+        two.objections == budget,
+        "act 2: the hook did not use the whole budget",
+    )?;
+    check(
+        two.budget_spent,
+        "act 2: the engine never said the budget was spent",
+    )?;
+    check(
+        two.finished == Some(FinishReason::EndTurn),
+        "act 2: the prompt did not end",
+    )?;
+    say(&format!(
+        "  ✓ {budget} objections, the budget is spent, and the engine ended the turn anyway."
+    ))?;
+    say("")?;
+
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "hookloop".into());
+    say("Run the same story against a real model (any OpenAI-compatible or Anthropic API):")?;
+    say(&format!(
+        "  echo '{{\"mcpServers\": {{\"todo\": {{\"command\": \"{exe}\", \"args\": [\"todo-server\"]}}}}}}' > .mcp.json"
+    ))?;
+    say(&format!(
+        "  MCP_HOOK_SERVERS=todo HOOKLOOP_MODEL=gpt-4o-mini OPENAI_API_KEY=sk-... {exe} run \"{ACT_ONE_PROMPT}\""
+    ))?;
+    Ok(())
+}
+
+/// Runs one act's prompt, narrating every event, and returns what was seen.
+async fn play(
+    config: Config,
+    model: DemoModel,
+    host: wire::Host,
+    prompt: &str,
+    out: &Arc<Mutex<Narrator<std::io::Stdout>>>,
+) -> Result<Seen, Failure> {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut session = Session::new(config, model, host);
+    let (narrate, record) = (Arc::clone(out), Arc::clone(&seen));
+    session.add_observer(ProgressObserver::new(move |_, event| {
+        {
+            let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+            match &event {
+                Event::Objection { .. } => {
+                    seen.objections += 1;
+                    seen.last_hook_quiet = false;
+                }
+                Event::HookCalled {
+                    hook: Hook::Stop, ..
+                } => seen.last_hook_quiet = true,
+                Event::Compacted { .. } => seen.compactions += 1,
+                Event::PostCompactInjected { .. } => seen.post_compact += 1,
+                Event::ToolFinished {
+                    is_error: false, ..
+                } => seen.tool_calls += 1,
+                Event::StopSkipped {
+                    reason: SkipReason::BudgetSpent,
+                } => seen.budget_spent = true,
+                Event::Finished { reason } => seen.finished = Some(reason.clone()),
+                _ => {}
+            }
+        }
+        let mut narrator = narrate.lock().unwrap_or_else(|p| p.into_inner());
+        // The story is the product here; a closed stdout ends the demo at the next check.
+        let _ = narrator.event(&event);
+    }));
+    let stop = session
+        .prompt(prompt)
+        .await
+        .map_err(|e| Failure::failed(format!("the demo session failed: {e}")))?;
+    if stop != PromptStop::EndTurn {
+        return Err(Failure::failed(format!(
+            "the demo prompt ended with {stop:?}"
+        )));
+    }
+    drop(session);
+    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(seen)
+}
+
+fn check(ok: bool, what: &str) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::failed(format!(
+            "the demo's story went wrong: {what}"
+        )))
+    }
+}

@@ -1,0 +1,106 @@
+//! The binary's plumbing: logging, configuration errors, exit codes, and the wiring of the real
+//! model provider and MCP host into sessions.
+
+pub mod acp;
+pub mod demo;
+pub mod run;
+mod wire;
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// The environment, as `--help` shows it after each command's options.
+pub const ENV_HELP: &str = "\
+Environment (an invalid value stops start-up with a message naming it, exit status 2):
+  HOOKLOOP_PROVIDER                  openai (Chat Completions, default) or anthropic (Messages)
+  HOOKLOOP_MODEL                     the model name; required by run and acp
+  OPENAI_API_KEY, ANTHROPIC_API_KEY  the provider's key; optional with a custom base URL
+  OPENAI_BASE_URL                    default https://api.openai.com/v1
+  ANTHROPIC_BASE_URL                 default https://api.anthropic.com
+  HOOKLOOP_LLM_TIMEOUT_SECS          per model request attempt, default 120
+  HOOKLOOP_LLM_MAX_RETRIES           retries on 408, 429, 5xx and connection errors, default 3
+  MCP_HOOK_SERVERS                   servers whose hooks run: unset = none, * = all, or a,b
+  SPROUT_AGENT_HOOK_TIMEOUT_MS       per hook call, default 2500
+  SPROUT_AGENT_STOP_MAX_REJECTIONS   _Stop objections per session, default 3 (0 = never ask)
+  HOOKLOOP_MAX_ROUNDS                model requests per prompt, default 0 = unlimited
+  HOOKLOOP_TOOL_CONCURRENCY          tool calls of one reply run at once, default 8
+  HOOKLOOP_MAX_CONTEXT_TOKENS        the model's context window, default 200000
+  HOOKLOOP_MAX_OUTPUT_TOKENS         reserved for output, default 8192
+  HOOKLOOP_LOG                       log filter for stderr (tracing syntax), default warn
+See the README for the full table.";
+
+/// Exit statuses of `hookloop run` (and of start-up failures of every command).
+pub mod exit {
+    /// The model ended its turn.
+    pub const OK: u8 = 0;
+    /// The run failed: the model could not be reached, a server could not be configured.
+    pub const FAILED: u8 = 1;
+    /// Invalid arguments or environment.
+    pub const USAGE: u8 = 2;
+    /// The output limit cut the model's reply.
+    pub const MAX_TOKENS: u8 = 3;
+    /// The prompt's round cap was reached.
+    pub const MAX_TURN_REQUESTS: u8 = 4;
+    /// The model refused.
+    pub const REFUSAL: u8 = 5;
+    /// The prompt was cancelled (Ctrl-C).
+    pub const CANCELLED: u8 = 130;
+}
+
+/// Why a command could not do its work: a message for stderr and an exit status.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    /// A bad setting or argument (exit 2).
+    pub fn usage(message: impl fmt::Display) -> Self {
+        Self {
+            code: exit::USAGE,
+            message: message.to_string(),
+        }
+    }
+
+    /// Anything else that stops the command (exit 1).
+    pub fn failed(message: impl fmt::Display) -> Self {
+        Self {
+            code: exit::FAILED,
+            message: message.to_string(),
+        }
+    }
+
+    /// Prints the message and gives the exit status.
+    pub fn report(self) -> ExitCode {
+        eprintln!("hookloop: {}", self.message);
+        ExitCode::from(self.code)
+    }
+}
+
+impl From<hookloop::ConfigError> for Failure {
+    fn from(e: hookloop::ConfigError) -> Self {
+        Self::usage(e)
+    }
+}
+
+/// Logs go to stderr only (stdout carries answers and protocol frames), filtered by
+/// `HOOKLOOP_LOG` (tracing's filter syntax), or `default` when it is unset.
+pub fn init_logging(default: &str) -> Result<(), Failure> {
+    let filter = match std::env::var("HOOKLOOP_LOG") {
+        Ok(spec) => tracing_subscriber::EnvFilter::try_new(&spec)
+            .map_err(|e| Failure::usage(format!("HOOKLOOP_LOG={spec:?} is invalid: {e}")))?,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(Failure::usage("HOOKLOOP_LOG is not valid UTF-8"));
+        }
+        Err(std::env::VarError::NotPresent) => tracing_subscriber::EnvFilter::new(default),
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .init();
+    Ok(())
+}

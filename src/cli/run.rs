@@ -1,0 +1,197 @@
+//! `hookloop run`: one prompt in a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use hookloop::progress::{Event, ProgressObserver};
+use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::{Failure, exit, wire};
+
+/// Runs the command; every failure is reported here.
+pub async fn main(mcp_config: Option<PathBuf>, json: bool, prompt: String) -> ExitCode {
+    match run(mcp_config, json, prompt).await {
+        Ok(code) => code,
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn run(mcp_config: Option<PathBuf>, json: bool, prompt: String) -> Result<ExitCode, Failure> {
+    if prompt.trim().is_empty() {
+        return Err(Failure::usage("the prompt is empty"));
+    }
+    let config = Config::from_env()?;
+    let llm = wire::model_from_env()?;
+    let servers = wire::load_mcp_config(mcp_config.as_deref())?;
+    let host = wire::connect(servers).await?;
+    let session = Session::new(config, llm, host);
+    let mode = if json {
+        Mode::Json
+    } else if std::io::stderr().is_terminal() {
+        Mode::Spinner
+    } else {
+        Mode::Lines
+    };
+    Ok(drive(session, mode, prompt).await)
+}
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A spinner while the model thinks, and a line per event, on stderr.
+    Spinner,
+    /// A line per event on stderr.
+    Lines,
+    /// One JSON object per line on stdout.
+    Json,
+}
+
+/// Runs one prompt with progress shown in `mode`, prints the answer, and says how it ended.
+pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
+    mut session: Session<L, H>,
+    mode: Mode,
+    prompt: String,
+) -> ExitCode {
+    let (tx, rx) = mpsc::unbounded_channel();
+    session.add_observer(ProgressObserver::new(move |at, event| {
+        // The renderer outlives the session; a send fails only if it panicked.
+        let _ = tx.send((at, event));
+    }));
+    let renderer = tokio::spawn(render(rx, mode));
+    let cancel = session.cancel_handle();
+    let ctrl_c = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel();
+        }
+    });
+    let result = session.prompt(prompt).await;
+    ctrl_c.abort();
+    // Dropping the session drops the observer and its sender: the renderer drains and ends.
+    drop(session);
+    let answer = renderer.await.unwrap_or_default();
+    let (code, stop) = match &result {
+        Ok(stop) => (stop_code(*stop), Some(*stop)),
+        Err(_) => (exit::FAILED, None),
+    };
+    let mut stdout = std::io::stdout().lock();
+    let written = match (mode, &result) {
+        (Mode::Json, Ok(stop)) => writeln!(
+            stdout,
+            "{}",
+            serde_json::json!({"event": "answer", "stop_reason": stop, "text": answer})
+        ),
+        (Mode::Json, Err(e)) => writeln!(
+            stdout,
+            "{}",
+            serde_json::json!({"event": "error", "message": e.to_string()})
+        ),
+        (_, Ok(_)) if !answer.is_empty() => writeln!(stdout, "{answer}"),
+        (_, Ok(_)) => Ok(()),
+        (_, Err(e)) => {
+            eprintln!("hookloop: {e}");
+            Ok(())
+        }
+    };
+    if written.and_then(|()| stdout.flush()).is_err() {
+        return ExitCode::from(exit::FAILED);
+    }
+    if let Some(stop) = stop
+        && mode != Mode::Json
+        && stop != PromptStop::EndTurn
+    {
+        eprintln!("hookloop: stopped: {}", stop_words(stop));
+    }
+    ExitCode::from(code)
+}
+
+/// The exit status for each way a prompt ends (documented in `hookloop run --help`).
+pub fn stop_code(stop: PromptStop) -> u8 {
+    match stop {
+        PromptStop::EndTurn => exit::OK,
+        PromptStop::MaxTokens => exit::MAX_TOKENS,
+        PromptStop::MaxTurnRequests => exit::MAX_TURN_REQUESTS,
+        PromptStop::Refusal => exit::REFUSAL,
+        PromptStop::Cancelled => exit::CANCELLED,
+    }
+}
+
+fn stop_words(stop: PromptStop) -> &'static str {
+    match stop {
+        PromptStop::EndTurn => "the model ended its turn",
+        PromptStop::MaxTokens => "the output limit cut the reply (max_tokens)",
+        PromptStop::MaxTurnRequests => "the round cap was reached (HOOKLOOP_MAX_ROUNDS)",
+        PromptStop::Refusal => "the model refused",
+        PromptStop::Cancelled => "cancelled",
+    }
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    at_ms: u64,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+/// Shows events until the session is gone; returns the model's last text, the answer.
+async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mode) -> String {
+    let mut answer = String::new();
+    // When the model started thinking, by this task's clock: the spinner shows the wait.
+    let mut thinking_since: Option<tokio::time::Instant> = None;
+    let mut frame = 0usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut stderr = std::io::stderr();
+    loop {
+        let spinning = mode == Mode::Spinner && thinking_since.is_some();
+        let (at, event) = tokio::select! {
+            next = events.recv() => match next {
+                Some(next) => next,
+                None => break,
+            },
+            _ = tick.tick(), if spinning => {
+                frame = (frame + 1) % SPINNER.len();
+                let elapsed = thinking_since.map(|t| t.elapsed()).unwrap_or_default();
+                let _ = write!(stderr, "\r\x1b[2K{} thinking… {:.1}s", SPINNER[frame], elapsed.as_secs_f64());
+                let _ = stderr.flush();
+                continue;
+            }
+        };
+        if mode == Mode::Spinner && thinking_since.take().is_some() {
+            let _ = write!(stderr, "\r\x1b[2K");
+        }
+        if let Event::ModelText { text } = &event {
+            answer.clone_from(text);
+        }
+        if let Event::Thinking { .. } = event {
+            thinking_since = Some(tokio::time::Instant::now());
+        }
+        match mode {
+            Mode::Json => {
+                let line = JsonLine {
+                    at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
+                    event: &event,
+                };
+                if let Ok(text) = serde_json::to_string(&line) {
+                    let mut stdout = std::io::stdout().lock();
+                    let _ = writeln!(stdout, "{text}");
+                    let _ = stdout.flush();
+                }
+            }
+            Mode::Lines | Mode::Spinner => {
+                if let Some(line) = event.describe() {
+                    let _ = writeln!(stderr, "[{:>6.1}s] {line}", at.as_secs_f64());
+                }
+            }
+        }
+    }
+    if mode == Mode::Spinner && thinking_since.is_some() {
+        let _ = write!(stderr, "\r\x1b[2K");
+    }
+    answer
+}

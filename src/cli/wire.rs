@@ -1,0 +1,128 @@
+//! The real pieces behind the commands: the provider from the environment, and the MCP host
+//! from a `.mcp.json` file, from an ACP `session/new`, or for the demo's todo server.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hookloop::acp::{ServerSpec, SessionSpec};
+use hookloop::llm::{AnyLlm, LlmConfig, LlmRequest};
+use hookloop::machine::LlmReply;
+use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
+use hookloop::{LlmClient, LlmError, ServerName};
+
+use super::Failure;
+
+/// The tool host of every command.
+pub type Host = McpHost;
+
+/// The demo's context window, in tokens: small enough that act one compacts once, after the
+/// first todo is done (the demo checks it did, so a change that moves it fails loudly).
+pub const DEMO_CONTEXT_TOKENS: u64 = 640;
+
+/// One provider client shared by every session of the process.
+#[derive(Clone, Debug)]
+pub struct SharedLlm(Arc<AnyLlm>);
+
+impl LlmClient for SharedLlm {
+    async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        self.0.complete(request).await
+    }
+}
+
+/// The provider the environment names (`HOOKLOOP_PROVIDER`, `HOOKLOOP_MODEL`, keys, URLs).
+pub fn model_from_env() -> Result<SharedLlm, Failure> {
+    let config = LlmConfig::from_env()?;
+    let client = config.client().map_err(Failure::usage)?;
+    Ok(SharedLlm(Arc::new(client)))
+}
+
+/// The servers of `path`, or of `./.mcp.json` when no path is given and it exists, or none.
+pub fn load_mcp_config(path: Option<&Path>) -> Result<McpServers, Failure> {
+    let (path, required) = match path {
+        Some(path) => (path, true),
+        None => (Path::new(".mcp.json"), false),
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(McpServers::new());
+        }
+        Err(e) => {
+            return Err(Failure::usage(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    McpServers::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// Starts the servers; one that fails is reported and left out.
+pub async fn connect(servers: McpServers) -> Result<Host, Failure> {
+    let (host, failures) = McpHost::connect(servers, HostOptions::default())
+        .await
+        .map_err(Failure::failed)?;
+    for failure in failures {
+        tracing::warn!(server = %failure.server, error = %failure.error, "server did not start");
+    }
+    Ok(host)
+}
+
+/// Starts the servers an ACP client attached to a session, all of them or none: a client that
+/// names a server expects it there.
+pub async fn connect_spec(spec: SessionSpec) -> Result<Host, Failure> {
+    let mut servers = McpServers::new();
+    for server in spec.servers {
+        let (name, config) = match server {
+            ServerSpec::Stdio {
+                name,
+                command,
+                args,
+                env,
+            } => {
+                let mut config = ServerConfig::stdio(command.to_string_lossy(), args);
+                for (key, value) in env {
+                    config = config.env(key, value);
+                }
+                if let ServerConfig::Stdio(stdio) = &mut config {
+                    stdio.cwd = Some(spec.cwd.clone());
+                }
+                (name, config)
+            }
+            ServerSpec::Http { name, url, headers } => {
+                let mut config = ServerConfig::http(url);
+                for (key, value) in headers {
+                    config = config.header(key, value);
+                }
+                (name, config)
+            }
+        };
+        servers.push(name, config).map_err(Failure::usage)?;
+    }
+    let options = HostOptions {
+        all_or_nothing: true,
+        ..HostOptions::default()
+    };
+    let (host, _) = McpHost::connect(servers, options)
+        .await
+        .map_err(Failure::failed)?;
+    Ok(host)
+}
+
+/// The demo's todo server: this very binary, run as `hookloop todo-server`.
+pub async fn todo_host(server: &str) -> Result<Host, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this program's path: {e}")))?;
+    let config = ServerConfig::stdio(exe.to_string_lossy(), ["todo-server"]);
+    let name = ServerName::new(server).map_err(Failure::failed)?;
+    let mut servers = McpServers::new();
+    servers.push(name, config).map_err(Failure::failed)?;
+    let options = HostOptions {
+        all_or_nothing: true,
+        ..HostOptions::default()
+    };
+    let (host, _) = McpHost::connect(servers, options)
+        .await
+        .map_err(|e| Failure::failed(format!("the todo server did not start: {e}")))?;
+    Ok(host)
+}

@@ -1,0 +1,480 @@
+//! `hookloop acp` end to end: the binary over stdio, a loopback model speaking the Chat
+//! Completions shape, and real MCP servers as child processes (`hookloop-test-server`, whose
+//! behaviour each test sets through its environment, and the demo's todo server).
+
+mod loopback;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use loopback::{FakeProvider, Reply, after_tool, last_user_text};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
+
+struct Agent {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+    backlog: Vec<Value>,
+}
+
+impl Agent {
+    fn spawn(provider: &FakeProvider, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(loopback::hookloop());
+        command
+            .arg("acp")
+            .env("OPENAI_BASE_URL", &provider.base_url)
+            .env("HOOKLOOP_MODEL", "loopback")
+            .env("MCP_HOOK_SERVERS", "*")
+            .env_remove("HOOKLOOP_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("the binary starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Self {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            backlog: Vec::new(),
+        }
+    }
+
+    async fn send_raw(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        self.stdin.write_all(b"\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(&frame.to_string()).await;
+        id
+    }
+
+    async fn notify(&mut self, method: &str, params: Value) {
+        let frame = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        self.send_raw(&frame.to_string()).await;
+    }
+
+    async fn read(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.stdout.next_line())
+            .await
+            .expect("the agent answers within 30 s")
+            .unwrap()
+            .expect("the agent's stdout is open");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carries a non-frame ({e}): {line}"))
+    }
+
+    /// The reply to `id`, and the updates of every session seen meanwhile.
+    async fn reply(&mut self, id: u64) -> (Value, Vec<Value>) {
+        let mut updates = Vec::new();
+        let mut found = None;
+        for frame in std::mem::take(&mut self.backlog) {
+            if found.is_none() && frame["id"] == json!(id) && frame.get("method").is_none() {
+                found = Some(frame);
+            } else if frame["method"] == "session/update" {
+                updates.push(frame["params"].clone());
+            } else {
+                self.backlog.push(frame);
+            }
+        }
+        while found.is_none() {
+            let frame = self.read().await;
+            if frame["id"] == json!(id) && frame.get("method").is_none() {
+                found = Some(frame);
+            } else if frame["method"] == "session/update" {
+                updates.push(frame["params"].clone());
+            } else {
+                self.backlog.push(frame);
+            }
+        }
+        (found.unwrap(), updates)
+    }
+
+    /// Reads until an update satisfies `pred`; keeps what it read for later replies.
+    async fn wait_update(&mut self, pred: impl Fn(&Value) -> bool) {
+        loop {
+            let frame = self.read().await;
+            let hit = frame["method"] == "session/update" && pred(&frame["params"]["update"]);
+            self.backlog.push(frame);
+            if hit {
+                return;
+            }
+        }
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.send(method, params).await;
+        self.reply(id).await
+    }
+
+    async fn initialize(&mut self) {
+        let (reply, _) = self
+            .call(
+                "initialize",
+                json!({"protocolVersion": 1, "clientCapabilities": {}}),
+            )
+            .await;
+        assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}");
+    }
+
+    async fn new_session(&mut self, servers: Value) -> String {
+        let cwd = std::env::temp_dir();
+        let (reply, _) = self
+            .call("session/new", json!({"cwd": cwd, "mcpServers": servers}))
+            .await;
+        reply["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new failed: {reply}"))
+            .to_owned()
+    }
+
+    async fn prompt(&mut self, session: &str, text: &str) -> u64 {
+        self.send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+        )
+        .await
+    }
+
+    async fn prompt_to_end(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
+        let id = self.prompt(session, text).await;
+        self.reply(id).await
+    }
+
+    async fn close(mut self) {
+        drop(self.stdin);
+        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("the agent exits once stdin ends")
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
+/// A `hookloop-test-server` entry of `session/new`, with its behaviour in `env`.
+fn test_server(name: &str, env: &[(&str, &str)]) -> Value {
+    let env: Vec<Value> = env
+        .iter()
+        .map(|(k, v)| json!({"name": k, "value": v}))
+        .collect();
+    json!({"name": name, "command": TEST_SERVER, "args": [], "env": env})
+}
+
+fn update_kind(update: &Value) -> String {
+    let update = &update["update"];
+    let kind = update["sessionUpdate"].as_str().unwrap_or("?");
+    match update["status"].as_str() {
+        Some(status) => format!("{kind}:{status}"),
+        None if kind == "tool_call" => "tool_call:pending".into(),
+        None => kind.to_owned(),
+    }
+}
+
+fn thoughts(updates: &[Value]) -> Vec<String> {
+    updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "agent_thought_chunk")
+        .map(|u| {
+            u["update"]["content"]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+fn titles(updates: &[Value]) -> Vec<String> {
+    updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
+        .map(|u| u["update"]["title"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_objection_and_a_declined_stop_are_visible_then_the_turn_ends() {
+    let provider = FakeProvider::start(|request| {
+        if after_tool(request) {
+            Reply::text("Still done.")
+        } else {
+            Reply::text("Done.")
+        }
+    });
+    let mut agent = Agent::spawn(&provider, &[]);
+    agent.initialize().await;
+    let session = agent
+        .new_session(json!([test_server(
+            "checks",
+            &[("TS_HOOKS", "_Stop"), ("TS_STOP", "say:2 tests fail")]
+        )]))
+        .await;
+    let (reply, updates) = agent.prompt_to_end(&session, "Fix the tests.").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert_eq!(titles(&updates), ["_Stop objection from checks (2 left)"]);
+    let objection = updates
+        .iter()
+        .find(|u| u["update"]["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(
+        objection["update"]["content"][0]["content"]["text"],
+        "2 tests fail"
+    );
+    assert!(
+        thoughts(&updates).iter().any(|t| t.contains("declined")),
+        "{updates:?}"
+    );
+    // The model saw the objection as the JSON hook body.
+    let second = &provider.requests()[1];
+    assert!(
+        second.to_string().contains(r#"\"hook\":\"_Stop\""#),
+        "{second}"
+    );
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_spent_budget_and_a_refused_hook_call_are_visible() {
+    // Budget of 1: the first objection uses it; the next end of turn is let through.
+    let provider = FakeProvider::start(|request| {
+        let text = request.to_string();
+        let objected = text.contains(r#"\"hook\":\"_Stop\""#);
+        let worked = loopback::called(request, "checks__echo");
+        match (objected, worked, after_tool(request)) {
+            (true, false, true) => Reply::tool("checks__echo", json!({"try": 1})),
+            (_, _, _) if last_user_text(request) == "call the hook" && !after_tool(request) => {
+                Reply::tool("checks___Stop", json!({}))
+            }
+            _ => Reply::text("done"),
+        }
+    });
+    let mut agent = Agent::spawn(&provider, &[("SPROUT_AGENT_STOP_MAX_REJECTIONS", "1")]);
+    agent.initialize().await;
+    let session = agent
+        .new_session(json!([test_server(
+            "checks",
+            &[("TS_HOOKS", "_Stop"), ("TS_STOP", "say:not yet")]
+        )]))
+        .await;
+
+    let (reply, updates) = agent.prompt_to_end(&session, "budget").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let kinds: Vec<String> = updates.iter().map(update_kind).collect();
+    assert!(
+        titles(&updates).contains(&"_Stop objection from checks (0 left)".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(
+        thoughts(&updates)
+            .iter()
+            .any(|t| t.contains("budget is spent")),
+        "{updates:?}"
+    );
+
+    // The budget is session-wide: the next prompt's end of turn is not even asked about.
+    let (reply, updates) = agent.prompt_to_end(&session, "call the hook").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    let refused = updates
+        .iter()
+        .find(|u| u["update"]["sessionUpdate"] == "tool_call")
+        .expect("the refused call is shown");
+    assert_eq!(refused["update"]["title"], "checks___Stop");
+    assert_eq!(refused["update"]["status"], "failed");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn hook_timeouts_fail_open_and_the_second_in_a_row_kills_the_server() {
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let mut agent = Agent::spawn(&provider, &[("SPROUT_AGENT_HOOK_TIMEOUT_MS", "300")]);
+    agent.initialize().await;
+    let session = agent
+        .new_session(json!([test_server(
+            "slow",
+            &[("TS_HOOKS", "_Stop"), ("TS_STOP", "hang|hang")]
+        )]))
+        .await;
+    let (reply, updates) = agent.prompt_to_end(&session, "go").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    assert!(
+        thoughts(&updates)
+            .iter()
+            .any(|t| t.contains("_Stop on slow") && t.contains("no objection")),
+        "{updates:?}"
+    );
+    // The counter of consecutive timeouts is the session's: the second prompt's kills.
+    let (reply, updates) = agent.prompt_to_end(&session, "again").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    assert!(
+        thoughts(&updates)
+            .iter()
+            .any(|t| t.contains("Server slow was killed")),
+        "{updates:?}"
+    );
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_compaction_and_the_post_compact_injection_are_visible() {
+    let provider = FakeProvider::start(|request| {
+        if last_user_text(request).contains("Summarize") {
+            Reply::text("Summary: echoed a long text.")
+        } else if after_tool(request) || request.to_string().contains("_PostCompact") {
+            Reply::text("done")
+        } else {
+            Reply::tool("mem__echo", json!({"text": "x".repeat(3000)}))
+        }
+    });
+    let mut agent = Agent::spawn(
+        &provider,
+        &[
+            ("HOOKLOOP_MAX_CONTEXT_TOKENS", "1200"),
+            ("HOOKLOOP_MAX_OUTPUT_TOKENS", "100"),
+        ],
+    );
+    agent.initialize().await;
+    let session = agent
+        .new_session(json!([test_server(
+            "mem",
+            &[
+                ("TS_HOOKS", "_PostCompact"),
+                ("TS_POST_COMPACT", "say:open: #1 write docs")
+            ]
+        )]))
+        .await;
+    let (reply, updates) = agent.prompt_to_end(&session, "remember").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        thoughts(&updates)
+            .iter()
+            .any(|t| t.contains("History compacted")),
+        "{updates:?}"
+    );
+    assert!(
+        titles(&updates).contains(&"_PostCompact from mem".to_owned()),
+        "{updates:?}"
+    );
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn sessions_are_concurrent_and_a_busy_one_refuses_a_second_prompt() {
+    let provider = FakeProvider::start(|request| match last_user_text(request).as_str() {
+        "slow" if !after_tool(request) => Reply::tool("tools__hang", json!({})),
+        _ => Reply::text("quick answer"),
+    });
+    let mut agent = Agent::spawn(&provider, &[]);
+    agent.initialize().await;
+    let a = agent.new_session(json!([test_server("tools", &[])])).await;
+    let b = agent.new_session(json!([test_server("tools", &[])])).await;
+    assert_ne!(a, b);
+    let slow = agent.prompt(&a, "slow").await;
+    agent.wait_update(|u| u["status"] == "in_progress").await;
+    let (busy, _) = agent
+        .call(
+            "session/prompt",
+            json!({"sessionId": a, "prompt": [{"type": "text", "text": "again"}]}),
+        )
+        .await;
+    assert_eq!(busy["error"]["code"], -32600, "{busy}");
+    let (reply, updates) = agent.prompt_to_end(&b, "fast").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    assert!(updates.iter().any(|u| u["sessionId"] == json!(b)));
+
+    // Cancel during the tool call: the prompt ends promptly, the call is failed, the session works.
+    let started = std::time::Instant::now();
+    agent
+        .notify("session/cancel", json!({"sessionId": a}))
+        .await;
+    let (reply, updates) = agent.reply(slow).await;
+    assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionId"] == json!(a) && update_kind(u) == "tool_call_update:failed")
+    );
+    let (reply, _) = agent.prompt_to_end(&a, "next").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn cancel_during_a_hook_call_ends_promptly_and_the_next_prompt_works() {
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let mut agent = Agent::spawn(&provider, &[("SPROUT_AGENT_HOOK_TIMEOUT_MS", "60000")]);
+    agent.initialize().await;
+    let session = agent
+        .new_session(json!([test_server(
+            "gate",
+            &[
+                ("TS_HOOKS", "_Stop"),
+                ("TS_STOP", "hang"),
+                ("TS_THEN", "empty")
+            ]
+        )]))
+        .await;
+    let id = agent.prompt(&session, "go").await;
+    agent
+        .wait_update(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    agent
+        .notify("session/cancel", json!({"sessionId": session}))
+        .await;
+    let (reply, _) = agent.reply(id).await;
+    assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (reply, _) = agent.prompt_to_end(&session, "again").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_frames_get_errors_and_other_sessions_go_on() {
+    let provider = FakeProvider::start(|request| match last_user_text(request).as_str() {
+        "work" if !after_tool(request) => Reply::tool("tools__slow", json!({"ms": 500})),
+        _ => Reply::text("finished"),
+    });
+    let mut agent = Agent::spawn(&provider, &[]);
+    agent.initialize().await;
+    let session = agent.new_session(json!([test_server("tools", &[])])).await;
+    let id = agent.prompt(&session, "work").await;
+
+    agent.send_raw("{not json").await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":"huge","method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":"{}"}}]}}}}"#,
+        "a".repeat(5 * 1024 * 1024)
+    );
+    agent.send_raw(&big).await;
+
+    let (reply, _) = agent.reply(id).await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let (unknown, _) = agent.call("session/fly", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32601);
+    let parse_error = agent
+        .backlog
+        .iter()
+        .find(|f| f["error"]["code"] == -32700)
+        .cloned();
+    assert!(parse_error.is_some(), "{:?}", agent.backlog);
+    let oversized = agent.backlog.iter().find(|f| f["id"] == "huge").cloned();
+    let oversized = oversized.expect("the oversized frame is answered with its id");
+    assert_eq!(oversized["error"]["code"], -32600);
+    agent.close().await;
+}

@@ -1,0 +1,193 @@
+//! The `hookloop` command line: help, configuration errors, and `run` against a loopback model
+//! with real MCP servers.
+
+mod loopback;
+
+use std::process::{Command, Output};
+
+use loopback::{FakeProvider, Reply, after_tool};
+use serde_json::{Value, json};
+
+fn hookloop(args: &[&str]) -> Command {
+    let mut command = Command::new(loopback::hookloop());
+    command.args(args);
+    for var in [
+        "MCP_HOOK_SERVERS",
+        "SPROUT_AGENT_HOOK_TIMEOUT_MS",
+        "SPROUT_AGENT_STOP_MAX_REJECTIONS",
+        "HOOKLOOP_MAX_ROUNDS",
+        "HOOKLOOP_PROVIDER",
+        "HOOKLOOP_MODEL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "HOOKLOOP_LOG",
+    ] {
+        command.env_remove(var);
+    }
+    // No `.mcp.json` from wherever the tests run.
+    command.current_dir(std::env::temp_dir());
+    command
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn with_provider(command: &mut Command, provider: &FakeProvider) {
+    command
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback");
+}
+
+#[test]
+fn help_names_every_command_and_run_documents_exit_statuses() {
+    let out = hookloop(&["--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for word in ["demo", "run", "acp", "MCP_HOOK_SERVERS", "HOOKLOOP_MODEL"] {
+        assert!(help.contains(word), "--help lacks {word}:\n{help}");
+    }
+    assert!(
+        !help.contains("todo-server"),
+        "the internal command is hidden"
+    );
+    let out = hookloop(&["run", "--help"]).output().unwrap();
+    let help = text(&out.stdout);
+    for word in [
+        "--mcp-config",
+        "--json",
+        "Exit status",
+        "130",
+        "HOOKLOOP_MAX_ROUNDS",
+    ] {
+        assert!(help.contains(word), "run --help lacks {word}:\n{help}");
+    }
+    let out = hookloop(&["acp", "--help"]).output().unwrap();
+    assert!(text(&out.stdout).contains("Agent Client Protocol"));
+    let out = hookloop(&["demo", "--help"]).output().unwrap();
+    assert!(text(&out.stdout).contains("SCRIPTED") || text(&out.stdout).contains("scripted"));
+}
+
+#[test]
+fn an_invalid_variable_stops_start_up_with_its_name_and_exit_2() {
+    for (var, value, args) in [
+        ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "soon", &["run", "hi"][..]),
+        ("HOOKLOOP_MAX_ROUNDS", "-1", &["acp"][..]),
+        ("HOOKLOOP_PROVIDER", "parrot", &["run", "hi"][..]),
+        ("HOOKLOOP_LOG", "hookloop=[", &["run", "hi"][..]),
+    ] {
+        let out: Output = hookloop(args)
+            .env("HOOKLOOP_MODEL", "m")
+            .env("OPENAI_API_KEY", "k")
+            .env(var, value)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {out:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(var), "{var}: {stderr}");
+        assert!(out.stdout.is_empty(), "nothing on stdout: {out:?}");
+    }
+}
+
+#[test]
+fn run_prints_the_answer_on_stdout_and_progress_on_stderr() {
+    let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
+    let mut command = hookloop(&["run", "What", "is", "the", "answer?"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "The answer is 42.\n");
+    assert!(text(&out.stderr).contains("model: The answer is 42."));
+    let request = &provider.requests()[0];
+    assert_eq!(loopback::last_user_text(request), "What is the answer?");
+}
+
+#[test]
+fn run_with_the_todo_server_shows_objections_and_json_events() {
+    let dir = tempdir();
+    let config = dir.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"todo": {"command": loopback::hookloop(), "args": ["todo-server"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let provider = FakeProvider::start(|request| {
+        if after_tool(request) || request["messages"].as_array().unwrap().len() > 2 {
+            Reply::text("Still done.")
+        } else {
+            Reply::text("Done.")
+        }
+    });
+    let mut command = hookloop(&[
+        "run",
+        "--json",
+        "--mcp-config",
+        config.to_str().unwrap(),
+        "go",
+    ]);
+    with_provider(&mut command, &provider);
+    let out = command.env("MCP_HOOK_SERVERS", "todo").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"hook_called"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"answer"));
+    assert_eq!(events.last().unwrap()["stop_reason"], "end_turn");
+    assert!(events.iter().all(|e| e.get("event").is_some()));
+}
+
+#[test]
+fn the_round_cap_exits_4() {
+    let provider = FakeProvider::start(|_| Reply::tool("nowhere__tool", json!({})));
+    let mut command = hookloop(&["run", "loop"]);
+    with_provider(&mut command, &provider);
+    let out = command.env("HOOKLOOP_MAX_ROUNDS", "2").output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(text(&out.stderr).contains("round cap"));
+}
+
+#[test]
+fn an_unreachable_model_exits_1() {
+    let mut command = hookloop(&["run", "hi"]);
+    let out = command
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("HOOKLOOP_MODEL", "m")
+        .env("HOOKLOOP_LLM_MAX_RETRIES", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("model request failed"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_missing_mcp_config_file_exits_2() {
+    let provider = FakeProvider::start(|_| Reply::text("x"));
+    let mut command = hookloop(&["run", "--mcp-config", "/nonexistent/mcp.json", "hi"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("/nonexistent/mcp.json"));
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "hookloop-cli-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,0 +1,197 @@
+//! Test support shared by the binary's end-to-end tests: a model provider on 127.0.0.1 that
+//! speaks the OpenAI Chat Completions shape and answers from a closure, and helpers to run the
+//! `hookloop` binary.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// What the fake model answers to one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Text that ends the turn.
+    Text(String),
+    /// Tool calls, each `(qualified name, arguments)`.
+    Tools(Vec<(String, Value)>),
+    /// No answer until the client gives up (the test cancels).
+    Hang,
+}
+
+impl Reply {
+    pub fn text(text: &str) -> Self {
+        Self::Text(text.to_owned())
+    }
+
+    pub fn tool(name: &str, arguments: Value) -> Self {
+        Self::Tools(vec![(name.to_owned(), arguments)])
+    }
+}
+
+type Answer = dyn Fn(&Value) -> Reply + Send + Sync;
+
+/// A Chat Completions server on 127.0.0.1, one thread per connection.
+pub struct FakeProvider {
+    pub base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl FakeProvider {
+    /// Starts a server answering each request body with `answer`.
+    pub fn start(answer: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let answer: Arc<Answer> = Arc::new(answer);
+        let seen = Arc::clone(&requests);
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (answer, seen) = (Arc::clone(&answer), Arc::clone(&seen));
+                n += 1;
+                let id = n;
+                std::thread::spawn(move || serve(stream, id, &*answer, &seen));
+            }
+        });
+        Self { base_url, requests }
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    let mut call = 0u64;
+    loop {
+        let mut length = 0usize;
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        seen.lock().unwrap().push(request.clone());
+        call += 1;
+        let reply = answer(&request);
+        let message = match reply {
+            Reply::Hang => {
+                // Hold the connection until the client drops it.
+                std::thread::sleep(Duration::from_secs(600));
+                return;
+            }
+            Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
+            Reply::Tools(calls) => {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, arguments))| {
+                        json!({
+                            "id": format!("call_{id}_{call}_{i}"),
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments.to_string()},
+                        })
+                    })
+                    .collect();
+                (
+                    json!({"role": "assistant", "content": null, "tool_calls": calls}),
+                    "tool_calls",
+                )
+            }
+        };
+        let body = json!({
+            "id": format!("chatcmpl-{id}-{call}"),
+            "object": "chat.completion",
+            "created": 0,
+            "model": request["model"],
+            "choices": [{"index": 0, "message": message.0, "finish_reason": message.1}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        })
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        if stream.write_all(head.as_bytes()).is_err() || stream.write_all(body.as_bytes()).is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The text of a message's content: a string, or the text parts of an array.
+fn content_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+fn user_texts(request: &Value) -> impl DoubleEndedIterator<Item = String> + '_ {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .map(content_text)
+}
+
+/// The text of the last user message of a Chat Completions request.
+pub fn last_user_text(request: &Value) -> String {
+    user_texts(request).next_back().unwrap_or_default()
+}
+
+/// The first user message of a request: the prompt, for routing replies per session.
+pub fn first_user_text(request: &Value) -> String {
+    user_texts(request).next().unwrap_or_default()
+}
+
+/// Whether an assistant message of the request called `tool`.
+pub fn called(request: &Value, tool: &str) -> bool {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+        .any(|c| c["function"]["name"] == tool)
+}
+
+/// Whether the last message of a request is a tool result (the model sees tool output).
+pub fn after_tool(request: &Value) -> bool {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "tool")
+}
+
+/// The hookloop binary built for these tests.
+pub fn hookloop() -> &'static str {
+    env!("CARGO_BIN_EXE_hookloop")
+}
