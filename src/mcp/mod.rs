@@ -1,7 +1,22 @@
-//! The tool side: the [`ToolHost`] trait the driver calls to run tools and hooks.
+//! The tool side: the [`ToolHost`] trait the driver calls to run tools and hooks, and
+//! [`McpHost`], its implementation on real MCP servers (rmcp's client over child-process stdio
+//! and streamable HTTP).
+//!
+//! rmcp's types stay inside this module: the rest of the engine sees [`Catalog`],
+//! [`ToolOutput`] and [`HookReply`] only.
+
+mod child;
+mod config;
+mod convert;
+mod host;
 
 use std::future::Future;
 use std::time::Duration;
+
+pub use self::config::{
+    CHILD_ENV_PASSTHROUGH, HostOptions, HttpConfig, McpServers, ServerConfig, StdioConfig,
+};
+pub use self::host::{McpHost, StartupFailure};
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{Catalog, HookContext, HookReply, ToolCall, ToolOutput};
@@ -37,4 +52,42 @@ pub trait ToolHost: Send + Sync {
 
     /// Kills a server; it may come back through a lazy restart.
     fn kill_server(&self, server: &ServerName) -> impl Future<Output = ()> + Send;
+}
+
+/// Why the MCP host could not start, or could not reach a server.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The server configuration is unusable.
+    #[error("invalid mcp configuration: {0}")]
+    Config(String),
+    /// A server could not be started: spawn, connect, initialize or `tools/list` failed.
+    #[error("server {server} failed to start: {reason}")]
+    Startup { server: ServerName, reason: String },
+    /// A server did not finish starting within the start-up timeout.
+    #[error("server {server} did not start within {secs} s")]
+    StartupTimeout { server: ServerName, secs: u64 },
+    /// A server listed two tools under one qualified name.
+    #[error("server {server} lists two tools named {tool:?} (both would be {qualified:?})")]
+    DuplicateTool {
+        server: ServerName,
+        tool: String,
+        qualified: String,
+    },
+    /// The servers offer more tools than the session allows.
+    #[error("the servers offer {count} tools, more than the limit of {max}")]
+    TooManyTools { count: usize, max: usize },
+    /// Some servers failed to start and the embedder asked for all or nothing.
+    #[error("{} of the servers failed to start: {}", failures.len(), list_failures(failures))]
+    NotAllStarted { failures: Vec<StartupFailure> },
+    /// A server is gone: killed, crashed, or out of restarts.
+    #[error("server {server} is unavailable: {reason}")]
+    Unavailable { server: ServerName, reason: String },
+}
+
+fn list_failures(failures: &[StartupFailure]) -> String {
+    failures
+        .iter()
+        .map(|f| f.error.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -1,0 +1,137 @@
+//! A todo list as an MCP server (stdio) that steers an agent through two hook tools:
+//!
+//! - `_Stop` objects while todos are open: `2 open: write tests; update docs`. Empty when all
+//!   are done, so the agent may stop.
+//! - `_PostCompact` returns the open list, so it survives a compaction of the history.
+//!
+//! The model sees `add`, `complete` and `list`; it never sees the hooks, which the engine calls.
+//!
+//! ```text
+//! cargo build --example todo_server
+//! MCP_HOOK_SERVERS=todo hookloop run …   # with {"todo": {"command": "target/debug/examples/todo_server"}}
+//! ```
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{ServerCapabilities, ServerConfig};
+use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+
+#[derive(Clone)]
+struct Todos {
+    items: Arc<Mutex<Vec<Todo>>>,
+    // Read by the code `#[tool_handler]` generates, which the lint does not see.
+    #[allow(dead_code)]
+    tool_router: ToolRouter<Self>,
+}
+
+struct Todo {
+    text: String,
+    done: bool,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Add {
+    /// What there is to do.
+    text: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Complete {
+    /// The number `list` shows for the todo.
+    id: usize,
+}
+
+impl Todos {
+    fn new() -> Self {
+        Self {
+            items: Arc::default(),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    fn open(&self) -> Vec<String> {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        items
+            .iter()
+            .filter(|t| !t.done)
+            .map(|t| t.text.clone())
+            .collect()
+    }
+}
+
+#[tool_router]
+impl Todos {
+    #[tool(description = "Add a todo. Returns its number.")]
+    fn add(&self, Parameters(Add { text }): Parameters<Add>) -> String {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        items.push(Todo { text, done: false });
+        format!("added #{}", items.len())
+    }
+
+    #[tool(description = "Mark a todo done, by its number.")]
+    fn complete(&self, Parameters(Complete { id }): Parameters<Complete>) -> String {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        match id.checked_sub(1).and_then(|i| items.get_mut(i)) {
+            Some(todo) => {
+                todo.done = true;
+                format!("completed #{id}: {}", todo.text)
+            }
+            None => format!("there is no todo #{id}"),
+        }
+    }
+
+    #[tool(description = "List every todo with its number and state.")]
+    fn list(&self) -> String {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        if items.is_empty() {
+            return "no todos".into();
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("#{} [{}] {}", i + 1, if t.done { "x" } else { " " }, t.text))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Objects to the end of the turn while todos are open.
+    #[tool(name = "_Stop", description = "Lists the open todos, if any.")]
+    fn stop(&self) -> String {
+        let open = self.open();
+        if open.is_empty() {
+            String::new()
+        } else {
+            format!("{} open: {}", open.len(), open.join("; "))
+        }
+    }
+
+    /// Puts the open todos back into a compacted context.
+    #[tool(name = "_PostCompact", description = "Restates the open todos.")]
+    fn post_compact(&self) -> String {
+        let open = self.open();
+        if open.is_empty() {
+            String::new()
+        } else {
+            format!("Open todos:\n- {}", open.join("\n- "))
+        }
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Todos {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("A todo list. Add what you plan to do; complete it when done.")
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let server = Todos::new()
+        .serve((tokio::io::stdin(), tokio::io::stdout()))
+        .await?;
+    server.waiting().await?;
+    Ok(())
+}

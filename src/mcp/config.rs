@@ -1,0 +1,400 @@
+//! What the host connects to, and the limits it keeps: [`McpServers`] (the `mcpServers` object
+//! of a `.mcp.json` file, in file order) and [`HostOptions`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::hooks::ServerName;
+use crate::mcp::McpError;
+
+/// How to reach one MCP server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawServerConfig", into = "RawServerConfig")]
+pub enum ServerConfig {
+    /// A child process speaking MCP over its stdin and stdout.
+    Stdio(StdioConfig),
+    /// A server speaking MCP over streamable HTTP.
+    Http(HttpConfig),
+}
+
+/// A server the host starts as a child process, in its own process group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StdioConfig {
+    /// The program; looked up on `PATH` when it has no slash.
+    pub command: String,
+    pub args: Vec<String>,
+    /// Added to the child's otherwise clean environment (see [`CHILD_ENV_PASSTHROUGH`]).
+    pub env: BTreeMap<String, String>,
+    /// The child's working directory; the engine's when unset.
+    pub cwd: Option<PathBuf>,
+}
+
+/// A server reached over streamable HTTP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub url: String,
+    /// Sent with every request (an `Authorization` header, for instance).
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The only variables of the engine's environment a child process inherits; everything else it
+/// gets comes from its [`StdioConfig::env`]. The engine's API keys never reach an MCP server.
+pub const CHILD_ENV_PASSTHROUGH: &[&str] =
+    &["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER"];
+
+impl ServerConfig {
+    /// A child process running `command` with `args`.
+    pub fn stdio(
+        command: impl Into<String>,
+        args: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self::Stdio(StdioConfig {
+            command: command.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            ..StdioConfig::default()
+        })
+    }
+
+    /// A streamable HTTP server at `url`.
+    pub fn http(url: impl Into<String>) -> Self {
+        Self::Http(HttpConfig {
+            url: url.into(),
+            headers: BTreeMap::new(),
+        })
+    }
+
+    /// The same server with one more environment variable (stdio only; ignored for HTTP).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Self::Stdio(stdio) = &mut self {
+            stdio.env.insert(name.into(), value.into());
+        }
+        self
+    }
+
+    /// The same server with one more header (HTTP only; ignored for stdio).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Self::Http(http) = &mut self {
+            http.headers.insert(name.into(), value.into());
+        }
+        self
+    }
+}
+
+/// The servers of one session, in configuration order: the order hooks answer in.
+///
+/// Deserialises from the `mcpServers` object of a `.mcp.json` file, keeping the file's order:
+///
+/// ```
+/// use hookloop::mcp::{McpServers, ServerConfig};
+///
+/// let servers = McpServers::from_json(r#"{"mcpServers": {
+///     "todo": {"command": "todo-server", "args": ["--db", "todo.db"], "env": {"DEBUG": "1"}},
+///     "search": {"type": "http", "url": "http://127.0.0.1:8080/mcp",
+///                "headers": {"Authorization": "Bearer t"}}
+/// }}"#)?;
+/// let names: Vec<_> = servers.iter().map(|(name, _)| name.as_str()).collect();
+/// assert_eq!(names, ["todo", "search"]);
+/// assert!(matches!(servers.iter().nth(1), Some((_, ServerConfig::Http(_)))));
+/// # Ok::<(), hookloop::mcp::McpError>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct McpServers {
+    servers: Vec<(ServerName, ServerConfig)>,
+}
+
+impl McpServers {
+    /// No servers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses a `.mcp.json` document: an object with an `mcpServers` object.
+    pub fn from_json(text: &str) -> Result<Self, McpError> {
+        #[derive(Deserialize)]
+        struct File {
+            #[serde(rename = "mcpServers")]
+            mcp_servers: McpServers,
+        }
+        serde_json::from_str::<File>(text)
+            .map(|file| file.mcp_servers)
+            .map_err(|e| McpError::Config(format!("invalid .mcp.json: {e}")))
+    }
+
+    /// Adds a server after the others. A second server of the same name is a config error.
+    pub fn push(&mut self, name: ServerName, config: ServerConfig) -> Result<(), McpError> {
+        if self.servers.iter().any(|(n, _)| *n == name) {
+            return Err(McpError::Config(format!(
+                "server {name:?} is configured twice"
+            )));
+        }
+        self.servers.push((name, config));
+        Ok(())
+    }
+
+    /// The same list with one more server; see [`push`](Self::push).
+    pub fn with(mut self, name: &str, config: ServerConfig) -> Result<Self, McpError> {
+        let name = ServerName::new(name).map_err(|e| McpError::Config(e.to_string()))?;
+        self.push(name, config)?;
+        Ok(self)
+    }
+
+    /// The servers, in configuration order.
+    pub fn iter(&self) -> impl Iterator<Item = (&ServerName, &ServerConfig)> {
+        self.servers.iter().map(|(n, c)| (n, c))
+    }
+
+    /// How many servers.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+}
+
+impl IntoIterator for McpServers {
+    type Item = (ServerName, ServerConfig);
+    type IntoIter = std::vec::IntoIter<(ServerName, ServerConfig)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.servers.into_iter()
+    }
+}
+
+impl<'de> Deserialize<'de> for McpServers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> Visitor<'de> for InOrder {
+            type Value = McpServers;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of server name to server config")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                // A map visitor sees entries in document order, which a `HashMap` would lose.
+                let mut servers = McpServers::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    let name = ServerName::new(name).map_err(de::Error::custom)?;
+                    let config = map
+                        .next_value::<ServerConfig>()
+                        .map_err(|e| de::Error::custom(format_args!("server {name:?}: {e}")))?;
+                    servers.push(name, config).map_err(de::Error::custom)?;
+                }
+                Ok(servers)
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
+}
+
+impl Serialize for McpServers {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.servers.iter().map(|(n, c)| (n.as_str(), c)))
+    }
+}
+
+/// The `.mcp.json` shape of one server, before it is checked.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServerConfig {
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cwd: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<String, String>,
+}
+
+impl TryFrom<RawServerConfig> for ServerConfig {
+    type Error = String;
+    fn try_from(raw: RawServerConfig) -> Result<Self, String> {
+        let kind = raw
+            .kind
+            .as_deref()
+            .unwrap_or(if raw.url.is_some() { "http" } else { "stdio" });
+        match kind {
+            "stdio" => {
+                let command = raw
+                    .command
+                    .filter(|c| !c.trim().is_empty())
+                    .ok_or("a stdio server needs a \"command\"")?;
+                if raw.url.is_some() || !raw.headers.is_empty() {
+                    return Err("a stdio server takes no \"url\" or \"headers\"".into());
+                }
+                Ok(Self::Stdio(StdioConfig {
+                    command,
+                    args: raw.args,
+                    env: raw.env,
+                    cwd: raw.cwd,
+                }))
+            }
+            "http" | "streamable-http" | "streamableHttp" => {
+                let url = raw.url.ok_or("an http server needs a \"url\"")?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!("url {url:?} is not an http(s) url"));
+                }
+                if raw.command.is_some() || !raw.args.is_empty() || !raw.env.is_empty() {
+                    return Err("an http server takes no \"command\", \"args\" or \"env\"".into());
+                }
+                Ok(Self::Http(HttpConfig {
+                    url,
+                    headers: raw.headers,
+                }))
+            }
+            other => Err(format!(
+                "server type {other:?} is not supported (use \"stdio\" or \"http\")"
+            )),
+        }
+    }
+}
+
+impl From<ServerConfig> for RawServerConfig {
+    fn from(config: ServerConfig) -> Self {
+        match config {
+            ServerConfig::Stdio(s) => Self {
+                command: Some(s.command),
+                args: s.args,
+                env: s.env,
+                cwd: s.cwd,
+                ..Self::default()
+            },
+            ServerConfig::Http(h) => Self {
+                kind: Some("http".into()),
+                url: Some(h.url),
+                headers: h.headers,
+                ..Self::default()
+            },
+        }
+    }
+}
+
+/// The host's limits and timeouts. The defaults suit an interactive agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostOptions {
+    /// Sent to hook servers as `_meta["hookloop/session"]`. Default: a random id.
+    pub session_id: String,
+    /// Bounds one server's start-up: spawn or connect, initialization, `tools/list`. Default 30 s.
+    pub startup_timeout: Duration,
+    /// Bounds one tool call. Default 600 s.
+    pub call_timeout: Duration,
+    /// When true, [`McpHost::connect`](crate::mcp::McpHost::connect) fails if any server fails
+    /// to start; else the session starts without it. Default false.
+    pub all_or_nothing: bool,
+    /// Servers per session. Default 16.
+    pub max_servers: usize,
+    /// Tools per session, hooks included. Default 256.
+    pub max_tools: usize,
+    /// Text of one tool result that reaches the model; the middle of a longer one is elided.
+    /// Default 50 KiB.
+    pub max_output_bytes: usize,
+    /// A tool description longer than this is cut, with a marker. Default 1 KiB.
+    pub max_description_bytes: usize,
+    /// An input schema whose JSON is longer than this is replaced by `{"type":"object"}`.
+    /// Default 8 KiB.
+    pub max_schema_bytes: usize,
+    /// Restarts allowed after consecutive lives that ended badly (killed, crashed, failed to
+    /// start again). Default 3.
+    pub restart_budget: u32,
+    /// The first restart waits this long; each further one twice as long, with jitter.
+    /// Default 200 ms.
+    pub restart_backoff: Duration,
+    /// The longest wait between restarts. Default 10 s.
+    pub max_restart_backoff: Duration,
+    /// A life that lasted this long before it ended badly starts a new streak of bad lives
+    /// instead of extending the last one. Default 60 s.
+    pub healthy_after: Duration,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            session_id: format!("{:016x}", fastrand::u64(..)),
+            startup_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(600),
+            all_or_nothing: false,
+            max_servers: 16,
+            max_tools: 256,
+            max_output_bytes: 50 * 1024,
+            max_description_bytes: 1024,
+            max_schema_bytes: 8 * 1024,
+            restart_budget: 3,
+            restart_backoff: Duration::from_millis(200),
+            max_restart_backoff: Duration::from_secs(10),
+            healthy_after: Duration::from_secs(60),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_json_keeps_file_order_and_both_kinds() {
+        let servers = McpServers::from_json(
+            r#"{"mcpServers": {
+                "zeta": {"command": "z", "args": ["-v"], "env": {"A": "1"}, "cwd": "/tmp"},
+                "alpha": {"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X": "y"}},
+                "mid": {"type": "stdio", "command": "m"}
+            }}"#,
+        )
+        .unwrap();
+        let names: Vec<_> = servers.iter().map(|(n, _)| n.as_str().to_owned()).collect();
+        assert_eq!(names, ["zeta", "alpha", "mid"]);
+        let (_, zeta) = servers.iter().next().unwrap();
+        assert_eq!(
+            *zeta,
+            ServerConfig::Stdio(StdioConfig {
+                command: "z".into(),
+                args: vec!["-v".into()],
+                env: BTreeMap::from([("A".into(), "1".into())]),
+                cwd: Some("/tmp".into()),
+            })
+        );
+        let text = serde_json::to_string(&servers).unwrap();
+        let back: McpServers = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, servers);
+    }
+
+    #[test]
+    fn bad_entries_are_errors_that_name_them() {
+        let cases = [
+            (r#"{"mcpServers": {"a b": {"command": "x"}}}"#, "a b"),
+            (r#"{"mcpServers": {"a__b": {"command": "x"}}}"#, "a__b"),
+            (r#"{"mcpServers": {"s": {"args": []}}}"#, "command"),
+            (
+                r#"{"mcpServers": {"s": {"type": "sse", "url": "http://x"}}}"#,
+                "sse",
+            ),
+            (
+                r#"{"mcpServers": {"s": {"type": "http", "url": "ftp://x"}}}"#,
+                "ftp://x",
+            ),
+            (
+                r#"{"mcpServers": {"s": {"command": "x", "bogus": 1}}}"#,
+                "bogus",
+            ),
+            (
+                r#"{"mcpServers": {"s": {"command": "x"}, "s": {"command": "y"}}}"#,
+                "twice",
+            ),
+        ];
+        for (json, needle) in cases {
+            let err = McpServers::from_json(json).unwrap_err().to_string();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+    }
+}

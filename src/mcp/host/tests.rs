@@ -1,0 +1,278 @@
+//! The host over rmcp's in-memory duplex transport: fast checks of the catalog, hook calls,
+//! `list_changed`, cancellation and supervision, with a server in this process.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ContentBlock, ErrorData, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::machine::HookContext;
+
+/// A server with tools `echo`, `announce` (adds `later` and says `list_changed`), a
+/// `bad name` tool, and a `_Stop` that answers from `stop` (`hang` waits for cancellation).
+#[derive(Clone, Default)]
+struct Probe {
+    stop: Arc<Mutex<Vec<&'static str>>>,
+    announced: Arc<AtomicBool>,
+    cancelled: Arc<AtomicUsize>,
+    metas: Arc<Mutex<Vec<Value>>>,
+    lives: Arc<AtomicUsize>,
+}
+
+impl ServerHandler for Probe {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut names = vec!["echo", "announce", "bad name", "_Stop"];
+        if self.announced.load(Ordering::SeqCst) {
+            names.push("later");
+        }
+        let schema = Arc::new(JsonObject::new());
+        Ok(ListToolsResult::with_all_items(
+            names
+                .into_iter()
+                .map(|n| Tool::new(n, "probe tool", Arc::clone(&schema)))
+                .collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let text = match request.name.as_ref() {
+            "_Stop" => {
+                let hookloop: serde_json::Map<String, Value> = context
+                    .meta
+                    .0
+                    .0
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("hookloop/"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                lock(&self.metas).push(Value::Object(hookloop));
+                let step = lock(&self.stop).pop().unwrap_or("");
+                if step == "hang" {
+                    context.ct.cancelled().await;
+                    return Err(ErrorData::internal_error("cancelled", None));
+                }
+                step.to_owned()
+            }
+            "announce" => {
+                self.announced.store(true, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                "announced".to_owned()
+            }
+            _ => Value::Object(request.arguments.unwrap_or_default()).to_string(),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+
+    async fn on_cancelled(
+        &self,
+        _notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        self.cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn serve(probe: &Probe) -> MakeDuplex {
+    let probe = probe.clone();
+    Box::new(move || {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let probe = probe.clone();
+        probe.lives.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            if let Ok(running) = probe.serve(server).await {
+                let _ = running.waiting().await;
+            }
+        });
+        client
+    })
+}
+
+fn options() -> HostOptions {
+    HostOptions {
+        session_id: "sess".into(),
+        restart_backoff: Duration::from_millis(1),
+        ..HostOptions::default()
+    }
+}
+
+fn stop_call(timeout_ms: u64) -> HookCall {
+    HookCall {
+        server: ServerName::new("p").unwrap(),
+        hook: Hook::Stop,
+        timeout: Duration::from_millis(timeout_ms),
+        context: HookContext {
+            objections_so_far: 1,
+            budget_left: 2,
+            compactions: 0,
+        },
+    }
+}
+
+async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+    for _ in 0..250 {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn the_catalog_keeps_hooks_and_skips_bad_names() {
+    let probe = Probe::default();
+    let (host, failures) = McpHost::duplex(vec![("p", serve(&probe))], options())
+        .await
+        .unwrap();
+    assert!(failures.is_empty());
+    let catalog = host.catalog();
+    let names: Vec<_> = catalog.servers[0]
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(names, ["echo", "announce", "_Stop"]);
+}
+
+#[tokio::test]
+async fn hook_calls_send_meta_and_map_answers() {
+    let probe = Probe::default();
+    lock(&probe.stop).push("2 open");
+    let (host, _) = McpHost::duplex(vec![("p", serve(&probe))], options())
+        .await
+        .unwrap();
+    assert_eq!(
+        host.call_hook(&stop_call(2000)).await,
+        HookReply::Text {
+            text: "2 open".into()
+        }
+    );
+    assert_eq!(
+        lock(&probe.metas)[0],
+        json!({"hookloop/session": "sess",
+               "hookloop/hook": {"name": "_Stop", "objectionsSoFar": 1, "budgetLeft": 2}})
+    );
+}
+
+#[tokio::test]
+async fn a_timed_out_hook_is_cancelled_on_the_server() {
+    let probe = Probe::default();
+    lock(&probe.stop).push("hang");
+    let (host, _) = McpHost::duplex(vec![("p", serve(&probe))], options())
+        .await
+        .unwrap();
+    assert_eq!(host.call_hook(&stop_call(100)).await, HookReply::TimedOut);
+    assert!(eventually(|| probe.cancelled.load(Ordering::SeqCst) == 1).await);
+}
+
+#[tokio::test]
+async fn list_changed_refreshes_the_catalog() {
+    let probe = Probe::default();
+    let (host, _) = McpHost::duplex(vec![("p", serve(&probe))], options())
+        .await
+        .unwrap();
+    let before = host.catalog_generation();
+    let output = host
+        .call_tool(&ToolCall {
+            id: "1".into(),
+            name: "p__announce".into(),
+            arguments: json!({}),
+        })
+        .await;
+    assert!(!output.is_error, "{output:?}");
+    assert!(eventually(|| host.catalog_generation() != before).await);
+    assert!(
+        host.catalog().servers[0]
+            .tools
+            .iter()
+            .any(|t| t.name == "later")
+    );
+}
+
+#[tokio::test]
+async fn killed_servers_restart_until_the_budget_is_spent() {
+    let probe = Probe::default();
+    let (host, _) = McpHost::duplex(
+        vec![("p", serve(&probe))],
+        HostOptions {
+            restart_budget: 2,
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let server = ServerName::new("p").unwrap();
+    let echo = ToolCall {
+        id: "1".into(),
+        name: "p__echo".into(),
+        arguments: json!({"x": 1}),
+    };
+    for life in 2..=3 {
+        host.kill_server(&server).await;
+        assert_eq!(host.call_tool(&echo).await.joined_text(), r#"{"x":1}"#);
+        assert_eq!(probe.lives.load(Ordering::SeqCst), life);
+    }
+    let before = host.catalog_generation();
+    host.kill_server(&server).await;
+    assert_ne!(host.catalog_generation(), before);
+    assert!(host.catalog().servers.is_empty());
+    assert!(host.call_tool(&echo).await.is_error);
+    assert!(matches!(
+        host.call_hook(&stop_call(1000)).await,
+        HookReply::Failed { .. }
+    ));
+    assert_eq!(probe.lives.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn tool_arguments_must_be_an_object() {
+    let probe = Probe::default();
+    let (host, _) = McpHost::duplex(vec![("p", serve(&probe))], options())
+        .await
+        .unwrap();
+    let call = |arguments: Value| ToolCall {
+        id: "1".into(),
+        name: "p__echo".into(),
+        arguments,
+    };
+    let output = host.call_tool(&call(json!("{not json"))).await;
+    assert!(output.is_error);
+    assert!(output.joined_text().contains("must be a JSON object"));
+    let output = host.call_tool(&call(json!([1]))).await;
+    assert!(output.joined_text().contains("got an array"), "{output:?}");
+    assert_eq!(host.call_tool(&call(Value::Null)).await.joined_text(), "{}");
+    let unknown = host
+        .call_tool(&ToolCall {
+            id: "1".into(),
+            name: "p__nope".into(),
+            arguments: json!({}),
+        })
+        .await;
+    assert!(unknown.is_error && unknown.joined_text().contains("unknown tool"));
+}

@@ -1,0 +1,342 @@
+//! `hookloop-test-server`: an MCP server (rmcp's server side) whose behaviour the tests set
+//! through its environment. Over stdio by default; over streamable HTTP with `TS_HTTP`.
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `TS_HOOKS` | hooks it lists, comma-separated (`_Stop,_PostCompact`); none by default |
+//! | `TS_STOP`, `TS_POST_COMPACT` | the hook's answers, one step per call, `\|`-separated |
+//! | `TS_THEN` | the step once a script runs out (default `empty`) |
+//! | `TS_STATE_DIR` | keep the script position in files here, so it survives restarts |
+//! | `TS_EXTRA_TOOLS` | more tool names, comma-separated (invalid or duplicate ones too) |
+//! | `TS_TOOL_COUNT` | this many more tools, `t0`, `t1`… |
+//! | `TS_LOG` | append `call <tool>`, `meta <json>` and `cancelled` (a hung call was) lines here |
+//! | `TS_PID_FILE` | append this process's pid at start |
+//! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
+//! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
+//! | `TS_STARTUP` | `fail` (exit at once) or `hang` (never answer) |
+//! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
+//! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
+//!
+//! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
+//! `isError` result), `rpcerror` (a JSON-RPC error), `big` (1 MiB of text), `slow:MS:TEXT`.
+//!
+//! Tools: `echo` (its arguments back), `big`, `image`, `fail` (`isError`), `crash`, `hang`,
+//! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ImageContent,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+#[derive(Clone)]
+struct TestServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hooks: Vec<String>,
+    extra: Vec<String>,
+    added: AtomicBool,
+    counters: [AtomicUsize; 2],
+    serial: tokio::sync::Mutex<()>,
+    is_serial: bool,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn log(line: &str) {
+    if let Some(path) = env("TS_LOG") {
+        append(&path, line);
+    }
+}
+
+fn append(path: &str, line: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {path}: {e}"));
+    writeln!(file, "{line}").unwrap_or_else(|e| panic!("write {path}: {e}"));
+}
+
+fn text(text: impl Into<String>) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(text.into())]).into()
+}
+
+impl TestServer {
+    fn new() -> Self {
+        let list = |name: &str| -> Vec<String> {
+            env(name)
+                .map(|v| v.split(',').map(str::to_owned).collect())
+                .unwrap_or_default()
+        };
+        let mut extra = list("TS_EXTRA_TOOLS");
+        let count: usize = env("TS_TOOL_COUNT").map_or(0, |n| n.parse().expect("TS_TOOL_COUNT"));
+        extra.extend((0..count).map(|i| format!("t{i}")));
+        Self {
+            inner: Arc::new(Inner {
+                hooks: list("TS_HOOKS"),
+                extra,
+                added: AtomicBool::new(false),
+                counters: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                serial: tokio::sync::Mutex::new(()),
+                is_serial: env("TS_SERIAL").is_some(),
+            }),
+        }
+    }
+
+    /// The next step of `hook`'s script.
+    fn next_step(&self, hook: &str) -> String {
+        let (var, index) = match hook {
+            "_Stop" => ("TS_STOP", 0),
+            _ => ("TS_POST_COMPACT", 1),
+        };
+        let n = match env("TS_STATE_DIR") {
+            Some(dir) => {
+                let path = format!("{dir}/{hook}.count");
+                let n: usize = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0);
+                std::fs::write(&path, (n + 1).to_string()).expect("state file");
+                n
+            }
+            None => self.inner.counters[index].fetch_add(1, Ordering::SeqCst),
+        };
+        let script = env(var).unwrap_or_default();
+        script
+            .split('|')
+            .filter(|s| !s.is_empty())
+            .nth(n)
+            .map(str::to_owned)
+            .unwrap_or_else(|| env("TS_THEN").unwrap_or_else(|| "empty".into()))
+    }
+
+    async fn run_step(
+        &self,
+        step: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (kind, rest) = step.split_once(':').unwrap_or((step, ""));
+        match kind {
+            "say" => Ok(text(rest)),
+            "empty" => Ok(text("")),
+            "hang" => Err(hang(context).await),
+            "crash" => std::process::exit(3),
+            "error" => Ok(CallToolResult::error(vec![ContentBlock::text(rest)]).into()),
+            "rpcerror" => Err(ErrorData::internal_error("scripted failure", None)),
+            "big" => Ok(text("b".repeat(1 << 20))),
+            "slow" => {
+                let (ms, said) = rest.split_once(':').unwrap_or((rest, ""));
+                let ms: u64 = ms.parse().expect("slow:MS:TEXT");
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(text(said))
+            }
+            other => panic!("unknown step {other:?}"),
+        }
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = [
+            "echo", "big", "image", "fail", "crash", "hang", "slow", "add_tool",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        names.extend(self.inner.hooks.iter().cloned());
+        names.extend(self.inner.extra.iter().cloned());
+        if self.inner.added.load(Ordering::SeqCst) {
+            names.push("extra".into());
+        }
+        names
+    }
+}
+
+/// Waits until the client cancels the request (a `notifications/cancelled`, or on the stateless
+/// HTTP protocol a closed response stream), and says so in the log.
+async fn hang(context: &RequestContext<RoleServer>) -> ErrorData {
+    context.ct.cancelled().await;
+    log("cancelled");
+    ErrorData::internal_error("cancelled", None)
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = json!({"type": "object"});
+        let Value::Object(schema) = schema else {
+            unreachable!("a literal object")
+        };
+        let schema = Arc::new(schema);
+        let tools = self
+            .tool_names()
+            .into_iter()
+            .map(|name| {
+                let description = format!("test tool {name}");
+                Tool::new(name, description, Arc::clone(&schema))
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let _serial = if self.inner.is_serial {
+            Some(self.inner.serial.lock().await)
+        } else {
+            None
+        };
+        let name = request.name.as_ref();
+        log(&format!("call {name}"));
+        if name.starts_with('_') {
+            let meta: serde_json::Map<String, Value> = context
+                .meta
+                .0
+                .0
+                .iter()
+                .filter(|(k, _)| k.starts_with("hookloop/"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            log(&format!("meta {}", Value::Object(meta)));
+            if !self.inner.hooks.iter().any(|h| h == name) {
+                return Err(ErrorData::invalid_params("no such hook", None));
+            }
+            let step = self.next_step(name);
+            return self.run_step(&step, &context).await;
+        }
+        match name {
+            "echo" => Ok(text(
+                Value::Object(request.arguments.unwrap_or_default()).to_string(),
+            )),
+            "big" => Ok(text("b".repeat(1 << 20))),
+            "image" => Ok(
+                CallToolResult::success(vec![ContentBlock::Image(ImageContent::new(
+                    "aGVsbG8=",
+                    "image/png",
+                ))])
+                .into(),
+            ),
+            "fail" => Ok(CallToolResult::error(vec![ContentBlock::text("it failed")]).into()),
+            "crash" => std::process::exit(3),
+            "hang" => Err(hang(&context).await),
+            "slow" => {
+                let ms = request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get("ms"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(100);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(text("slept"))
+            }
+            "add_tool" => {
+                self.inner.added.store(true, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                Ok(text("added"))
+            }
+            other => Ok(text(format!("{other} ran"))),
+        }
+    }
+}
+
+fn main() {
+    if let Some(path) = env("TS_PID_FILE") {
+        append(&path, &std::process::id().to_string());
+    }
+    if let Some(path) = env("TS_ENV_FILE") {
+        let lines: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+        std::fs::write(path, lines.join("\n")).expect("env file");
+    }
+    if let Some(path) = env("TS_GRANDCHILD_FILE") {
+        // Left running on purpose: the host must kill it with the server's process group.
+        #[allow(clippy::zombie_processes)]
+        let child = std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("spawn sleep");
+        append(&path, &child.id().to_string());
+    }
+    match env("TS_STARTUP").as_deref() {
+        Some("fail") => {
+            eprintln!("test server: failing at start-up as asked");
+            std::process::exit(1);
+        }
+        Some("hang") => std::thread::sleep(Duration::from_secs(3600)),
+        _ => {}
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        match env("TS_HTTP") {
+            Some(addr) => serve_http(&addr).await,
+            None => {
+                let server = TestServer::new()
+                    .serve((tokio::io::stdin(), tokio::io::stdout()))
+                    .await
+                    .expect("serve stdio");
+                let _ = server.waiting().await;
+            }
+        }
+    });
+}
+
+async fn serve_http(addr: &str) {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+    let local = listener.local_addr().expect("local addr");
+    let server = TestServer::new();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    println!("http://{local}/mcp");
+    std::io::stdout().flush().expect("flush");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let handler = hyper::service::service_fn(move |request| {
+                let service = service.clone();
+                async move { Ok::<_, std::convert::Infallible>(service.handle(request).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, handler)
+                .await;
+        });
+    }
+}
