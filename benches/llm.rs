@@ -61,7 +61,7 @@ fn request_bodies(c: &mut Criterion) {
             b.iter(|| openai::request_body("m", openai::MaxTokensField::MaxTokens, r).unwrap())
         });
         group.bench_with_input(BenchmarkId::new("anthropic", size), &request, |b, r| {
-            b.iter(|| anthropic::request_body("m", r).unwrap())
+            b.iter(|| anthropic::request_body("m", true, r).unwrap())
         });
     }
     group.finish();
