@@ -86,6 +86,11 @@ impl Anthropic {
         self.transport.url()
     }
 
+    /// Whether requests carry a prompt-cache breakpoint.
+    pub fn prompt_caching(&self) -> bool {
+        self.prompt_caching
+    }
+
     /// The exact body [`complete`](LlmClient::complete) sends for `request`.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
         request_body(&self.model, self.prompt_caching, request)
