@@ -92,8 +92,11 @@ impl FromStr for Provider {
 /// Which provider, which model, and how to reach it.
 #[derive(Clone, Debug)]
 pub struct LlmConfig {
+    /// The dialect to speak.
     pub provider: Provider,
+    /// The model name the server knows.
     pub model: String,
+    /// Where the server is, the key, the timeout and the retries.
     pub endpoint: Endpoint,
     /// Chat Completions only: where the output limit goes; `None` picks by the base URL
     /// ([`MaxTokensField::default_for`]).
