@@ -69,7 +69,7 @@
 //! # }
 //! ```
 //!
-//! Real providers live in [`llm`], the MCP host in [`mcp`]; the [`testing`] module (feature
+//! Real providers live in [`llm`], the MCP host in [`mcp`]; the `testing` module (feature
 //! `testing`) has the scripted fakes used above.
 
 pub mod acp;

@@ -389,7 +389,8 @@ async fn a_paused_turn_is_asked_again_with_the_partial_turn() {
     // The partial turn goes back last, without its trailing space, for the model to continue.
     assert_eq!(
         bodies[1]["messages"][1],
-        json!({"role": "assistant", "content": [{"type": "text", "text": "Working on it..."}]})
+        json!({"role": "assistant", "content": [{"type": "text", "text": "Working on it...",
+                                                   "cache_control": {"type": "ephemeral"}}]})
     );
 }
 

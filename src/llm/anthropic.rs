@@ -15,6 +15,9 @@
 //!   with the partial turn in the history); anything else → end of turn, logged at warn.
 //! - Usage: `input_tokens` + `cache_read_input_tokens` + `cache_creation_input_tokens` is the
 //!   whole prompt; the cache counts are also reported on their own.
+//! - Prompt caching: the last block of each request is a cache breakpoint (`cache_control`,
+//!   ephemeral). An agent loop re-sends a growing prefix, so each request reads the previous
+//!   one's prefix from the cache; the dialect caches nothing without a breakpoint.
 
 use std::borrow::Cow;
 
@@ -46,6 +49,7 @@ const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/w
 pub struct Anthropic {
     transport: Transport,
     model: String,
+    prompt_caching: bool,
 }
 
 impl Anthropic {
@@ -60,7 +64,16 @@ impl Anthropic {
         Ok(Self {
             transport,
             model: model.into(),
+            prompt_caching: true,
         })
+    }
+
+    /// The same client, with or without a prompt-cache breakpoint on the last block of each
+    /// request (default: with). Servers that copy the dialect without caching may reject it.
+    #[must_use]
+    pub fn with_prompt_caching(mut self, enabled: bool) -> Self {
+        self.prompt_caching = enabled;
+        self
     }
 
     /// The model requests name.
@@ -73,9 +86,14 @@ impl Anthropic {
         self.transport.url()
     }
 
+    /// Whether requests carry a prompt-cache breakpoint.
+    pub fn prompt_caching(&self) -> bool {
+        self.prompt_caching
+    }
+
     /// The exact body [`complete`](LlmClient::complete) sends for `request`.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
-        request_body(&self.model, request)
+        request_body(&self.model, self.prompt_caching, request)
     }
 }
 
@@ -97,7 +115,15 @@ impl LlmClient for Anthropic {
 }
 
 /// The body of a Messages request for `request`.
-pub fn request_body(model: &str, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
+///
+/// With `prompt_caching`, the last block carries a cache breakpoint, so the next request —
+/// the same prefix plus a few blocks — reads tools, system prompt and history from the
+/// provider's cache instead of paying for them again.
+pub fn request_body(
+    model: &str,
+    prompt_caching: bool,
+    request: &LlmRequest<'_>,
+) -> Result<Vec<u8>, LlmError> {
     let mut messages: Vec<WireMessage<'_>> = turns::turns(request)
         .into_iter()
         .map(|turn| match turn {
@@ -114,6 +140,7 @@ pub fn request_body(model: &str, request: &LlmRequest<'_>) -> Result<Vec<u8>, Ll
                 if content.is_empty() {
                     content.push(Block::Text {
                         text: Cow::Borrowed(EMPTY_TURN),
+                        cache_control: None,
                     });
                 }
                 WireMessage {
@@ -137,17 +164,20 @@ pub fn request_body(model: &str, request: &LlmRequest<'_>) -> Result<Vec<u8>, Ll
     // A final assistant turn is continued by the model (after `pause_turn`); the dialect
     // rejects one that ends in whitespace.
     if let Some(last) = messages.last_mut().filter(|m| m.role == "assistant") {
-        if let Some(Block::Text { text }) = last.content.last_mut() {
+        if let Some(Block::Text { text, .. }) = last.content.last_mut() {
             let trimmed = text.trim_end().len();
             if trimmed < text.len() {
                 text.to_mut().truncate(trimmed);
             }
         }
         last.content
-            .retain(|block| !matches!(block, Block::Text { text } if text.is_empty()));
+            .retain(|block| !matches!(block, Block::Text { text, .. } if text.is_empty()));
         if last.content.is_empty() {
             messages.pop();
         }
+    }
+    if prompt_caching && let Some(block) = messages.last_mut().and_then(|m| m.content.last_mut()) {
+        *block.cache_control() = Some(EPHEMERAL);
     }
     let body = MessagesRequest {
         model,
@@ -237,7 +267,10 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
 
 fn push_text<'a>(content: &mut Vec<Block<'a>>, text: Cow<'a, str>) {
     if !text.is_empty() {
-        content.push(Block::Text { text });
+        content.push(Block::Text {
+            text,
+            cache_control: None,
+        });
     }
 }
 
@@ -251,6 +284,7 @@ fn tool_use(call: &ToolCall) -> Block<'_> {
         id: call.id.as_str(),
         name: &call.name,
         input,
+        cache_control: None,
     }
 }
 
@@ -284,6 +318,7 @@ fn tool_result<'a>(call_id: &'a CallId, output: &'a ToolOutput) -> Block<'a> {
         tool_use_id: call_id.as_str(),
         content,
         is_error: output.is_error,
+        cache_control: None,
     }
 }
 
@@ -317,11 +352,15 @@ struct WireMessage<'a> {
 enum Block<'a> {
     Text {
         text: Cow<'a, str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
     },
     ToolUse {
         id: &'a str,
         name: &'a str,
         input: Cow<'a, Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
     },
     ToolResult {
         tool_use_id: &'a str,
@@ -329,8 +368,29 @@ enum Block<'a> {
         content: Vec<ResultBlock<'a>>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
     },
 }
+
+impl Block<'_> {
+    fn cache_control(&mut self) -> &mut Option<CacheControl> {
+        match self {
+            Self::Text { cache_control, .. }
+            | Self::ToolUse { cache_control, .. }
+            | Self::ToolResult { cache_control, .. } => cache_control,
+        }
+    }
+}
+
+/// A prompt-cache breakpoint: the prefix up to and including its block is cached.
+#[derive(Clone, Copy, Serialize)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -489,6 +549,35 @@ mod tests {
     }
 
     #[test]
+    fn prompt_caching_marks_only_the_last_block() {
+        let messages = [
+            Message::user("go"),
+            Message::Assistant {
+                text: "ok".into(),
+                tool_calls: vec![],
+            },
+            Message::user("more"),
+        ];
+        let request = LlmRequest {
+            purpose: Purpose::Turn,
+            system: Some("sys"),
+            messages: &messages,
+            tools: &[],
+            instruction: None,
+            max_output_tokens: 10,
+        };
+        let cached = String::from_utf8(request_body("m", true, &request).unwrap()).unwrap();
+        assert_eq!(cached.matches("cache_control").count(), 1);
+        let body: Value = serde_json::from_str(&cached).unwrap();
+        assert_eq!(
+            body["messages"][2]["content"][0]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        let plain = String::from_utf8(request_body("m", false, &request).unwrap()).unwrap();
+        assert!(!plain.contains("cache_control"));
+    }
+
+    #[test]
     fn a_final_assistant_turn_loses_trailing_whitespace() {
         let messages = [
             Message::user("go"),
@@ -505,7 +594,8 @@ mod tests {
             instruction: None,
             max_output_tokens: 10,
         };
-        let body: Value = serde_json::from_slice(&request_body("m", &request).unwrap()).unwrap();
+        let body: Value =
+            serde_json::from_slice(&request_body("m", false, &request).unwrap()).unwrap();
         assert_eq!(body["messages"][1]["content"][0]["text"], "partial");
     }
 }

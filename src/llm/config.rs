@@ -25,6 +25,7 @@ pub mod vars {
     pub const OPENAI_MAX_TOKENS_FIELD: &str = "HOOKLOOP_OPENAI_MAX_TOKENS_FIELD";
     pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
     pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+    pub const ANTHROPIC_PROMPT_CACHING: &str = "HOOKLOOP_ANTHROPIC_PROMPT_CACHING";
     pub const TIMEOUT_SECS: &str = "HOOKLOOP_LLM_TIMEOUT_SECS";
     pub const MAX_RETRIES: &str = "HOOKLOOP_LLM_MAX_RETRIES";
 }
@@ -91,12 +92,17 @@ impl FromStr for Provider {
 /// Which provider, which model, and how to reach it.
 #[derive(Clone, Debug)]
 pub struct LlmConfig {
+    /// The dialect to speak.
     pub provider: Provider,
+    /// The model name the server knows.
     pub model: String,
+    /// Where the server is, the key, the timeout and the retries.
     pub endpoint: Endpoint,
     /// Chat Completions only: where the output limit goes; `None` picks by the base URL
     /// ([`MaxTokensField::default_for`]).
     pub max_tokens_field: Option<MaxTokensField>,
+    /// Messages only: mark the last block of each request as a prompt-cache breakpoint.
+    pub prompt_caching: bool,
 }
 
 impl LlmConfig {
@@ -110,6 +116,7 @@ impl LlmConfig {
             model: model.into(),
             endpoint: Endpoint::new(url),
             max_tokens_field: None,
+            prompt_caching: true,
         }
     }
 
@@ -135,6 +142,7 @@ impl LlmConfig {
     /// | `HOOKLOOP_OPENAI_MAX_TOKENS_FIELD` | by host | `max_completion_tokens` for api.openai.com, else `max_tokens` |
     /// | `ANTHROPIC_API_KEY` | required for the default base URL | sent as `x-api-key` |
     /// | `ANTHROPIC_BASE_URL` | `https://api.anthropic.com` | any Messages server |
+    /// | `HOOKLOOP_ANTHROPIC_PROMPT_CACHING` | `true` | `false` drops the cache breakpoint |
     /// | `HOOKLOOP_LLM_TIMEOUT_SECS` | 120 | per attempt, from sending to the last byte, at least 1 |
     /// | `HOOKLOOP_LLM_MAX_RETRIES` | 3 | retries on 408, 429, 5xx and connection failures |
     ///
@@ -218,6 +226,21 @@ impl LlmConfig {
                     reason,
                 })?);
         }
+        if provider == Provider::Anthropic
+            && let Some(value) = lookup(vars::ANTHROPIC_PROMPT_CACHING)?
+        {
+            config.prompt_caching = match value.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "on" | "yes" => true,
+                "false" | "0" | "off" | "no" => false,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: vars::ANTHROPIC_PROMPT_CACHING,
+                        value,
+                        reason: "expected true or false".into(),
+                    });
+                }
+            };
+        }
         Ok(config)
     }
 
@@ -231,9 +254,10 @@ impl LlmConfig {
                     None => client,
                 })
             }
-            Provider::Anthropic => {
-                AnyLlm::Anthropic(Anthropic::new(self.model.clone(), &self.endpoint)?)
-            }
+            Provider::Anthropic => AnyLlm::Anthropic(
+                Anthropic::new(self.model.clone(), &self.endpoint)?
+                    .with_prompt_caching(self.prompt_caching),
+            ),
         })
     }
 }
@@ -301,9 +325,11 @@ mod tests {
             ("OPENAI_BASE_URL", "not read"),
             ("HOOKLOOP_LLM_TIMEOUT_SECS", "30"),
             ("HOOKLOOP_LLM_MAX_RETRIES", "0"),
+            ("HOOKLOOP_ANTHROPIC_PROMPT_CACHING", "off"),
         ])
         .unwrap();
         assert_eq!(config.provider, Provider::Anthropic);
+        assert!(!config.prompt_caching);
         assert_eq!(
             config.endpoint.base_url.as_str(),
             "https://api.anthropic.com/"
@@ -313,6 +339,7 @@ mod tests {
         match config.client().unwrap() {
             AnyLlm::Anthropic(client) => {
                 assert_eq!(client.url(), "https://api.anthropic.com/v1/messages");
+                assert!(!client.prompt_caching());
             }
             other => panic!("{other:?}"),
         }
@@ -364,6 +391,15 @@ mod tests {
             ("HOOKLOOP_LLM_MAX_RETRIES", "99999999999"),
             ("HOOKLOOP_OPENAI_MAX_TOKENS_FIELD", "n_predict"),
         ];
+        let anthropic = [
+            ("HOOKLOOP_PROVIDER", "anthropic"),
+            ("HOOKLOOP_MODEL", "m"),
+            ("ANTHROPIC_API_KEY", "k"),
+            ("HOOKLOOP_ANTHROPIC_PROMPT_CACHING", "sometimes"),
+        ];
+        let err = from(&anthropic).unwrap_err().to_string();
+        assert!(err.contains("HOOKLOOP_ANTHROPIC_PROMPT_CACHING"), "{err}");
+        assert!(err.contains("\"sometimes\""), "{err}");
         for (var, value) in cases {
             let mut pairs = base.to_vec();
             pairs.retain(|(k, _)| *k != var);

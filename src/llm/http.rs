@@ -90,6 +90,7 @@ pub struct Endpoint {
     pub api_key: Option<ApiKey>,
     /// Bounds each attempt, from sending to the answer's last byte. Default: 120 s.
     pub timeout: Duration,
+    /// When failed attempts are tried again.
     pub retry: RetryPolicy,
 }
 

@@ -56,7 +56,9 @@ pub enum LlmError {
 /// it from `HOOKLOOP_PROVIDER`; see [`LlmConfig::client`]).
 #[derive(Debug)]
 pub enum AnyLlm {
+    /// Chat Completions.
     OpenAi(OpenAi),
+    /// Messages.
     Anthropic(Anthropic),
 }
 

@@ -358,7 +358,7 @@ enum ChatMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: String,
+        content: Cow<'a, str>,
     },
 }
 

@@ -96,7 +96,11 @@ pub(crate) fn turns<'a>(request: &LlmRequest<'a>) -> Vec<Turn<'a>> {
 
 /// The text of one tool output, for dialects (or flattened requests) that take only text.
 /// Binary blocks are described, not sent: their bytes mean nothing as text.
-pub(crate) fn output_text(output: &ToolOutput) -> String {
+pub(crate) fn output_text(output: &ToolOutput) -> Cow<'_, str> {
+    // The common case, one text block of a successful call, needs no copy.
+    if let (false, [Content::Text { text }]) = (output.is_error, output.content.as_slice()) {
+        return Cow::Borrowed(text);
+    }
     let mut out = String::new();
     if output.is_error {
         out.push_str("Error: ");
@@ -107,7 +111,7 @@ pub(crate) fn output_text(output: &ToolOutput) -> String {
         }
         content_text(block, &mut out);
     }
-    out
+    Cow::Owned(out)
 }
 
 /// One content block as text; see [`output_text`].

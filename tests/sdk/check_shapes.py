@@ -25,9 +25,19 @@ def force(value):
     """Pydantic validates `Iterable` fields lazily; walking them forces every check. A union
     may match a response model the SDK accepts back as a param; it counts as what was set."""
     if isinstance(value, BaseModel):
-        if value.model_extra:
-            raise ValueError(f"keys the SDK does not know: {sorted(value.model_extra)}")
-        return force(value.model_dump(exclude_unset=True, by_alias=True))
+        # A response model keeps unknown keys as extras; those its request twin (`TextBlock`
+        # → `TextBlockParam`) declares, such as `cache_control`, are known.
+        # Validating the dump as that twin checks the extras' values too; keys neither knows
+        # are dropped, which the caller's comparison with the sent body catches.
+        twin = None
+        for module in (anthropic.types, openai.types.chat):
+            twin = twin or getattr(module, type(value).__name__ + "Param", None)
+        dumped = value.model_dump(exclude_unset=True, by_alias=True)
+        if twin is None:
+            if value.model_extra:
+                raise ValueError(f"keys the SDK does not know: {sorted(value.model_extra)}")
+            return force(dumped)
+        return force(TypeAdapter(twin).validate_python(dumped))
     if isinstance(value, dict):
         return {k: force(v) for k, v in value.items()}
     if isinstance(value, (str, bytes, int, float, bool)) or value is None:
