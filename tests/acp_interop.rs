@@ -15,9 +15,12 @@ use serde_json::Value;
 #[test]
 fn the_typescript_sdk_runs_a_session() {
     let Some(dir) = std::env::var_os("HOOKLOOP_ACP_SDK_DIR").map(PathBuf::from) else {
-        println!(
-            "acp interop skipped: HOOKLOOP_ACP_SDK_DIR is unset; run `CI_ENV=/dev/stdout bash \
-             .ci/setup.d/40-acp-interop.sh` and export the variable it prints"
+        // Straight to the process's stderr: the test harness captures `println!`, and this
+        // line is for whoever runs `cargo test`.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"acp interop skipped: HOOKLOOP_ACP_SDK_DIR is unset; run `CI_ENV=/dev/stdout bash \
+              .ci/setup.d/40-acp-interop.sh` and export the variable it prints\n",
         );
         return;
     };
