@@ -80,6 +80,7 @@ pub mod machine;
 pub mod mcp;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};
 pub use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
