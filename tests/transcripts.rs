@@ -95,13 +95,15 @@ fn bless() -> bool {
 
 /// The engine version in the header changes with every release; nothing else may differ.
 fn normalise(text: &str) -> String {
-    let (header, rest) = text.split_once('\n').unwrap_or((text, ""));
-    let mut header: serde_json::Value = match serde_json::from_str(header) {
-        Ok(value) => value,
-        Err(_) => return text.to_owned(),
+    const FIELD: &str = "\"engine\":\"";
+    let header_end = text.find('\n').unwrap_or(text.len());
+    let Some(start) = text[..header_end].find(FIELD).map(|i| i + FIELD.len()) else {
+        return text.to_owned();
     };
-    header["engine"] = json!("*");
-    format!("{header}\n{rest}")
+    let Some(len) = text[start..header_end].find('"') else {
+        return text.to_owned();
+    };
+    format!("{}*{}", &text[..start], &text[start + len..])
 }
 
 #[tokio::test(start_paused = true)]
