@@ -71,6 +71,9 @@
 //!
 //! Real providers live in [`llm`], the MCP host in [`mcp`]; the [`testing`] module (feature
 //! `testing`) has the scripted fakes used above.
+//!
+//! [`transcript`] writes a session's boundary down as it runs and replays it against the pure
+//! machine, deterministically, for tests and for debugging a session after the fact.
 
 pub mod config;
 pub mod driver;

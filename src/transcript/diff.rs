@@ -10,7 +10,7 @@ const CONTEXT: usize = 3;
 const MAX_CELLS: usize = 4_000_000;
 
 /// A unified-style diff of `expected` against `actual`: ` ` unchanged, `-` only expected,
-/// `+` only actual. Long unchanged runs are elided to [`CONTEXT`] lines around each change.
+/// `+` only actual. Long unchanged runs are elided, keeping three lines around each change.
 pub fn line_diff(expected: &str, actual: &str) -> String {
     let old: Vec<&str> = expected.lines().collect();
     let new: Vec<&str> = actual.lines().collect();
