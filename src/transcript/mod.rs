@@ -19,6 +19,9 @@
 //!   replayed effect. Model requests are pinned by the history's length and digest that
 //!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to what the model would
 //!   have been sent diverges too.
+//! - **Live tools**: [`replay_live`] takes the model's side from the record but runs tools and
+//!   hooks against a live [`ToolHost`](crate::ToolHost), and reports each answer that differs
+//!   from the record ([`Drift`]): a check that the MCP servers still behave as recorded.
 //!
 //! ```
 //! use hookloop::testing::{InProcessHost, ScriptedLlm, Step, HookStep};
@@ -45,6 +48,7 @@
 
 mod diff;
 mod format;
+mod live;
 mod recorder;
 mod redact;
 mod replay;
@@ -57,6 +61,7 @@ pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
     Truncation, VERSION,
 };
+pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
 pub use self::replay::{
