@@ -377,6 +377,35 @@ async fn cancellation_during_tools() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn cancellation_while_stop_runs() {
+    // The user cancels while `_Stop` is still thinking: the prompt ends cancelled, the late
+    // answer is never fed, and the session takes the next prompt.
+    let llm = ScriptedLlm::new([Step::text("Done."), Step::text("Hello.")]);
+    let host = InProcessHost::new().hook(
+        "todo",
+        Hook::Stop,
+        [
+            HookStep::SayAfter(Duration::from_secs(2), "open: a".into()),
+            say(""),
+        ],
+    );
+    let mut run = Run::new(hooks_on(), llm, host);
+    let cancel = run.session.cancel_handle();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel();
+    });
+    assert_eq!(run.prompt("Go.").await, PromptStop::Cancelled);
+    assert_eq!(run.prompt("Hi.").await, PromptStop::EndTurn);
+    let report = golden("cancellation_while_stop_runs", &run.finish());
+    assert_eq!(report.counters.objections, 0);
+    assert_eq!(
+        report.finishes,
+        [FinishReason::Cancelled, FinishReason::EndTurn]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn round_cap_ends_the_prompt() {
     let llm = ScriptedLlm::new([
         Step::tools(1, &[("t__echo", json!({"i": 1}))]),
