@@ -202,6 +202,18 @@ pub struct RecordDir {
 }
 
 impl RecordDir {
+    /// The variable naming the directory where `hookloop acp` records each session.
+    pub const ENV_VAR: &str = "HOOKLOOP_RECORD_DIR";
+
+    /// The directory [`ENV_VAR`](Self::ENV_VAR) names, created if needed; `None` when it is
+    /// unset or empty (recording is off by default).
+    pub fn from_env() -> Result<Option<Self>, TranscriptError> {
+        match std::env::var_os(Self::ENV_VAR) {
+            Some(dir) if !dir.is_empty() => Self::new(PathBuf::from(dir)).map(Some),
+            Some(_) | None => Ok(None),
+        }
+    }
+
     /// Uses `dir`, creating it if needed.
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self, TranscriptError> {
         let dir = dir.into();
