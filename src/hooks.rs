@@ -189,13 +189,17 @@ pub fn encode_hook_body(hook: Hook, server: &str, text: &str) -> String {
 }
 
 /// Shortens `text` to at most `max` bytes by replacing its middle with a marker that says how
-/// much was left out. Cuts fall on character boundaries.
+/// much was left out. Cuts fall on character boundaries. A `max` too small for the marker keeps
+/// only the head that fits.
 pub fn cap_middle(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
     // The marker's length depends on the count it prints; reserve room for the widest.
     let reserve = marker(usize::MAX).len();
+    if max < reserve {
+        return text[..floor_char_boundary(text, max)].to_owned();
+    }
     let keep = max.saturating_sub(reserve);
     let head_end = floor_char_boundary(text, keep / 2);
     let tail_start = ceil_char_boundary(text, text.len() - (keep - keep / 2));
@@ -305,5 +309,24 @@ mod tests {
         let body: HookBody =
             serde_json::from_str(&encode_hook_body(Hook::Stop, "s", &text)).unwrap();
         assert_eq!(body.text, capped);
+    }
+
+    #[test]
+    fn a_cap_too_small_for_the_marker_keeps_the_head_within_it() {
+        // Found by the `hook_body` fuzz target: the marker alone used to exceed the cap.
+        assert_eq!(cap_middle("/", 0), "");
+        assert_eq!(cap_middle("abcdef", 3), "abc");
+        assert_eq!(cap_middle("éé", 3), "é");
+        let text = "x".repeat(100);
+        let reserve = marker(usize::MAX).len();
+        for max in 0..100 {
+            let capped = cap_middle(&text, max);
+            assert!(capped.len() <= max, "{max}: {capped:?}");
+            assert_eq!(
+                capped.contains("elided"),
+                max >= reserve,
+                "{max}: {capped:?}"
+            );
+        }
     }
 }

@@ -71,6 +71,9 @@
 //!
 //! Real providers live in [`llm`], the MCP host in [`mcp`]; the `testing` module (feature
 //! `testing`) has the scripted fakes used above.
+//!
+//! [`transcript`] writes a session's boundary down as it runs and replays it against the pure
+//! machine, deterministically, for tests and for debugging a session after the fact.
 
 pub mod acp;
 pub mod config;
@@ -83,6 +86,7 @@ pub mod mcp;
 pub mod progress;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};
 pub use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};

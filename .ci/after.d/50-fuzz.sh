@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fuzzing: builds every cargo-fuzz target in fuzz/ and runs each for FUZZ_SECONDS (60 by
+# default). A crash fails CI; its input is left in fuzz/artifacts/<target>/ and must become a
+# regression test. cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 allows them on stable.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export RUSTC_BOOTSTRAP=1
+seconds="${FUZZ_SECONDS:-60}"
+
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+
+cd fuzz
+# -a: debug assertions and overflow checks, as in `cargo test`.
+cargo fuzz build -a
+mapfile -t targets < <(cargo fuzz list)
+[ "${#targets[@]}" -gt 0 ] || { echo "no fuzz targets found" >&2; exit 1; }
+
+for target in "${targets[@]}"; do
+  corpus="corpus/$target"
+  mkdir -p "$corpus"
+  seeds=()
+  case "$target" in
+    # The golden transcripts are valid inputs deep in the format: start from them.
+    transcript_parse) seeds=(../tests/transcripts) ;;
+  esac
+  [ -d "seeds/$target" ] && seeds+=("seeds/$target")
+  log="target/fuzz-$target.log"
+  echo "fuzzing $target for ${seconds}s"
+  if ! cargo fuzz run -a "$target" "$corpus" "${seeds[@]}" -- \
+      -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 2>"$log"; then
+    tail -n 60 "$log" >&2
+    echo "fuzz target $target crashed; the input is in fuzz/artifacts/$target/" >&2
+    exit 1
+  fi
+  grep -E "^stat::number_of_executed_units" "$log" || true
+done

@@ -1,0 +1,263 @@
+//! Replay speed and idle-session memory.
+//!
+//! - `replay/replay/<n>`: machine steps per second through replay (goal ≥ 1M/s); one step is
+//!   one record: a fact fed or an effect checked.
+//! - `replay/parse_and_replay/<n>`: the time to read and replay a transcript of about 1,000
+//!   events from its text (goal < 5 ms).
+//! - `replay_cpu/...`: the same, in the thread's CPU time rather than wall-clock time, for
+//!   figures that hold on a machine busy with other work.
+//! - Before the timings, the memory an idle session holds (goal ≤ 64 KiB without MCP
+//!   children), measured with a counting global allocator and printed.
+//!
+//! Run: `cargo bench --bench replay`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{Criterion, Throughput};
+use hookloop::llm::LlmRequest;
+use hookloop::machine::{Catalog, HookReply, LlmReply, ToolCall, ToolOutput};
+use hookloop::mcp::HookCall;
+use hookloop::testing::{HookStep, InProcessHost, ScriptedLlm, Step, echo};
+use hookloop::transcript::{Recorder, Transcript};
+use hookloop::{Config, Hook, HookServers, LlmClient, LlmError, ServerName, Session, ToolHost};
+use serde_json::json;
+
+/// Counts live heap bytes, so a bench can tell what a structure holds.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is kept.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Records a session of about `target` events: prompts of three tool rounds, an end of turn,
+/// a `_Stop` objection, and the model ending again.
+fn record_session(target: usize) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        // Each prompt is 22 records; the catalog and the close are two more.
+        let prompts = target.saturating_sub(2).div_ceil(22);
+        let llm = ScriptedLlm::new([]);
+        let objections = (0..prompts).map(|_| HookStep::Say("open".into()));
+        let host =
+            InProcessHost::new()
+                .tool("fs", "read", echo)
+                .hook("todo", Hook::Stop, objections);
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .stop_max_rejections(u32::MAX)
+            .build()
+            .expect("config");
+        let mut session = Session::new(config, llm.clone(), host);
+        let recorder = Recorder::in_memory(&session.transcript_header());
+        session.record_with(recorder.clone()).expect("fresh");
+        let mut n = 0u32;
+        for _ in 0..prompts {
+            for _ in 0..3 {
+                n += 1;
+                llm.push([Step::tools(n, &[("fs__read", json!({"path": n}))])]);
+            }
+            llm.push([Step::text("Done."), Step::text("Done, really.")]);
+            session.prompt(format!("prompt {n}")).await.expect("prompt");
+        }
+        session.close().expect("close");
+        recorder.text().expect("in memory")
+    })
+}
+
+fn replay_benches<M: Measurement>(c: &mut Criterion<M>, group: &str, text: &str) {
+    let transcript = Transcript::parse(text).expect("parses");
+    let records = transcript.records.len();
+    transcript.replay().expect("replays");
+
+    let mut group = c.benchmark_group(group);
+    group.throughput(Throughput::Elements(records as u64));
+    group.bench_function(format!("replay/{records}"), |b| {
+        b.iter(|| black_box(&transcript).replay().expect("replays"));
+    });
+    group.bench_function(format!("parse_and_replay/{records}"), |b| {
+        b.iter(|| {
+            Transcript::parse(black_box(text))
+                .expect("parses")
+                .replay()
+                .expect("replays")
+        });
+    });
+    group.bench_function(format!("parse/{records}"), |b| {
+        b.iter(|| Transcript::parse(black_box(text)).expect("parses"));
+    });
+    group.finish();
+}
+
+/// The calling thread's CPU time: on a machine shared with other work, wall-clock figures
+/// include the time the benchmark waited for a core; this one does not.
+struct ThreadCpuTime;
+
+static WALL: WallTime = WallTime;
+
+impl ThreadCpuTime {
+    fn now() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant of the platform.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        Self::now()
+    }
+
+    fn end(&self, start: Duration) -> Duration {
+        Self::now().saturating_sub(start)
+    }
+
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WALL.formatter()
+    }
+}
+
+/// A model that answers every request with the same short end of turn.
+struct Quiet;
+
+impl LlmClient for Quiet {
+    async fn complete(&self, _: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        Ok(LlmReply {
+            text: "ok".into(),
+            ..LlmReply::default()
+        })
+    }
+}
+
+/// A host with no servers: the session without MCP children.
+struct NoServers;
+
+impl ToolHost for NoServers {
+    fn catalog_generation(&self) -> u64 {
+        0
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog::default()
+    }
+
+    async fn call_tool(&self, _: &ToolCall) -> ToolOutput {
+        ToolOutput::error("no tools")
+    }
+
+    async fn call_hook(&self, _: &HookCall) -> HookReply {
+        HookReply::Failed {
+            error: "no servers".into(),
+        }
+    }
+
+    async fn kill_server(&self, _: &ServerName) {}
+}
+
+/// Prints the heap an idle session holds, fresh and after one short prompt, averaged over
+/// many sessions, plus the session value itself.
+fn idle_session_memory() {
+    const SESSIONS: usize = 1_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    let before = live();
+    for _ in 0..SESSIONS {
+        sessions.push(Session::new(Config::default(), Quiet, NoServers));
+    }
+    let fresh = (live() - before) as usize / SESSIONS;
+    runtime.block_on(async {
+        for session in &mut sessions {
+            session.prompt("Say ok.").await.expect("prompt");
+        }
+    });
+    let prompted = (live() - before) as usize / SESSIONS;
+    let inline = std::mem::size_of::<Session<Quiet, NoServers>>();
+    println!(
+        "idle session memory: {} bytes fresh, {} bytes after one prompt \
+         (heap {fresh} / {prompted} + {inline} inline); goal ≤ 65536",
+        fresh + inline,
+        prompted + inline,
+    );
+    drop(sessions);
+}
+
+fn main() {
+    idle_session_memory();
+    let text = record_session(1_000);
+    let mut wall = Criterion::default()
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    replay_benches(&mut wall, "replay", &text);
+    wall.final_summary();
+    let mut cpu = Criterion::default()
+        .with_measurement(ThreadCpuTime)
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    replay_benches(&mut cpu, "replay_cpu", &text);
+    cpu.final_summary();
+}

@@ -1,0 +1,566 @@
+//! The transcript format, version 1: JSON Lines, one header line and then one line per event.
+//!
+//! ```text
+//! {"format":"hookloop-transcript","version":1,"engine":"0.1.0","config":{...},"catalog":{...}}
+//! {"at_ms":0,"fact":{"fact":"catalog_changed","catalog":{...}}}
+//! {"at_ms":0,"fact":{"fact":"prompted","text":"Finish the feature."}}
+//! {"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":...}}
+//! ```
+//!
+//! Field order is the order of the structs below, so a transcript diffs cleanly under review.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::machine::{Catalog, Effect, Input, Policy};
+use crate::transcript::TranscriptError;
+use crate::transcript::redact::Redaction;
+
+/// The value of the header's `format` field.
+pub const FORMAT: &str = "hookloop-transcript";
+
+/// The format version this engine writes and reads.
+pub const VERSION: u32 = 1;
+
+/// The first line of a transcript: what the session was, before anything happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// The format version, [`VERSION`] for what this engine writes.
+    pub version: u32,
+    /// The version of the engine that wrote the transcript.
+    pub engine: String,
+    /// The machine's configuration: everything a replay needs to rebuild it.
+    pub config: RecordedConfig,
+    /// How the MCP servers were launched, with secrets redacted. Informative: a replay never
+    /// starts them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<ServerEntry>,
+    /// Every server's tools, hooks included, when recording started.
+    pub catalog: Catalog,
+}
+
+impl Header {
+    /// A header for a session run with `config`, with an empty catalog.
+    pub fn new(config: &Config) -> Self {
+        Self::from_parts(
+            config.policy().clone(),
+            config.system_prompt().map(str::to_owned),
+        )
+    }
+
+    /// A header for a machine built with this policy and system prompt.
+    pub fn from_parts(policy: Policy, system_prompt: Option<String>) -> Self {
+        Self {
+            format: FORMAT.to_owned(),
+            version: VERSION,
+            engine: ENGINE_VERSION.to_owned(),
+            config: RecordedConfig {
+                policy,
+                system_prompt,
+            },
+            servers: Vec::new(),
+            catalog: Catalog::default(),
+        }
+    }
+
+    /// The same header with this tool catalog.
+    #[must_use]
+    pub fn with_catalog(mut self, catalog: Catalog) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// The same header with these server launch configurations, redacted by `redaction`.
+    /// ([`Recorder`](crate::transcript::Recorder) applies the default redaction again when it
+    /// writes, so a header built by hand cannot leak a well-known secret either.)
+    #[must_use]
+    pub fn with_servers(
+        mut self,
+        servers: impl IntoIterator<Item = ServerEntry>,
+        redaction: &Redaction,
+    ) -> Self {
+        self.servers = servers
+            .into_iter()
+            .map(|entry| redaction.apply(entry))
+            .collect();
+        self
+    }
+}
+
+/// The engine version written into headers.
+pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The part of the configuration the machine sees. Holds no secret: API keys live in the model
+/// client, which a transcript does not record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordedConfig {
+    pub policy: Policy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+}
+
+/// How one MCP server was launched: a command (stdio) or a URL (streamable HTTP).
+///
+/// Values of `env` and `headers` may be secrets: they go through a [`Redaction`] before they
+/// are written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// One event of the session, with its virtual time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// Milliseconds since the session started, on the driver's clock (tokio's, so a test with
+    /// a paused clock records the same times on every run).
+    pub at_ms: u64,
+    pub event: Event,
+}
+
+/// What crossed the machine's boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// An order the machine emitted.
+    Effect(Effect),
+    /// A fact fed to the machine.
+    Fact(Input),
+}
+
+impl Record {
+    /// An effect at `at_ms`.
+    pub fn effect(at_ms: u64, effect: Effect) -> Self {
+        Self {
+            at_ms,
+            event: Event::Effect(effect),
+        }
+    }
+
+    /// A fact at `at_ms`.
+    pub fn fact(at_ms: u64, fact: Input) -> Self {
+        Self {
+            at_ms,
+            event: Event::Fact(fact),
+        }
+    }
+}
+
+/// A record as it is written: borrowed, so the recorder serialises without cloning.
+#[derive(Serialize)]
+pub(crate) struct RecordRef<'a> {
+    pub(crate) at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) effect: Option<&'a Effect>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fact: Option<&'a Input>,
+}
+
+impl<'a> From<&'a Record> for RecordRef<'a> {
+    fn from(record: &'a Record) -> Self {
+        let (effect, fact) = match &record.event {
+            Event::Effect(effect) => (Some(effect), None),
+            Event::Fact(fact) => (None, Some(fact)),
+        };
+        Self {
+            at_ms: record.at_ms,
+            effect,
+            fact,
+        }
+    }
+}
+
+/// A record as it is read: exactly one of `effect` and `fact`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordLine {
+    at_ms: u64,
+    #[serde(default)]
+    effect: Option<Effect>,
+    #[serde(default)]
+    fact: Option<Input>,
+}
+
+impl Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        RecordRef::from(self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Record {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let line = RecordLine::deserialize(deserializer)?;
+        let event = match (line.effect, line.fact) {
+            (Some(effect), None) => Event::Effect(effect),
+            (None, Some(fact)) => Event::Fact(fact),
+            (Some(_), Some(_)) => {
+                return Err(serde::de::Error::custom(
+                    "a record holds an effect or a fact, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(serde::de::Error::custom(
+                    "a record needs an `effect` or a `fact`",
+                ));
+            }
+        };
+        Ok(Self {
+            at_ms: line.at_ms,
+            event,
+        })
+    }
+}
+
+/// A whole transcript, read into memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transcript {
+    pub header: Header,
+    pub records: Vec<Record>,
+    /// The line in the file of each record (1-based; the header is line 1).
+    pub lines: Vec<usize>,
+    /// Set when the last line was cut short (the writer crashed mid-line); the records before
+    /// it are intact and usable.
+    pub truncated: Option<Truncation>,
+}
+
+/// A last line that was cut short and left out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Its line number.
+    pub line: usize,
+    /// How many bytes of it there were.
+    pub bytes: usize,
+    /// Why it did not parse.
+    pub reason: String,
+}
+
+impl Transcript {
+    /// A transcript of these records, each numbered as if written by a recorder.
+    pub fn new(header: Header, records: Vec<Record>) -> Self {
+        let lines = (2..records.len() + 2).collect();
+        Self {
+            header,
+            records,
+            lines,
+            truncated: None,
+        }
+    }
+
+    /// Reads a transcript file. See [`parse`](Self::parse).
+    pub fn read(path: impl AsRef<Path>) -> Result<Self, TranscriptError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| TranscriptError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse_bytes(&bytes)
+    }
+
+    /// Parses a transcript's bytes; invalid UTF-8 is an error naming its line.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Self, TranscriptError> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::parse(text),
+            Err(error) => {
+                let valid = &bytes[..error.valid_up_to()];
+                let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
+                // Invalid bytes in the last, unterminated line are a cut-short write: keep the
+                // rest, as for any other truncated line.
+                if !bytes[error.valid_up_to()..].contains(&b'\n') {
+                    let start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                    // `start` follows a newline (or is 0), a char boundary of the valid prefix.
+                    let head = std::str::from_utf8(&bytes[..start]).unwrap_or_default();
+                    if line > 1 {
+                        let mut transcript = Self::parse(head)?;
+                        transcript.truncated = Some(Truncation {
+                            line,
+                            bytes: bytes.len() - start,
+                            reason: "invalid UTF-8".to_owned(),
+                        });
+                        return Ok(transcript);
+                    }
+                }
+                Err(TranscriptError::NotUtf8 { line })
+            }
+        }
+    }
+
+    /// Parses a transcript. The header must be of this format and version. A last line that
+    /// does not end in a newline and does not parse was cut short: it is reported in
+    /// [`truncated`](Self::truncated) and the rest is returned. Blank lines are skipped.
+    pub fn parse(text: &str) -> Result<Self, TranscriptError> {
+        let mut lines = text.split_inclusive('\n').enumerate();
+        let (_, first) = lines.next().ok_or(TranscriptError::Empty)?;
+        let header = parse_header(first)?;
+        let mut transcript = Self {
+            header,
+            records: Vec::new(),
+            lines: Vec::new(),
+            truncated: None,
+        };
+        for (index, raw) in lines {
+            let number = index + 1;
+            let line = raw.trim();
+            if line.is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Record>(line) {
+                Ok(record) => {
+                    transcript.records.push(record);
+                    transcript.lines.push(number);
+                }
+                // Only the very last line can be cut short: the recorder ends every line with
+                // a newline in the same write.
+                Err(error) if !raw.ends_with('\n') => {
+                    tracing::warn!(
+                        line = number,
+                        %error,
+                        "transcript: the last line is cut short; ignoring it"
+                    );
+                    transcript.truncated = Some(Truncation {
+                        line: number,
+                        bytes: raw.len(),
+                        reason: error.to_string(),
+                    });
+                }
+                Err(source) => {
+                    return Err(TranscriptError::Record {
+                        line: number,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(transcript)
+    }
+
+    /// The transcript as JSON Lines, exactly as a recorder writes it.
+    pub fn to_jsonl(&self) -> String {
+        let mut out = Vec::new();
+        write_line(&mut out, &self.header);
+        for record in &self.records {
+            write_line(&mut out, &RecordRef::from(record));
+        }
+        // serde_json writes UTF-8.
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The line of record `index`, or the line after the last record for `index == len`.
+    pub fn line_of(&self, index: usize) -> usize {
+        self.lines
+            .get(index)
+            .copied()
+            .unwrap_or_else(|| self.lines.last().map_or(2, |last| last + 1))
+    }
+}
+
+/// Appends `value` as one JSON line.
+pub(crate) fn write_line(out: &mut Vec<u8>, value: &impl Serialize) {
+    // Our records are plain data with string keys; serialising them into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.push(b'\n');
+}
+
+/// Checks the format and version before reading the rest of the header, so that a transcript
+/// of another version is refused by its version, not by whatever field it renamed.
+fn parse_header(line: &str) -> Result<Header, TranscriptError> {
+    #[derive(Deserialize)]
+    struct Probe {
+        format: Option<String>,
+        version: Option<serde_json::Value>,
+    }
+    let not_a_transcript = |reason: String| TranscriptError::NotATranscript { reason };
+    let probe: Probe = serde_json::from_str(line.trim())
+        .map_err(|error| not_a_transcript(format!("line 1 is not a JSON object: {error}")))?;
+    match probe.format.as_deref() {
+        Some(FORMAT) => {}
+        Some(other) => return Err(not_a_transcript(format!("its format is {other:?}"))),
+        None => return Err(not_a_transcript("line 1 has no `format` field".to_owned())),
+    }
+    let version = match probe.version {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        _ => None,
+    };
+    match version {
+        Some(v) if v == u64::from(VERSION) => {}
+        Some(found) => return Err(TranscriptError::UnsupportedVersion { found }),
+        None => {
+            return Err(not_a_transcript(
+                "its header has no whole-number `version`".to_owned(),
+            ));
+        }
+    }
+    serde_json::from_str(line.trim()).map_err(|source| TranscriptError::Header { source })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::{FinishReason, HookReply, LlmReply, Purpose};
+    use crate::{Hook, ServerName};
+
+    fn sample() -> Transcript {
+        let header = Header::from_parts(Policy::default(), Some("be brief".into()));
+        Transcript::new(
+            header,
+            vec![
+                Record::fact(0, Input::Prompted { text: "hi".into() }),
+                Record::effect(
+                    0,
+                    Effect::CallLlm {
+                        purpose: Purpose::Turn,
+                        messages: 1,
+                        digest: 42,
+                    },
+                ),
+                Record::fact(
+                    3,
+                    Input::LlmReplied {
+                        reply: LlmReply {
+                            text: "done".into(),
+                            ..LlmReply::default()
+                        },
+                    },
+                ),
+                Record::fact(
+                    2500,
+                    Input::HookAnswered {
+                        server: ServerName::new("todo").unwrap(),
+                        hook: Hook::Stop,
+                        reply: HookReply::TimedOut,
+                    },
+                ),
+                Record::effect(
+                    2500,
+                    Effect::Finish {
+                        reason: FinishReason::EndTurn,
+                    },
+                ),
+            ],
+        )
+    }
+
+    #[test]
+    fn transcripts_round_trip_through_jsonl() {
+        let transcript = sample();
+        let text = transcript.to_jsonl();
+        assert_eq!(Transcript::parse(&text).unwrap(), transcript);
+        assert_eq!(text.lines().count(), 6);
+    }
+
+    #[test]
+    fn lines_have_a_stable_field_order() {
+        let text = sample().to_jsonl();
+        let mut lines = text.lines();
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with(r#"{"format":"hookloop-transcript","version":1,"engine":""#)
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            r#"{"at_ms":0,"fact":{"fact":"prompted","text":"hi"}}"#
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            r#"{"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":42}}"#
+        );
+    }
+
+    #[test]
+    fn a_cut_short_last_line_is_reported_and_the_rest_kept() {
+        let text = sample().to_jsonl();
+        let cut = &text[..text.len() - 10];
+        let transcript = Transcript::parse(cut).unwrap();
+        assert_eq!(transcript.records.len(), 4);
+        let truncation = transcript.truncated.unwrap();
+        assert_eq!(truncation.line, 6);
+        assert!(truncation.bytes > 0);
+    }
+
+    #[test]
+    fn a_broken_line_before_the_last_is_an_error_naming_it() {
+        let text = sample()
+            .to_jsonl()
+            .replacen(r#""at_ms":3"#, r#""at_ms":"x""#, 1);
+        let error = Transcript::parse(&text).unwrap_err();
+        assert!(
+            matches!(error, TranscriptError::Record { line: 4, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().starts_with("line 4: "), "{error}");
+    }
+
+    #[test]
+    fn a_record_with_both_or_neither_event_is_refused() {
+        let header = serde_json::to_string(&sample().header).unwrap();
+        for bad in [
+            r#"{"at_ms":0}"#,
+            r#"{"at_ms":0,"fact":{"fact":"cancelled"},"effect":{"effect":"notify"}}"#,
+            r#"{"at_ms":0,"fact":{"fact":"cancelled"},"extra":1}"#,
+        ] {
+            let text = format!("{header}\n{bad}\n");
+            assert!(Transcript::parse(&text).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn another_version_is_refused_with_its_number() {
+        let mut header = serde_json::to_value(&sample().header).unwrap();
+        header["version"] = json!(2);
+        header["renamed_field"] = json!(true);
+        let text = format!("{header}\n");
+        let error = Transcript::parse(&text).unwrap_err();
+        assert!(matches!(
+            error,
+            TranscriptError::UnsupportedVersion { found: 2 }
+        ));
+        assert_eq!(
+            error.to_string(),
+            "transcript format version 2 is not supported: this engine reads version 1"
+        );
+    }
+
+    #[test]
+    fn other_files_are_not_transcripts() {
+        for text in ["", "hello\n", "{}\n", r#"{"format":"other","version":1}"#] {
+            assert!(Transcript::parse(text).is_err(), "{text:?}");
+        }
+        let error = Transcript::parse(r#"{"format":"hookloop-transcript"}"#).unwrap_err();
+        assert!(error.to_string().contains("version"), "{error}");
+    }
+
+    #[test]
+    fn invalid_utf8_in_the_last_line_is_a_truncation() {
+        let mut bytes = sample().to_jsonl().into_bytes();
+        bytes.extend_from_slice(b"{\"at_ms\":1,\"fact\xff");
+        let transcript = Transcript::parse_bytes(&bytes).unwrap();
+        assert_eq!(transcript.records.len(), 5);
+        assert_eq!(transcript.truncated.unwrap().line, 7);
+        let mut bytes = sample().to_jsonl().into_bytes();
+        bytes.insert(bytes.len() - 3, 0xff);
+        let error = Transcript::parse_bytes(&bytes).unwrap_err();
+        assert!(
+            matches!(error, TranscriptError::NotUtf8 { line: 6 }),
+            "{error}"
+        );
+    }
+}

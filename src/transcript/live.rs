@@ -1,0 +1,376 @@
+//! Live-tools replay: the model's side comes from the record, tools and hooks run against real
+//! servers, and every answer that differs from the record is reported as drift.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::hooks::ServerName;
+use crate::machine::{CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput};
+use crate::mcp::{HookCall, ToolHost};
+use crate::transcript::replay::{Divergence, DivergenceKind};
+use crate::transcript::{Event, Transcript};
+
+/// How long past a hook's timeout a host that does not enforce it is waited for.
+const HOOK_GRACE: Duration = Duration::from_millis(250);
+
+/// Replays `transcript` with the model's side from the record and tools, hooks and the catalog
+/// from `host`: each recorded tool result, hook answer and catalog change is replaced by what
+/// `host` answers now, and the differences are reported as [`Drift`].
+///
+/// The machine then runs on the live answers. Once something drifted, the model requests that
+/// follow are accepted whatever their digest (the history they pin now holds the live
+/// answers); orders that differ in kind (a hook that objected and no longer does) end the
+/// replay with the divergence, since the recorded model replies no longer fit.
+pub async fn replay_live<H: ToolHost>(transcript: &Transcript, host: &H) -> LiveReport {
+    let config = &transcript.header.config;
+    let mut live = Live {
+        machine: Machine::new(config.policy.clone(), config.system_prompt.clone()),
+        tools: HashMap::new(),
+        hooks: HashMap::new(),
+        drifts: Vec::new(),
+    };
+    for (index, record) in transcript.records.iter().enumerate() {
+        let line = transcript.line_of(index);
+        let step = match &record.event {
+            Event::Effect(expected) => live.check_effect(expected, host).await,
+            Event::Fact(fact) => live.feed(fact, host, index, line),
+        };
+        if let Err(divergence) = step {
+            let mut divergence = divergence;
+            divergence.index = index;
+            divergence.line = line;
+            return LiveReport {
+                records: index,
+                drifts: live.drifts,
+                divergence: Some(divergence),
+            };
+        }
+    }
+    LiveReport {
+        records: transcript.records.len(),
+        drifts: live.drifts,
+        divergence: None,
+    }
+}
+
+/// What a live-tools replay found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveReport {
+    /// Records replayed before the end or the divergence.
+    pub records: usize,
+    /// Every answer that differs from the record, in order.
+    pub drifts: Vec<Drift>,
+    /// Where the session's course parted from the record, if it did.
+    pub divergence: Option<Box<Divergence>>,
+}
+
+impl LiveReport {
+    /// Whether the servers answered exactly as recorded.
+    pub fn is_clean(&self) -> bool {
+        self.drifts.is_empty() && self.divergence.is_none()
+    }
+}
+
+impl fmt::Display for LiveReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "replayed {} records against live servers: {} answer(s) drifted",
+            self.records,
+            self.drifts.len()
+        )?;
+        for drift in &self.drifts {
+            write!(f, "\n\n{drift}")?;
+        }
+        if let Some(divergence) = &self.divergence {
+            write!(f, "\n\nthe session then took another course:\n{divergence}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One answer from a live server that differs from the record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drift {
+    /// The index of the recorded answer.
+    pub index: usize,
+    /// Its line in the file.
+    pub line: usize,
+    pub kind: DriftKind,
+}
+
+/// What drifted.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriftKind {
+    /// A tool call's result.
+    Tool {
+        id: CallId,
+        name: String,
+        recorded: ToolOutput,
+        live: ToolOutput,
+    },
+    /// A hook's answer.
+    Hook {
+        server: ServerName,
+        hook: crate::Hook,
+        recorded: HookReply,
+        live: HookReply,
+    },
+    /// The tool catalog.
+    Catalog {
+        recorded: crate::machine::Catalog,
+        live: crate::machine::Catalog,
+    },
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, recorded, live) = match &self.kind {
+            DriftKind::Tool {
+                id,
+                name,
+                recorded,
+                live,
+            } => (
+                format!("tool {name} (call {id})"),
+                pretty(recorded),
+                pretty(live),
+            ),
+            DriftKind::Hook {
+                server,
+                hook,
+                recorded,
+                live,
+            } => (
+                format!("{hook} on {server}"),
+                pretty(recorded),
+                pretty(live),
+            ),
+            DriftKind::Catalog { recorded, live } => (
+                "the tool catalog".to_owned(),
+                pretty(recorded),
+                pretty(live),
+            ),
+        };
+        write!(
+            f,
+            "record {} (line {}): {what} answered differently\n--- recorded\n+++ live\n{}",
+            self.index,
+            self.line,
+            super::line_diff(&recorded, &live)
+        )
+    }
+}
+
+struct Live {
+    machine: Machine,
+    /// Live results of the last `CallTools`, by call id.
+    tools: HashMap<CallId, (String, ToolOutput)>,
+    /// Live answers of the last `CallHooks`, by server.
+    hooks: HashMap<ServerName, HookReply>,
+    drifts: Vec<Drift>,
+}
+
+impl Live {
+    async fn check_effect(
+        &mut self,
+        expected: &Effect,
+        host: &impl ToolHost,
+    ) -> Result<(), Box<Divergence>> {
+        let phase = self.machine.phase();
+        let Some(actual) = self.machine.poll_effect() else {
+            return Err(divergence(
+                phase,
+                DivergenceKind::MissingEffect {
+                    expected: expected.clone(),
+                },
+            ));
+        };
+        let fits =
+            actual == *expected || (!self.drifts.is_empty() && same_course(expected, &actual));
+        if !fits {
+            return Err(divergence(
+                phase,
+                DivergenceKind::EffectMismatch {
+                    expected: expected.clone(),
+                    actual,
+                },
+            ));
+        }
+        match actual {
+            Effect::CallTools { calls } => {
+                let outputs = join_all(calls.iter().map(|call| host.call_tool(call))).await;
+                self.tools = calls
+                    .into_iter()
+                    .zip(outputs)
+                    .map(|(call, output)| (call.id, (call.name, output)))
+                    .collect();
+            }
+            Effect::CallHooks {
+                hook,
+                servers,
+                timeout_ms,
+                context,
+            } => {
+                let timeout = Duration::from_millis(timeout_ms);
+                let answers = join_all(servers.iter().map(|server| {
+                    let call = HookCall {
+                        server: server.clone(),
+                        hook,
+                        timeout,
+                        context,
+                    };
+                    async move {
+                        tokio::time::timeout(timeout + HOOK_GRACE, host.call_hook(&call))
+                            .await
+                            .unwrap_or(HookReply::TimedOut)
+                    }
+                }))
+                .await;
+                self.hooks = servers.into_iter().zip(answers).collect();
+            }
+            Effect::KillServer { server } => host.kill_server(&server).await,
+            Effect::CallLlm { .. } | Effect::Notify { .. } | Effect::Finish { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn feed(
+        &mut self,
+        recorded: &Input,
+        host: &impl ToolHost,
+        index: usize,
+        line: usize,
+    ) -> Result<(), Box<Divergence>> {
+        let phase = self.machine.phase();
+        if let Some(actual) = self.machine.poll_effect() {
+            return Err(divergence(
+                phase,
+                DivergenceKind::UnrecordedEffect {
+                    actual,
+                    before: Some(recorded.clone()),
+                },
+            ));
+        }
+        let fact = match recorded {
+            Input::ToolFinished { id, output } => match self.tools.remove(id) {
+                Some((name, live)) => {
+                    if live != *output {
+                        self.drift(
+                            index,
+                            line,
+                            DriftKind::Tool {
+                                id: id.clone(),
+                                name,
+                                recorded: output.clone(),
+                                live: live.clone(),
+                            },
+                        );
+                    }
+                    Input::ToolFinished {
+                        id: id.clone(),
+                        output: live,
+                    }
+                }
+                None => recorded.clone(),
+            },
+            Input::HookAnswered {
+                server,
+                hook,
+                reply,
+            } => match self.hooks.remove(server) {
+                Some(live) => {
+                    if live != *reply {
+                        self.drift(
+                            index,
+                            line,
+                            DriftKind::Hook {
+                                server: server.clone(),
+                                hook: *hook,
+                                recorded: reply.clone(),
+                                live: live.clone(),
+                            },
+                        );
+                    }
+                    Input::HookAnswered {
+                        server: server.clone(),
+                        hook: *hook,
+                        reply: live,
+                    }
+                }
+                None => recorded.clone(),
+            },
+            Input::CatalogChanged { catalog } => {
+                let live = host.catalog();
+                if live != *catalog {
+                    self.drift(
+                        index,
+                        line,
+                        DriftKind::Catalog {
+                            recorded: catalog.clone(),
+                            live: live.clone(),
+                        },
+                    );
+                }
+                Input::CatalogChanged { catalog: live }
+            }
+            Input::Prompted { .. }
+            | Input::LlmReplied { .. }
+            | Input::LlmFailed { .. }
+            | Input::Cancelled
+            | Input::Closed => recorded.clone(),
+        };
+        self.machine
+            .handle(fact.clone())
+            .map_err(|error| divergence(phase, DivergenceKind::FactRefused { fact, error }))
+    }
+
+    fn drift(&mut self, index: usize, line: usize, kind: DriftKind) {
+        tracing::info!(index, line, "live server answer drifted from the record");
+        self.drifts.push(Drift { index, line, kind });
+    }
+}
+
+/// Whether `actual` takes the same course as `expected` once content has drifted: the same
+/// order, differing only in what the live answers changed (a history digest, a hook's words).
+fn same_course(expected: &Effect, actual: &Effect) -> bool {
+    match (expected, actual) {
+        (Effect::CallLlm { purpose: a, .. }, Effect::CallLlm { purpose: b, .. }) => a == b,
+        (Effect::Notify { notice: a }, Effect::Notify { notice: b }) => match (a, b) {
+            (Notice::Objection { server: a, .. }, Notice::Objection { server: b, .. })
+            | (
+                Notice::PostCompactInjected { server: a, .. },
+                Notice::PostCompactInjected { server: b, .. },
+            ) => a == b,
+            (
+                Notice::HookFailedOpen {
+                    server: a, hook: x, ..
+                },
+                Notice::HookFailedOpen {
+                    server: b, hook: y, ..
+                },
+            ) => a == b && x == y,
+            (Notice::Compacted { summarized: a, .. }, Notice::Compacted { summarized: b, .. }) => {
+                a == b
+            }
+            _ => a == b,
+        },
+        _ => expected == actual,
+    }
+}
+
+fn divergence(phase: crate::machine::Phase, kind: DivergenceKind) -> Box<Divergence> {
+    Box::new(Divergence {
+        index: 0,
+        line: 0,
+        phase,
+        kind,
+    })
+}
+
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}

@@ -1,0 +1,106 @@
+//! Transcripts: the machine's boundary written down, and replayed.
+//!
+//! A transcript is a JSON Lines file: a [`Header`] (format and version, engine version, the
+//! machine's configuration without secrets, the tool catalog per server), then one [`Record`]
+//! per event in order — every [`Effect`](crate::Effect) the machine emitted and every
+//! [`Input`](crate::Input) fact that answered it (model reply, tool result, hook answer or
+//! timeout, cancellation, catalog change), each with its virtual time in ms since the session
+//! started.
+//!
+//! - **Recording**: a [`Recorder`] is an [`Observer`](crate::Observer) of a session;
+//!   [`Session::record_to`](crate::Session::record_to) adds one writing to a file, and
+//!   [`RecordDir`] hands out one file per session. Each line is flushed as it is written; a
+//!   crash leaves at most the last line cut short, and reading reports it and keeps the rest.
+//! - **Replay**: [`replay`] rebuilds the [`Machine`](crate::Machine) from the header, feeds
+//!   each recorded fact and checks each effect the machine emits against the recorded one, in
+//!   order. No tokio, no server, no model: the machine never reads a clock (a hook timeout is
+//!   the fact `HookReply::TimedOut`), so a replay is exact. The first mismatch stops it with a
+//!   [`Divergence`]: record index, line, the machine's state, and a diff of the recorded and
+//!   replayed effect. Model requests are pinned by the history's length and digest that
+//!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to what the model would
+//!   have been sent diverges too.
+//! - **Live tools**: [`replay_live`] takes the model's side from the record but runs tools and
+//!   hooks against a live [`ToolHost`](crate::ToolHost), and reports each answer that differs
+//!   from the record ([`Drift`]): a check that the MCP servers still behave as recorded.
+//!
+//! ```
+//! use hookloop::testing::{InProcessHost, ScriptedLlm, Step, HookStep};
+//! use hookloop::transcript::{Recorder, Transcript};
+//! use hookloop::{Config, Hook, HookServers, Session};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let llm = ScriptedLlm::new([Step::text("Done."), Step::text("Done, really.")]);
+//! let host = InProcessHost::new().hook("todo", Hook::Stop, [HookStep::Say("1 open".into())]);
+//! let config = Config::builder().hook_servers(HookServers::All).build()?;
+//! let mut session = Session::new(config, llm, host);
+//!
+//! let recorder = Recorder::in_memory(&session.transcript_header());
+//! session.record_with(recorder.clone())?;
+//! session.prompt("Finish the feature.").await?;
+//!
+//! let text = recorder.text().expect("an in-memory recorder");
+//! let report = hookloop::transcript::replay_str(&text)?;
+//! assert_eq!(report.counters.objections, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+mod diff;
+mod format;
+mod live;
+mod recorder;
+mod redact;
+mod replay;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use self::diff::line_diff;
+pub use self::format::{
+    ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
+    Truncation, VERSION,
+};
+pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
+pub use self::recorder::{RecordDir, Recorder};
+pub use self::redact::{REDACTED, Redaction};
+pub use self::replay::{
+    Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, replay, replay_str,
+};
+
+/// A transcript that cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    /// The file could not be read.
+    #[error("could not read transcript {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    /// The transcript could not be written.
+    #[error("could not write transcript {target}: {source}")]
+    Write { target: String, source: io::Error },
+    /// Nothing to read.
+    #[error("the transcript is empty: it has no header line")]
+    Empty,
+    /// Line 1 is not a hookloop transcript header.
+    #[error("not a hookloop transcript: {reason}")]
+    NotATranscript { reason: String },
+    /// A transcript of a format version this engine does not read.
+    #[error(
+        "transcript format version {found} is not supported: this engine reads version {VERSION}"
+    )]
+    UnsupportedVersion { found: u64 },
+    /// The header is of this format and version but malformed.
+    #[error("line 1: invalid transcript header: {source}")]
+    Header { source: serde_json::Error },
+    /// A record before the last line is malformed.
+    #[error("line {line}: invalid record: {source}")]
+    Record {
+        line: usize,
+        source: serde_json::Error,
+    },
+    /// A line is not valid UTF-8.
+    #[error("line {line}: not valid UTF-8")]
+    NotUtf8 { line: usize },
+    /// Recording started after the session had run: the transcript would not replay.
+    #[error("the session has already run a prompt: record it from its start")]
+    SessionStarted,
+}
