@@ -75,6 +75,18 @@ enum Command {
     #[command(after_long_help = cli::ENV_HELP)]
     Acp,
 
+    /// Replay a transcript through the engine and report the first divergence, if any.
+    ///
+    /// The machine is run on the recorded facts and each effect it emits is checked against the
+    /// record; no model, no server, no clock. Exit status: 0 the replay matched; 1 it diverged
+    /// (the report shows the record, the state, and expected against actual); 2 the file could
+    /// not be read or is not a transcript.
+    Replay {
+        /// The transcript (JSONL) to replay.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
     #[command(hide = true)]
     TodoServer,
@@ -108,6 +120,7 @@ fn main() -> ExitCode {
                 prompt,
             } => cli::run::main(mcp_config, json, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
+            Command::Replay { file } => cli::replay(&file),
             // Served above, outside this runtime.
             Command::TodoServer => ExitCode::from(cli::exit::USAGE),
         }

@@ -191,3 +191,38 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn replay_matches_a_golden_transcript_and_reports_a_divergence() {
+    let golden = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/transcripts/stop_objection_is_injected.jsonl"
+    );
+    let out = hookloop(&["replay", golden]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!out.stdout.is_empty());
+
+    // The same record with the objection's text changed: the machine's effects differ.
+    let text = std::fs::read_to_string(golden).unwrap();
+    assert!(
+        text.contains("1 open"),
+        "the fixture has the objection text"
+    );
+    let dir = tempdir();
+    let tampered = dir.join("tampered.jsonl");
+    std::fs::write(&tampered, text.replacen("1 open", "9 open", 1)).unwrap();
+    let out = hookloop(&["replay", tampered.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text_of(&out.stderr).contains("diverged"), "{out:?}");
+
+    let out = hookloop(&["replay", "/nonexistent.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -85,6 +85,24 @@ impl From<hookloop::ConfigError> for Failure {
     }
 }
 
+/// `hookloop replay FILE`: replays a transcript and reports how it went.
+pub fn replay(file: &std::path::Path) -> ExitCode {
+    use hookloop::transcript::ReplayError;
+    match hookloop::transcript::replay(file) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::from(exit::OK)
+        }
+        Err(ReplayError::Diverged(divergence)) => {
+            eprintln!("{}: the replay diverged\n{divergence}", file.display());
+            ExitCode::from(exit::FAILED)
+        }
+        Err(e @ ReplayError::Load(_)) => {
+            Failure::usage(format!("{}: {e}", file.display())).report()
+        }
+    }
+}
+
 /// Logs go to stderr only (stdout carries answers and protocol frames), filtered by
 /// `HOOKLOOP_LOG` (tracing's filter syntax), or `default` when it is unset.
 pub fn init_logging(default: &str) -> Result<(), Failure> {
