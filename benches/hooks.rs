@@ -3,7 +3,8 @@
 //! - `raw_call_tool`: rmcp's own client calling `_Stop` (the floor);
 //! - `host_stop_1`: one `_Stop` round through the host (goal: at most 1.3× the raw call);
 //! - `host_stop_8`: `_Stop` fanned out to 8 servers at once, as the driver does (goal: at most
-//!   1.5× one server).
+//!   1.5× one server);
+//! - `host_stop_8_sequential`: the same eight calls one after another, for scale.
 //!
 //! `cargo bench --bench hooks` prints the ratios after criterion's own report.
 
@@ -112,6 +113,16 @@ fn benches(c: &mut Criterion) {
             })
         })
     });
+    // The same eight calls one after another: what the fan-out saves.
+    group.bench_function("host_stop_8_sequential", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                for call in &calls {
+                    black_box(eight.call_hook(call).await);
+                }
+            })
+        })
+    });
     group.finish();
     drop((one, eight, raw));
 }
@@ -129,21 +140,25 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     benches(&mut criterion);
     criterion.final_summary();
-    let (Some(raw), Some(one), Some(eight)) = (
+    let (Some(raw), Some(one), Some(eight), Some(sequential)) = (
         mean_ns("raw_call_tool"),
         mean_ns("host_stop_1"),
         mean_ns("host_stop_8"),
+        mean_ns("host_stop_8_sequential"),
     ) else {
         // `cargo test --benches` runs each benchmark once and writes no estimates.
         return;
     };
     println!(
         "hook round through the host: {:.2}x the raw rmcp call (goal <= 1.3); \
-         fan-out to 8 servers: {:.2}x one (goal <= 1.5); raw {:.1} us, one {:.1} us, eight {:.1} us",
+         fan-out to 8 servers: {:.2}x one (goal <= 1.5), {:.2}x the same calls in sequence; \
+         raw {:.1} us, one {:.1} us, eight {:.1} us, eight in sequence {:.1} us",
         one / raw,
         eight / one,
+        eight / sequential,
         raw / 1e3,
         one / 1e3,
-        eight / 1e3
+        eight / 1e3,
+        sequential / 1e3
     );
 }
