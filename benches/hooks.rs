@@ -1,1 +1,164 @@
-fn main() {}
+//! What a hook round costs on top of MCP itself, over stdio to the test server:
+//!
+//! - `raw_call_tool`: rmcp's own client calling `_Stop` (the floor);
+//! - `host_stop_1`: one `_Stop` round through the host (goal: at most 1.3× the raw call);
+//! - `host_stop_8`: `_Stop` fanned out to 8 servers at once, as the driver does (goal: at most
+//!   1.5× one server);
+//! - `host_stop_8_sequential`: the same eight calls one after another, for scale.
+//!
+//! `cargo bench --bench hooks` prints the ratios after criterion's own report.
+
+use std::hint::black_box;
+use std::process::Stdio;
+use std::time::Duration;
+
+use criterion::Criterion;
+use futures_util::future::join_all;
+use hookloop::machine::{HookContext, HookReply};
+use hookloop::mcp::{HookCall, HostOptions, McpHost, McpServers, ServerConfig, ToolHost};
+use hookloop::{Hook, ServerName};
+use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, serve_client_with_lifecycle};
+
+const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
+const GROUP: &str = "hooks";
+
+fn server() -> ServerConfig {
+    ServerConfig::stdio(TEST_SERVER, Vec::<String>::new()).env("TS_HOOKS", "_Stop")
+}
+
+async fn host(n: usize) -> McpHost {
+    let mut servers = McpServers::new();
+    for i in 0..n {
+        servers = servers
+            .with(&format!("s{i}"), server())
+            .expect("server name");
+    }
+    let (host, failures) = McpHost::connect(servers, HostOptions::default())
+        .await
+        .expect("connect");
+    assert!(failures.is_empty(), "{failures:?}");
+    host
+}
+
+fn stop(server: usize) -> HookCall {
+    HookCall {
+        server: ServerName::new(format!("s{server}")).expect("server name"),
+        hook: Hook::Stop,
+        timeout: Duration::from_secs(5),
+        context: HookContext::default(),
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group(GROUP);
+
+    // The floor: rmcp's client, same server, same protocol negotiation as the host.
+    let raw = rt.block_on(async {
+        let mut child = tokio::process::Command::new(TEST_SERVER)
+            .env("TS_HOOKS", "_Stop")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the test server");
+        let stdout = child.stdout.take().expect("stdout");
+        let stdin = child.stdin.take().expect("stdin");
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::LATEST],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        };
+        let client = serve_client_with_lifecycle((), (stdout, stdin), lifecycle)
+            .await
+            .expect("rmcp client");
+        (child, client)
+    });
+    group.bench_function("raw_call_tool", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let params = CallToolRequestParams::new("_Stop").with_arguments(JsonObject::new());
+                black_box(raw.1.peer().call_tool(params).await.expect("call"))
+            })
+        })
+    });
+
+    let one = rt.block_on(host(1));
+    group.bench_function("host_stop_1", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let reply = one.call_hook(&stop(0)).await;
+                assert_eq!(
+                    reply,
+                    HookReply::Text {
+                        text: String::new()
+                    }
+                );
+                black_box(reply)
+            })
+        })
+    });
+
+    let eight = rt.block_on(host(8));
+    let calls: Vec<HookCall> = (0..8).map(stop).collect();
+    group.bench_function("host_stop_8", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(join_all(calls.iter().map(|call| eight.call_hook(call))).await)
+            })
+        })
+    });
+    // The same eight calls one after another: what the fan-out saves.
+    group.bench_function("host_stop_8_sequential", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                for call in &calls {
+                    black_box(eight.call_hook(call).await);
+                }
+            })
+        })
+    });
+    group.finish();
+    drop((one, eight, raw));
+}
+
+/// Criterion's mean estimate for one benchmark of the group, in nanoseconds.
+fn mean_ns(id: &str) -> Option<f64> {
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{target}/criterion/{GROUP}/{id}/new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    benches(&mut criterion);
+    criterion.final_summary();
+    let (Some(raw), Some(one), Some(eight), Some(sequential)) = (
+        mean_ns("raw_call_tool"),
+        mean_ns("host_stop_1"),
+        mean_ns("host_stop_8"),
+        mean_ns("host_stop_8_sequential"),
+    ) else {
+        // `cargo test --benches` runs each benchmark once and writes no estimates.
+        return;
+    };
+    println!(
+        "hook round through the host: {:.2}x the raw rmcp call (goal <= 1.3); \
+         fan-out to 8 servers: {:.2}x one (goal <= 1.5), {:.2}x the same calls in sequence; \
+         raw {:.1} us, one {:.1} us, eight {:.1} us, eight in sequence {:.1} us",
+        one / raw,
+        eight / one,
+        eight / sequential,
+        raw / 1e3,
+        one / 1e3,
+        eight / 1e3,
+        sequential / 1e3
+    );
+}

@@ -224,9 +224,9 @@ impl ToolHost for McpHost {
         // `notifications/cancelled` for it.
         match tokio::time::timeout(timeout, slot.call(params)).await {
             Err(_) => ToolOutput::error(format!(
-                "{} did not answer within {} s and was cancelled",
+                "{} did not answer within {:.1} s and was cancelled",
                 call.name,
-                timeout.as_secs()
+                timeout.as_secs_f64()
             )),
             Ok(Err(error)) => ToolOutput::error(format!("{} failed: {error}", call.name)),
             Ok(Ok(result)) => convert::tool_output(result, max),
