@@ -30,13 +30,7 @@ impl Config {
 
     /// Reads the process environment. See [`from_lookup`](Self::from_lookup).
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|var| match std::env::var(var) {
-            Ok(value) => Ok(Some(value)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode {
-                var: var.to_owned(),
-            }),
-        })
+        Self::from_lookup(env_lookup)
     }
 
     /// Reads the variables through `lookup`, which answers a variable's value, `None` when it is
@@ -188,6 +182,18 @@ impl ConfigBuilder {
             )));
         }
         Ok(config)
+    }
+}
+
+/// Reads one variable of the process environment, for the `from_lookup` constructors: its
+/// value, `None` when unset, or an error naming it when it is not UTF-8.
+pub fn env_lookup(var: &str) -> Result<Option<String>, ConfigError> {
+    match std::env::var(var) {
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode {
+            var: var.to_owned(),
+        }),
     }
 }
 

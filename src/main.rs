@@ -62,6 +62,11 @@ enum Command {
         #[arg(long)]
         json: bool,
 
+        /// Record the session's transcript to FILE (JSONL, flushed line by line; replay it with
+        /// `hookloop replay FILE`). Secrets are never written.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
+
         /// What to ask.
         #[arg(required = true, value_name = "PROMPT")]
         prompt: Vec<String>,
@@ -72,6 +77,7 @@ enum Command {
     /// Each `session/new` starts the MCP servers the client lists (stdio and HTTP) for that
     /// session alone; sessions run concurrently, one prompt at a time each. Stdout carries
     /// protocol frames only; logs go to stderr (HOOKLOOP_LOG). Frames over 4 MiB are refused.
+    /// With HOOKLOOP_RECORD_DIR set, each session's transcript is written there, one file each.
     #[command(after_long_help = cli::ENV_HELP)]
     Acp,
 
@@ -117,8 +123,9 @@ fn main() -> ExitCode {
             Command::Run {
                 mcp_config,
                 json,
+                record,
                 prompt,
-            } => cli::run::main(mcp_config, json, prompt.join(" ")).await,
+            } => cli::run::main(mcp_config, json, record, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
             Command::Replay { file } => cli::replay(&file),
             // Served above, outside this runtime.

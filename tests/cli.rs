@@ -226,3 +226,67 @@ fn replay_matches_a_golden_transcript_and_reports_a_divergence() {
 fn text_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+#[test]
+fn a_recorded_run_replays_cleanly_and_acp_records_per_session() {
+    let dir = tempdir();
+    let config = dir.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"todo": {"command": loopback::hookloop(), "args": ["todo-server"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let provider = FakeProvider::start(|request| {
+        if request["messages"].as_array().unwrap().len() > 2 {
+            Reply::text("Still done.")
+        } else {
+            Reply::text("Done.")
+        }
+    });
+    let transcript = dir.join("run.jsonl");
+    let mut command = hookloop(&[
+        "run",
+        "--record",
+        transcript.to_str().unwrap(),
+        "--mcp-config",
+        config.to_str().unwrap(),
+        "go",
+    ]);
+    with_provider(&mut command, &provider);
+    let out = command
+        .env("MCP_HOOK_SERVERS", "todo")
+        .env("OPENAI_API_KEY", "test-key-4242")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let recorded = std::fs::read_to_string(&transcript).unwrap();
+    // The todo list starts empty, so `_Stop` is asked and has nothing to object to.
+    assert!(
+        recorded.contains(r#""effect":"call_hooks","hook":"_Stop""#),
+        "{recorded}"
+    );
+    assert!(recorded.contains(r#""fact":"hook_answered""#), "{recorded}");
+    assert!(
+        !recorded.contains("test-key-4242"),
+        "the API key never reaches a transcript"
+    );
+
+    let out = hookloop(&["replay", transcript.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // A record folder that cannot be created stops `acp` at start-up, naming the variable.
+    let blocker = dir.join("file");
+    std::fs::write(&blocker, "").unwrap();
+    let mut command = hookloop(&["acp"]);
+    with_provider(&mut command, &provider);
+    let out = command
+        .env("HOOKLOOP_RECORD_DIR", blocker.join("sub"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("HOOKLOOP_RECORD_DIR"), "{out:?}");
+}

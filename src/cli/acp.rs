@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use hookloop::acp::{self, AgentOptions, SessionFactory, SessionSpec};
+use hookloop::transcript::RecordDir;
 use hookloop::{Config, Session};
 
 use super::{Failure, wire};
@@ -31,6 +32,8 @@ pub async fn main() -> ExitCode {
 struct Factory {
     config: Config,
     llm: wire::SharedLlm,
+    /// Where each session's transcript goes (`HOOKLOOP_RECORD_DIR`), if anywhere.
+    record_dir: Option<RecordDir>,
 }
 
 impl Factory {
@@ -38,6 +41,8 @@ impl Factory {
         Ok(Self {
             config: Config::from_env()?,
             llm: wire::model_from_env()?,
+            record_dir: RecordDir::from_env()
+                .map_err(|e| Failure::usage(format!("{}: {e}", RecordDir::ENV_VAR)))?,
         })
     }
 }
@@ -49,6 +54,13 @@ impl SessionFactory for Factory {
 
     async fn create(&self, spec: SessionSpec) -> Result<Session<Self::Llm, Self::Host>, String> {
         let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
-        Ok(Session::new(self.config.clone(), self.llm.clone(), host))
+        let mut session = Session::new(self.config.clone(), self.llm.clone(), host);
+        if let Some(dir) = &self.record_dir {
+            let (_, path) = session
+                .record_in(dir)
+                .map_err(|e| format!("cannot record the session: {e}"))?;
+            tracing::info!(path = %path.display(), "recording the session");
+        }
+        Ok(session)
     }
 }

@@ -27,6 +27,7 @@ Environment (an invalid value stops start-up with a message naming it, exit stat
   HOOKLOOP_MAX_CONTEXT_TOKENS        the model's context window, default 200000
   HOOKLOOP_MAX_OUTPUT_TOKENS         reserved for output, default 8192
   HOOKLOOP_SYSTEM_PROMPT(_FILE)      the system prompt, or a file holding it
+  HOOKLOOP_RECORD_DIR                acp: write each session's transcript in this folder
   HOOKLOOP_LOG                       log filter for stderr (tracing syntax), default warn
 See the README for the full table.";
 

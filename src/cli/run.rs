@@ -13,14 +13,24 @@ use tokio::sync::mpsc;
 use super::{Failure, exit, wire};
 
 /// Runs the command; every failure is reported here.
-pub async fn main(mcp_config: Option<PathBuf>, json: bool, prompt: String) -> ExitCode {
-    match run(mcp_config, json, prompt).await {
+pub async fn main(
+    mcp_config: Option<PathBuf>,
+    json: bool,
+    record: Option<PathBuf>,
+    prompt: String,
+) -> ExitCode {
+    match run(mcp_config, json, record, prompt).await {
         Ok(code) => code,
         Err(failure) => failure.report(),
     }
 }
 
-async fn run(mcp_config: Option<PathBuf>, json: bool, prompt: String) -> Result<ExitCode, Failure> {
+async fn run(
+    mcp_config: Option<PathBuf>,
+    json: bool,
+    record: Option<PathBuf>,
+    prompt: String,
+) -> Result<ExitCode, Failure> {
     if prompt.trim().is_empty() {
         return Err(Failure::usage("the prompt is empty"));
     }
@@ -28,7 +38,12 @@ async fn run(mcp_config: Option<PathBuf>, json: bool, prompt: String) -> Result<
     let llm = wire::model_from_env()?;
     let servers = wire::load_mcp_config(mcp_config.as_deref())?;
     let host = wire::connect(servers).await?;
-    let session = Session::new(config, llm, host);
+    let mut session = Session::new(config, llm, host);
+    if let Some(path) = record {
+        session
+            .record_to(&path)
+            .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?;
+    }
     let mode = if json {
         Mode::Json
     } else if std::io::stderr().is_terminal() {

@@ -122,13 +122,7 @@ impl LlmConfig {
 
     /// Reads the process environment. See [`from_lookup`](Self::from_lookup).
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|var| match std::env::var(var) {
-            Ok(value) => Ok(Some(value)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode {
-                var: var.to_owned(),
-            }),
-        })
+        Self::from_lookup(crate::config::env_lookup)
     }
 
     /// Reads the variables through `lookup` (a value, `None` when unset, or an error):
