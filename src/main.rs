@@ -87,10 +87,22 @@ enum Command {
     /// record; no model, no server, no clock. Exit status: 0 the replay matched; 1 it diverged
     /// (the report shows the record, the state, and expected against actual); 2 the file could
     /// not be read or is not a transcript.
+    ///
+    /// With --live-tools, the model's side still comes from the record, but tools and hooks run
+    /// against live MCP servers (from --mcp-config, default ./.mcp.json), and every answer that
+    /// differs from the record is reported (server drift): exit 0 when none drifted, 1 otherwise.
     Replay {
         /// The transcript (JSONL) to replay.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+
+        /// Run tools and hooks against live servers and report where they drift from the record.
+        #[arg(long)]
+        live_tools: bool,
+
+        /// With --live-tools: the servers, in the `.mcp.json` format. Default: ./.mcp.json.
+        #[arg(long, value_name = "FILE", requires = "live_tools")]
+        mcp_config: Option<PathBuf>,
     },
 
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
@@ -127,7 +139,16 @@ fn main() -> ExitCode {
                 prompt,
             } => cli::run::main(mcp_config, json, record, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
-            Command::Replay { file } => cli::replay(&file),
+            Command::Replay {
+                file,
+                live_tools: false,
+                ..
+            } => cli::replay(&file),
+            Command::Replay {
+                file,
+                live_tools: true,
+                mcp_config,
+            } => cli::replay_live(&file, mcp_config.as_deref()).await,
             // Served above, outside this runtime.
             Command::TodoServer => ExitCode::from(cli::exit::USAGE),
         }

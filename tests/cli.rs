@@ -277,6 +277,19 @@ fn a_recorded_run_replays_cleanly_and_acp_records_per_session() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 
+    // Live tools: the same server answers as recorded, so nothing drifted.
+    let out = hookloop(&[
+        "replay",
+        "--live-tools",
+        "--mcp-config",
+        config.to_str().unwrap(),
+        transcript.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stdout).contains("0 answer(s) drifted"), "{out:?}");
+
     // A record folder that cannot be created stops `acp` at start-up, naming the variable.
     let blocker = dir.join("file");
     std::fs::write(&blocker, "").unwrap();

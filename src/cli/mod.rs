@@ -104,6 +104,29 @@ pub fn replay(file: &std::path::Path) -> ExitCode {
     }
 }
 
+/// `hookloop replay --live-tools`: the record's model side against live servers.
+pub async fn replay_live(file: &std::path::Path, mcp_config: Option<&std::path::Path>) -> ExitCode {
+    let transcript = match hookloop::transcript::Transcript::read(file) {
+        Ok(transcript) => transcript,
+        Err(e) => return Failure::usage(format!("{}: {e}", file.display())).report(),
+    };
+    let host = match wire::load_mcp_config(mcp_config) {
+        Ok(servers) => match wire::connect(servers).await {
+            Ok(host) => host,
+            Err(failure) => return failure.report(),
+        },
+        Err(failure) => return failure.report(),
+    };
+    let report = hookloop::transcript::replay_live(&transcript, &host).await;
+    if report.is_clean() {
+        println!("{report}");
+        ExitCode::from(exit::OK)
+    } else {
+        eprintln!("{}: {report}", file.display());
+        ExitCode::from(exit::FAILED)
+    }
+}
+
 /// Logs go to stderr only (stdout carries answers and protocol frames), filtered by
 /// `HOOKLOOP_LOG` (tracing's filter syntax), or `default` when it is unset.
 pub fn init_logging(default: &str) -> Result<(), Failure> {
