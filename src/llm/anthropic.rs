@@ -100,17 +100,9 @@ impl Anthropic {
 impl LlmClient for Anthropic {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
         let body = self.request_body(&request)?;
-        tracing::debug!(
-            model = %self.model,
-            purpose = ?request.purpose,
-            messages = request.messages.len(),
-            bytes = body.len(),
-            "messages request"
-        );
-        tracing::trace!(body = %String::from_utf8_lossy(&body), "request body");
-        let answer = self.transport.post(body).await?;
-        tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
-        parse_response(&answer)
+        self.transport
+            .exchange(&self.model, &request, body, parse_response)
+            .await
     }
 }
 

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
-use crate::llm::LlmError;
+use crate::llm::{LlmError, LlmRequest};
+use crate::machine::LlmReply;
 
 /// The most bytes of an answer the client reads; a longer one is an error.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -239,6 +240,28 @@ impl Transport {
     }
 
     /// POSTs `body` and returns the answer's bytes, retrying per the policy.
+    /// Sends one request body and parses the answer: the exchange both dialects share, with
+    /// the bodies logged only at `trace`.
+    pub(crate) async fn exchange(
+        &self,
+        model: &str,
+        request: &LlmRequest<'_>,
+        body: Vec<u8>,
+        parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+    ) -> Result<LlmReply, LlmError> {
+        tracing::debug!(
+            model,
+            purpose = ?request.purpose,
+            messages = request.messages.len(),
+            bytes = body.len(),
+            "model request"
+        );
+        tracing::trace!(body = %String::from_utf8_lossy(&body), "request body");
+        let answer = self.post(body).await?;
+        tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
+        parse(&answer)
+    }
+
     pub(crate) async fn post(&self, body: Vec<u8>) -> Result<Vec<u8>, LlmError> {
         let body = bytes::Bytes::from(body);
         let mut retries = 0;
