@@ -231,7 +231,8 @@ pub enum ConfigError {
     Builder(String),
 }
 
-fn parse_number<T>(
+/// Reads a whole number of at least `min` from `var`; an error names the variable and value.
+pub(crate) fn parse_number<T>(
     lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
     var: &'static str,
     min: T,

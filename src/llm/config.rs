@@ -197,16 +197,14 @@ impl LlmConfig {
             }
         }
 
-        if let Some(secs) = parse_whole(&lookup, vars::TIMEOUT_SECS, 1)? {
+        if let Some(secs) = crate::config::parse_number::<u64>(&lookup, vars::TIMEOUT_SECS, 1)? {
             config.endpoint.timeout = Duration::from_secs(secs);
         }
-        if let Some(retries) = parse_whole(&lookup, vars::MAX_RETRIES, 0)? {
+        if let Some(max_retries) =
+            crate::config::parse_number::<u32>(&lookup, vars::MAX_RETRIES, 0)?
+        {
             config.endpoint.retry = RetryPolicy {
-                max_retries: u32::try_from(retries).map_err(|_| ConfigError::Invalid {
-                    var: vars::MAX_RETRIES,
-                    value: retries.to_string(),
-                    reason: "too large".into(),
-                })?,
+                max_retries,
                 ..config.endpoint.retry
             };
         }
@@ -254,29 +252,6 @@ impl LlmConfig {
             ),
         })
     }
-}
-
-fn parse_whole(
-    lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
-    var: &'static str,
-    min: u64,
-) -> Result<Option<u64>, ConfigError> {
-    let Some(value) = lookup(var)? else {
-        return Ok(None);
-    };
-    let invalid = |reason: String| ConfigError::Invalid {
-        var,
-        value: value.clone(),
-        reason,
-    };
-    let number: u64 = value
-        .trim()
-        .parse()
-        .map_err(|_| invalid(format!("expected a whole number, at least {min}")))?;
-    if number < min {
-        return Err(invalid(format!("must be at least {min}")));
-    }
-    Ok(Some(number))
 }
 
 #[cfg(test)]
