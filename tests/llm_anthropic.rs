@@ -5,15 +5,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use hookloop::llm::{Anthropic, Endpoint, LlmClient, LlmConfig, LlmError, LlmRequest};
-use hookloop::machine::{
-    Content, Message, Purpose, StopReason, ToolCall, ToolOutput, ToolSpec, Usage,
-};
+use hookloop::llm::{Anthropic, Endpoint, LlmClient, LlmConfig, LlmError};
+use hookloop::machine::{Content, Message, StopReason, ToolCall, ToolOutput, Usage};
 use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};
 use support::anthropic_message as message;
 use support::loopback::{Captured, Loopback, Reply};
+use support::{tools, turn};
 
 fn text(content: &str) -> Reply {
     Reply::json(&message(
@@ -38,25 +37,6 @@ fn client(server: &Loopback) -> Anthropic {
 
 fn endpoint(server: &Loopback) -> Endpoint {
     support::endpoint(&server.url())
-}
-
-fn tools() -> Vec<ToolSpec> {
-    vec![ToolSpec {
-        name: "fs__read".into(),
-        description: "Reads a file.".into(),
-        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-    }]
-}
-
-fn turn<'a>(messages: &'a [Message], tools: &'a [ToolSpec]) -> LlmRequest<'a> {
-    LlmRequest {
-        purpose: Purpose::Turn,
-        system: Some("You are terse."),
-        messages,
-        tools,
-        instruction: None,
-        max_output_tokens: 1024,
-    }
 }
 
 /// Every request the server saw, checked: the path, the headers, the pairing invariant on the

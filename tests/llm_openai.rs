@@ -5,13 +5,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use hookloop::llm::{Endpoint, LlmClient, LlmConfig, LlmError, LlmRequest, OpenAi};
-use hookloop::machine::{Message, Purpose, StopReason, ToolCall, ToolOutput, ToolSpec, Usage};
+use hookloop::llm::{Endpoint, LlmClient, LlmConfig, LlmError, OpenAi};
+use hookloop::machine::{Message, StopReason, ToolCall, ToolOutput, Usage};
 use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};
 use support::loopback::{Captured, Loopback, Reply};
 use support::openai_completion as completion;
+use support::{tools, turn};
 
 fn text(content: &str) -> Reply {
     Reply::json(&completion(
@@ -42,25 +43,6 @@ fn client(server: &Loopback) -> OpenAi {
 
 fn endpoint(server: &Loopback) -> Endpoint {
     support::endpoint(&format!("{}/v1", server.url()))
-}
-
-fn tools() -> Vec<ToolSpec> {
-    vec![ToolSpec {
-        name: "fs__read".into(),
-        description: "Reads a file.".into(),
-        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-    }]
-}
-
-fn turn<'a>(messages: &'a [Message], tools: &'a [ToolSpec]) -> LlmRequest<'a> {
-    LlmRequest {
-        purpose: Purpose::Turn,
-        system: Some("You are terse."),
-        messages,
-        tools,
-        instruction: None,
-        max_output_tokens: 1024,
-    }
 }
 
 /// Every request the server saw, checked: the path, the credentials, the pairing invariant on

@@ -7,11 +7,33 @@ pub mod loopback;
 
 use std::time::Duration;
 
+use hookloop::llm::LlmRequest;
 use hookloop::llm::{ApiKey, Endpoint, RetryPolicy};
-use hookloop::machine::{CallId, Message, ToolCall, ToolOutput};
+use hookloop::machine::{CallId, Message, Purpose, ToolCall, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 
 /// An endpoint at the loopback server with fast retries, so tests do not wait on backoff.
+/// The one tool the provider tests offer.
+pub fn tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "fs__read".into(),
+        description: "Reads a file.".into(),
+        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    }]
+}
+
+/// A turn request with a fixed system prompt and output limit.
+pub fn turn<'a>(messages: &'a [Message], tools: &'a [ToolSpec]) -> LlmRequest<'a> {
+    LlmRequest {
+        purpose: Purpose::Turn,
+        system: Some("You are terse."),
+        messages,
+        tools,
+        instruction: None,
+        max_output_tokens: 1024,
+    }
+}
+
 pub fn endpoint(base_url: &str) -> Endpoint {
     Endpoint::parse(base_url)
         .unwrap()
