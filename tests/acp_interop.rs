@@ -15,6 +15,10 @@ use serde_json::Value;
 #[test]
 fn the_typescript_sdk_runs_a_session() {
     let Some(dir) = std::env::var_os("HOOKLOOP_ACP_SDK_DIR").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but HOOKLOOP_ACP_SDK_DIR is not: .ci/setup.d/40-acp-interop.sh did not run"
+        );
         // Straight to the process's stderr: the test harness captures `println!`, and this
         // line is for whoever runs `cargo test`.
         let _ = std::io::Write::write_all(

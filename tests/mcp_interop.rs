@@ -40,6 +40,11 @@ fn interop() -> Option<Interop> {
             node_modules: node_modules.into(),
         }),
         _ => {
+            // In CI the setup script must have run: a missing install is a failure there.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but the interop packages are not: .ci/setup.d/30-mcp-interop.sh did not run"
+            );
             static SAID: Once = Once::new();
             SAID.call_once(|| {
                 // Straight to the process's stderr: libtest captures only the print macros,
