@@ -40,11 +40,13 @@
 //! Every sovereignty rule of the spec is a guard on one of these transitions; the unit tests at
 //! the end of this file are named after the rules.
 
+mod catalog;
 mod effect;
 mod history;
 mod input;
 mod message;
 mod policy;
+mod round;
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -52,6 +54,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use statig::prelude::*;
 
+use self::catalog::Tools;
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::{BYTES_PER_TOKEN, History};
 pub use self::input::{
@@ -59,6 +62,7 @@ pub use self::input::{
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::policy::{Counters, Policy};
+use self::round::{Answer, HookRound, ToolBatch};
 use crate::hooks::{self, Hook, ServerName};
 
 /// The instruction that ends a compaction summary request.
@@ -315,116 +319,6 @@ struct Turn {
 pub(crate) enum Resume {
     Prompting,
     Objected,
-}
-
-/// The catalog as the machine uses it.
-#[derive(Debug, Default)]
-struct Tools {
-    model: Vec<ToolSpec>,
-    names: HashSet<String>,
-    stop_servers: Vec<ServerName>,
-    post_compact_servers: Vec<ServerName>,
-    bytes: usize,
-}
-
-impl Tools {
-    fn new(catalog: &Catalog, allow: &hooks::HookServers) -> Self {
-        let mut tools = Self::default();
-        for entry in &catalog.servers {
-            let server = &entry.server;
-            for tool in &entry.tools {
-                if hooks::is_hook(&tool.name) {
-                    // Hooks never reach the model, whatever the allowlist says; only allowed
-                    // servers are ever called.
-                    if allow.allows(server.as_str()) {
-                        let list = if tool.name == Hook::Stop.tool_name() {
-                            Some(&mut tools.stop_servers)
-                        } else if tool.name == Hook::PostCompact.tool_name() {
-                            Some(&mut tools.post_compact_servers)
-                        } else {
-                            None
-                        };
-                        if let Some(list) = list.filter(|list| !list.contains(server)) {
-                            list.push(server.clone());
-                        }
-                    }
-                    continue;
-                }
-                let name = hooks::qualify(server.as_str(), &tool.name);
-                if tools.names.insert(name.clone()) {
-                    let spec = ToolSpec {
-                        name,
-                        description: tool.description.clone(),
-                        input_schema: tool.input_schema.clone(),
-                    };
-                    tools.bytes += spec.size_bytes();
-                    tools.model.push(spec);
-                }
-            }
-        }
-        tools
-    }
-}
-
-/// The outstanding calls of one model reply, in the order the model made them.
-#[derive(Debug, Default)]
-pub(crate) struct ToolBatch {
-    ids: Vec<CallId>,
-    results: Vec<Option<ToolOutput>>,
-}
-
-impl ToolBatch {
-    /// Records one result; true when every call has one.
-    fn answer(&mut self, id: &CallId, output: &ToolOutput) -> Result<bool, MachineError> {
-        let slot = self
-            .ids
-            .iter()
-            .zip(&mut self.results)
-            .find_map(|(known, slot)| (known == id && slot.is_none()).then_some(slot))
-            .ok_or_else(|| MachineError::UnknownCall(id.clone()))?;
-        *slot = Some(output.clone());
-        Ok(self.results.iter().all(Option::is_some))
-    }
-}
-
-/// One hook called on several servers; answers kept in server configuration order.
-#[derive(Debug)]
-pub(crate) struct HookRound {
-    hook: Hook,
-    servers: Vec<ServerName>,
-    answers: Vec<Answer>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Answer {
-    Waiting,
-    Quiet,
-    Said(String),
-}
-
-impl HookRound {
-    fn new(hook: Hook, servers: Vec<ServerName>) -> Self {
-        let answers = servers.iter().map(|_| Answer::Waiting).collect();
-        Self {
-            hook,
-            servers,
-            answers,
-        }
-    }
-
-    fn is_complete(&self) -> bool {
-        !self.answers.contains(&Answer::Waiting)
-    }
-
-    fn said(self) -> impl Iterator<Item = (ServerName, String)> {
-        self.servers
-            .into_iter()
-            .zip(self.answers)
-            .filter_map(|(server, answer)| match answer {
-                Answer::Said(text) => Some((server, text)),
-                Answer::Waiting | Answer::Quiet => None,
-            })
-    }
 }
 
 #[state_machine(
