@@ -16,7 +16,7 @@ use crate::hooks::{Hook, ServerName};
 use crate::llm::{LlmClient, LlmError};
 use crate::machine::{
     Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError, Message,
-    Purpose, ToolCall,
+    Phase, Purpose, ToolCall,
 };
 use crate::mcp::{HookCall, ToolHost};
 
@@ -170,6 +170,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         // A cancel that came before this prompt started is not for it.
         self.cancel_rx.borrow_and_update();
         self.boundary.llm_error = None;
+        self.boundary.settle_abandoned(&self.host).await?;
         self.boundary.sync_catalog(&self.host)?;
         self.boundary.feed(Input::Prompted { text })?;
         let mut next = self.boundary.drain(&self.host).await?;
@@ -259,10 +260,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                     timeout,
                     context,
                 };
-                // The host enforces the timeout; this bounds a host that does not.
-                let reply = tokio::time::timeout(timeout + HOOK_GRACE, host.call_hook(&call))
-                    .await
-                    .unwrap_or(HookReply::TimedOut);
+                let reply = call_hook_bounded(host, &call).await;
                 Input::HookAnswered {
                     server: call.server,
                     hook,
@@ -279,6 +277,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         )
         .await
     }
+}
+
+/// Calls one hook. The host enforces the hook's timeout; this also bounds a host that does not,
+/// `HOOK_GRACE` past it.
+pub(crate) async fn call_hook_bounded(host: &impl ToolHost, call: &HookCall) -> HookReply {
+    tokio::time::timeout(call.timeout + HOOK_GRACE, host.call_hook(call))
+        .await
+        .unwrap_or(HookReply::TimedOut)
 }
 
 /// Runs calls concurrently, starting one from `queue` each time one ends, and feeds each
@@ -370,6 +376,35 @@ impl Boundary {
             })?;
         }
         Ok(())
+    }
+
+    /// Ends a prompt whose future was dropped mid-flight (a `timeout` or `select!` around
+    /// [`Session::prompt`]) exactly as a cancel would, so the next prompt starts from a valid
+    /// history. The cancel goes through the machine as a fact, so observers and transcripts see
+    /// it like any other.
+    async fn settle_abandoned(&mut self, host: &impl ToolHost) -> Result<(), SessionError> {
+        // Orders the dropped prompt never performed: a kill still matters (its server hung
+        // twice), the others answered work that is gone.
+        while let Some(effect) = self.machine.poll_effect() {
+            self.observe_effect(&effect);
+            if let Effect::KillServer { server } = effect {
+                host.kill_server(&server).await;
+            }
+        }
+        match self.machine.phase() {
+            Phase::Idle | Phase::Done => Ok(()),
+            Phase::Prompting
+            | Phase::RunningTools
+            | Phase::AwaitingStop
+            | Phase::Objected
+            | Phase::Summarizing
+            | Phase::PostCompacting => {
+                tracing::debug!("the last prompt was dropped mid-flight: cancelling it");
+                self.feed(Input::Cancelled)?;
+                self.drain(host).await?;
+                Ok(())
+            }
+        }
     }
 
     /// Performs the orders that expect no answer, and returns the one that does (or the finish),

@@ -186,6 +186,46 @@ async fn cancelling_during_a_hook_call_does_not_wait_for_the_hook() {
     assert_clean(&llm);
 }
 
+#[tokio::test(start_paused = true)]
+async fn dropping_a_prompt_during_a_tool_call_is_a_cancel_and_the_next_prompt_works() {
+    let host = InProcessHost::new()
+        .tool("s", "slow", echo)
+        .tool_delay(Duration::from_secs(3_600));
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("s__slow", json!({}))]),
+        Step::text("next prompt works"),
+    ]);
+    let mut session = Session::new(Config::default(), llm.clone(), host);
+    let tap = Tap::default();
+    session.add_observer(tap.clone());
+    let dropped = tokio::time::timeout(Duration::from_secs(1), session.prompt("go")).await;
+    assert!(dropped.is_err(), "the tool hangs, so the prompt is dropped");
+    assert_eq!(session.prompt("again").await.unwrap(), PromptStop::EndTurn);
+    // The dropped call was answered `cancelled` before the new prompt, and observers saw the
+    // cancel as a fact, so a transcript of this session replays.
+    let history = session.history();
+    assert!(matches!(
+        &history[2],
+        Message::ToolResult { output, .. } if output.is_error && output.joined_text() == "cancelled"
+    ));
+    assert_eq!(history[3], Message::user("again"));
+    let seen = tap.0.lock().unwrap();
+    assert!(seen.iter().any(|s| s == "fact cancelled"));
+    // The scripted model checked that the second request answers every call.
+    assert_clean(&llm);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_prompt_during_a_hook_round_is_a_cancel_and_the_next_prompt_works() {
+    let host = InProcessHost::new().hook("h", Hook::Stop, [HookStep::Hang]);
+    let llm = ScriptedLlm::new([Step::text("done"), Step::text("second")]);
+    let mut session = Session::new(config(), llm.clone(), host);
+    let dropped = tokio::time::timeout(Duration::from_millis(100), session.prompt("go")).await;
+    assert!(dropped.is_err(), "the hook hangs past the drop");
+    assert_eq!(session.prompt("again").await.unwrap(), PromptStop::EndTurn);
+    assert_clean(&llm);
+}
+
 #[tokio::test]
 async fn a_cancel_before_the_prompt_is_not_for_it() {
     let llm = ScriptedLlm::new([Step::text("done")]);

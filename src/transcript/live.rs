@@ -7,14 +7,12 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use crate::driver::call_hook_bounded;
 use crate::hooks::ServerName;
 use crate::machine::{CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput};
 use crate::mcp::{HookCall, ToolHost};
 use crate::transcript::replay::{Divergence, DivergenceKind};
 use crate::transcript::{Event, Transcript};
-
-/// How long past a hook's timeout a host that does not enforce it is waited for.
-const HOOK_GRACE: Duration = Duration::from_millis(250);
 
 /// Replays `transcript` with the model's side from the record and tools, hooks and the catalog
 /// from `host`: each recorded tool result, hook answer and catalog change is replaced by what
@@ -223,11 +221,7 @@ impl Live {
                         timeout,
                         context,
                     };
-                    async move {
-                        tokio::time::timeout(timeout + HOOK_GRACE, host.call_hook(&call))
-                            .await
-                            .unwrap_or(HookReply::TimedOut)
-                    }
+                    async move { call_hook_bounded(host, &call).await }
                 }))
                 .await;
                 self.hooks = servers.into_iter().zip(answers).collect();
