@@ -95,6 +95,7 @@ impl Machine {
             tools: Tools::default(),
             counters: Counters::default(),
             turn: Turn::default(),
+            post_compact_owed: false,
             next_id: 0,
         };
         let mut outbox = Outbox::default();
@@ -297,6 +298,9 @@ pub(crate) struct Core {
     tools: Tools,
     counters: Counters,
     turn: Turn,
+    /// A `_PostCompact` round was cut short by a cancel: the compacted context still lacks its
+    /// answers, so the next prompt asks again before its first request.
+    post_compact_owed: bool,
     /// Source of the machine's own call ids (hook pairs, renamed model ids).
     next_id: u64,
 }
@@ -343,6 +347,9 @@ impl Core {
                     pinned: self.history.len(),
                 };
                 self.history.push(Message::user(text.clone()));
+                if self.post_compact_owed {
+                    return self.ask_post_compact(context, Resume::Prompting);
+                }
                 self.request_turn(context, Resume::Prompting)
             }
             Input::CatalogChanged { catalog } => {
@@ -474,7 +481,8 @@ impl Core {
 
     /// The context was compacted; waiting for `_PostCompact` from every allowed server that has
     /// it. Accepts: `HookAnswered` from an awaited server (stays, or once all are in → the
-    /// answers injected into the fresh context and the request it was going to make).
+    /// answers injected into the fresh context and the request it was going to make);
+    /// `Cancelled` leaves the round owed to the next prompt, then defers to `live`.
     #[state(superstate = "live")]
     fn post_compacting(
         &mut self,
@@ -502,7 +510,11 @@ impl Core {
                 }
                 self.request_turn(context, *resume)
             }
-            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
+            Input::Cancelled => {
+                self.post_compact_owed = true;
+                Super
+            }
+            Input::CatalogChanged { .. } | Input::Closed => Super,
             Input::Prompted { .. }
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
@@ -925,6 +937,13 @@ impl Core {
             messages_before: before,
             messages_after: self.history.len(),
         });
+        self.ask_post_compact(context, resume)
+    }
+
+    /// Asks `_PostCompact` of every allowed server that has it, then makes the request `resume`
+    /// names; without such servers, makes it at once.
+    fn ask_post_compact(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
+        self.post_compact_owed = false;
         let servers = self.tools.post_compact_servers.clone();
         if servers.is_empty() {
             return self.request_turn(context, resume);

@@ -664,15 +664,53 @@ fn a_failed_summary_falls_back_to_dropping_the_oldest_turns() {
 
 #[test]
 fn compaction_happens_at_most_once_between_replies() {
-    // A prompt alone over budget: there is nothing older to drop, so no compaction.
     let mut m = machine_with(Policy {
         max_context_tokens: 200,
         max_output_tokens: 100,
         ..policy()
     });
+    // A prompt alone over budget: there is nothing older to drop, so no compaction.
     let effects = prompt(&mut m, &"x".repeat(4_000));
     assert!(effects.iter().any(is_call_llm));
     assert_eq!(m.counters().compactions, 0);
+    feed(&mut m, reply("ok", StopReason::MaxTokens));
+    // The next prompt is over budget with older turns to drop: one compaction, and even though
+    // the fresh context is still over budget, the request that follows it is made, not a
+    // second compaction.
+    let effects = prompt(&mut m, &"y".repeat(4_000));
+    assert!(matches!(
+        effects[..],
+        [Effect::CallLlm {
+            purpose: Purpose::Summary { .. },
+            ..
+        }]
+    ));
+    let effects = feed(
+        &mut m,
+        reply("s".repeat(2_000).as_str(), StopReason::EndTurn),
+    );
+    assert_eq!(hook_calls(&effects)[0].0, Hook::PostCompact);
+    feed(&mut m, say("a", Hook::PostCompact, ""));
+    let effects = feed(&mut m, say("b", Hook::PostCompact, ""));
+    assert!(effects.iter().any(is_call_llm), "{effects:?}");
+    assert_eq!(m.counters().compactions, 1);
+    // Once the model has replied, the next over-budget request may compact again.
+    feed(&mut m, calls(&[("t1", "c__run", json!({}))]));
+    let effects = feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text("z".repeat(4_000)),
+        },
+    );
+    assert!(matches!(
+        effects[..],
+        [Effect::CallLlm {
+            purpose: Purpose::Summary { .. },
+            ..
+        }]
+    ));
+    assert_eq!(m.counters().compactions, 2);
 }
 
 #[test]
@@ -741,9 +779,14 @@ fn cancellation_answers_every_outstanding_call() {
 
 #[test]
 fn cancellation_during_a_hook_round_or_summary_ends_the_prompt() {
-    let mut m = machine();
+    let mut m = machine_with(Policy {
+        max_context_tokens: 2_000,
+        max_output_tokens: 500,
+        ..policy()
+    });
     prompt(&mut m, "go");
     feed(&mut m, end_turn());
+    assert_eq!(m.phase(), Phase::AwaitingStop);
     assert_eq!(
         finish(&feed(&mut m, Input::Cancelled)),
         Some(FinishReason::Cancelled)
@@ -752,6 +795,65 @@ fn cancellation_during_a_hook_round_or_summary_ends_the_prompt() {
     // Late answers of the cancelled round are refused, not applied.
     assert!(m.handle(say("a", Hook::Stop, "late")).is_err());
     assert_eq!(m.counters().objections, 0);
+    // A summary: the history is left as it was, and the late summary is refused.
+    prompt(&mut m, &"x".repeat(8_000));
+    let before = m.history().to_vec();
+    assert_eq!(m.phase(), Phase::Summarizing);
+    assert_eq!(
+        finish(&feed(&mut m, Input::Cancelled)),
+        Some(FinishReason::Cancelled)
+    );
+    assert_eq!(m.phase(), Phase::Idle);
+    assert_eq!(m.history(), before);
+    assert!(
+        m.handle(reply("late summary", StopReason::EndTurn))
+            .is_err()
+    );
+}
+
+#[test]
+fn a_post_compact_round_cut_by_a_cancel_is_asked_again_at_the_next_prompt() {
+    let mut m = machine_with(Policy {
+        max_context_tokens: 2_000,
+        max_output_tokens: 500,
+        ..policy()
+    });
+    prompt(&mut m, "task");
+    feed(&mut m, calls(&[("t1", "c__run", json!({}))]));
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text("x".repeat(8_000)),
+        },
+    );
+    let effects = feed(&mut m, reply("the summary", StopReason::EndTurn));
+    assert_eq!(hook_calls(&effects)[0].0, Hook::PostCompact);
+    feed(&mut m, say("a", Hook::PostCompact, "lost?"));
+    assert_eq!(
+        finish(&feed(&mut m, Input::Cancelled)),
+        Some(FinishReason::Cancelled)
+    );
+    // The next prompt asks `_PostCompact` before its first request, and injects the answers.
+    let effects = prompt(&mut m, "next");
+    assert_eq!(
+        hook_calls(&effects),
+        vec![(Hook::PostCompact, vec![server("a"), server("b")])]
+    );
+    assert!(!effects.iter().any(is_call_llm));
+    feed(&mut m, say("a", Hook::PostCompact, "open: y"));
+    let effects = feed(&mut m, say("b", Hook::PostCompact, ""));
+    assert!(effects.iter().any(is_call_llm));
+    let Some(Message::ToolResult { output, .. }) = m.history().last() else {
+        panic!("expected the injected pair last: {:?}", m.history())
+    };
+    assert_eq!(
+        output.joined_text(),
+        r#"{"hook":"_PostCompact","server":"a","text":"open: y"}"#
+    );
+    // Asked once more only: the prompt after that goes straight to the model.
+    feed(&mut m, reply("ok", StopReason::MaxTokens));
+    assert!(prompt(&mut m, "third").iter().any(is_call_llm));
 }
 
 #[test]
