@@ -46,6 +46,9 @@ pub enum PromptStop {
     MaxTurnRequests,
     Refusal,
     Cancelled,
+    /// The provider stopped for a reason hookloop does not know; `_Stop` was not asked. The
+    /// reason's name is in the [`FinishReason::OtherStop`] the observers saw.
+    OtherStop,
 }
 
 /// Why a prompt could not complete.
@@ -453,6 +456,7 @@ impl Boundary {
             FinishReason::MaxTurnRequests => PromptStop::MaxTurnRequests,
             FinishReason::Refusal => PromptStop::Refusal,
             FinishReason::Cancelled => PromptStop::Cancelled,
+            FinishReason::OtherStop { .. } => PromptStop::OtherStop,
             FinishReason::Failed { error } => {
                 let error = self.llm_error.take().unwrap_or(LlmError::Other(error));
                 return Err(SessionError::Llm(error));

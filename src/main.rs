@@ -49,7 +49,7 @@ enum Command {
     /// Exit status: 0 the model ended its turn; 1 the run failed (model unreachable, bad MCP
     /// configuration); 2 invalid arguments or environment; 3 the output limit cut the reply
     /// (max_tokens); 4 the round cap was reached (HOOKLOOP_MAX_ROUNDS); 5 the model refused;
-    /// 130 cancelled.
+    /// 6 the provider stopped for a reason hookloop does not know; 130 cancelled.
     #[command(after_long_help = cli::ENV_HELP)]
     Run {
         /// MCP servers, in the `.mcp.json` format: {"mcpServers": {"name": {"command", "args",

@@ -154,6 +154,17 @@ fn the_round_cap_exits_4() {
 }
 
 #[test]
+fn an_unknown_stop_reason_exits_6() {
+    let provider = FakeProvider::start(|_| Reply::Stopped("partial".into(), "eos"));
+    let mut command = hookloop(&["run", "go"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    assert!(text(&out.stderr).contains("does not know"), "{out:?}");
+    assert_eq!(provider.requests().len(), 1);
+}
+
+#[test]
 fn an_unreachable_model_exits_1() {
     let mut command = hookloop(&["run", "hi"]);
     let out = command

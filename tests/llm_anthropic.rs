@@ -114,7 +114,10 @@ async fn every_stop_reason_maps() {
         ("tool_use", StopReason::ToolUse),
         ("refusal", StopReason::Refusal),
         ("pause_turn", StopReason::PauseTurn),
-        ("brand_new_reason", StopReason::EndTurn),
+        (
+            "brand_new_reason",
+            StopReason::Other("brand_new_reason".into()),
+        ),
     ];
     let server = Loopback::start(cases.iter().map(|(reason, _)| {
         Reply::json(&message(json!([{"type": "text", "text": "x"}]), reason, 10))

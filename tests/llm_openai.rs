@@ -118,7 +118,7 @@ async fn every_finish_reason_maps_to_its_stop_reason() {
         ("tool_calls", StopReason::ToolUse),
         ("length", StopReason::MaxTokens),
         ("content_filter", StopReason::ContentFilter),
-        ("something_else", StopReason::EndTurn),
+        ("something_else", StopReason::Other("something_else".into())),
     ];
     let server = Loopback::start(cases.iter().map(|(finish, _)| {
         Reply::json(&completion(

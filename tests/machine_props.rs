@@ -107,6 +107,7 @@ fn stop_reason() -> impl Strategy<Value = StopReason> {
         1 => Just(StopReason::Refusal),
         1 => Just(StopReason::ContentFilter),
         1 => Just(StopReason::PauseTurn),
+        1 => Just(StopReason::Other("new_reason".into())),
     ]
 }
 
@@ -309,7 +310,7 @@ impl World {
             } => LlmReply {
                 text: "t".repeat(*bytes),
                 tool_calls: Vec::new(),
-                stop: *stop,
+                stop: stop.clone(),
                 usage: input_tokens.map(|input_tokens| Usage {
                     input_tokens,
                     ..Usage::default()
@@ -342,7 +343,7 @@ impl World {
                 LlmReply {
                     text: String::new(),
                     tool_calls,
-                    stop: *stop,
+                    stop: stop.clone(),
                     usage: None,
                 }
             }
@@ -842,9 +843,13 @@ fn run_reference(s: &Scenario) -> Vec<Ev> {
                     (reply.tool_calls, reply.stop)
                 }
             };
-            let cut_short = match stop {
+            let cut_short = match &stop {
                 StopReason::MaxTokens => Some(FinishReason::MaxTokens),
                 StopReason::Refusal | StopReason::ContentFilter => Some(FinishReason::Refusal),
+                // An unknown reason ends the prompt without `_Stop`, like `max_tokens`.
+                StopReason::Other(reason) => Some(FinishReason::OtherStop {
+                    stop_reason: reason.clone(),
+                }),
                 _ => None,
             };
             if let Some(reason) = cut_short {

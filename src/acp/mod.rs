@@ -431,6 +431,8 @@ fn stop_reason(stop: PromptStop) -> StopReason {
         PromptStop::MaxTurnRequests => StopReason::MaxTurnRequests,
         PromptStop::Refusal => StopReason::Refusal,
         PromptStop::Cancelled => StopReason::Cancelled,
+        // ACP has no word for it; the turn is over and nothing more will come.
+        PromptStop::OtherStop => StopReason::EndTurn,
     }
 }
 

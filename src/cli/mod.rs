@@ -45,6 +45,8 @@ pub mod exit {
     pub const MAX_TURN_REQUESTS: u8 = 4;
     /// The model refused.
     pub const REFUSAL: u8 = 5;
+    /// The provider stopped for a reason hookloop does not know.
+    pub const OTHER_STOP: u8 = 6;
     /// The prompt was cancelled (Ctrl-C).
     pub const CANCELLED: u8 = 130;
 }

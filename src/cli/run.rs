@@ -131,6 +131,7 @@ pub fn stop_code(stop: PromptStop) -> u8 {
         PromptStop::MaxTurnRequests => exit::MAX_TURN_REQUESTS,
         PromptStop::Refusal => exit::REFUSAL,
         PromptStop::Cancelled => exit::CANCELLED,
+        PromptStop::OtherStop => exit::OTHER_STOP,
     }
 }
 
@@ -141,6 +142,7 @@ fn stop_words(stop: PromptStop) -> &'static str {
         PromptStop::MaxTurnRequests => "the round cap was reached (HOOKLOOP_MAX_ROUNDS)",
         PromptStop::Refusal => "the model refused",
         PromptStop::Cancelled => "cancelled",
+        PromptStop::OtherStop => "the provider stopped for a reason hookloop does not know",
     }
 }
 

@@ -12,7 +12,8 @@
 //! - `stop_reason`: `end_turn` → end of turn, `stop_sequence` → stop sequence (an end of turn
 //!   to the machine), `max_tokens` and `model_context_window_exceeded` → output limit,
 //!   `tool_use` → tool use, `refusal` → refusal, `pause_turn` → pause (the machine asks again
-//!   with the partial turn in the history); anything else → end of turn, logged at warn.
+//!   with the partial turn in the history); any other reason is passed on by name
+//!   ([`StopReason::Other`]) for the machine to decide; none at all → end of turn.
 //! - Usage: `input_tokens` + `cache_read_input_tokens` + `cache_creation_input_tokens` is the
 //!   whole prompt; the cache counts are also reported on their own.
 //! - Prompt caching: the last block of each request is a cache breakpoint (`cache_control`,
@@ -228,13 +229,9 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
         Some("tool_use") => StopReason::ToolUse,
         Some("refusal") => StopReason::Refusal,
         Some("pause_turn") => StopReason::PauseTurn,
-        other => {
-            tracing::warn!(
-                stop_reason = ?other,
-                "unknown stop_reason; taking it as the end of the turn"
-            );
-            StopReason::EndTurn
-        }
+        // The machine decides what an unknown reason means.
+        Some(other) => StopReason::Other(other.to_owned()),
+        None => StopReason::EndTurn,
     };
     let usage = response.usage.map(|u| {
         let cache_read_tokens = u.cache_read_input_tokens.unwrap_or(0);
@@ -476,7 +473,7 @@ mod tests {
             ("tool_use", StopReason::ToolUse),
             ("refusal", StopReason::Refusal),
             ("pause_turn", StopReason::PauseTurn),
-            ("something_new", StopReason::EndTurn),
+            ("something_new", StopReason::Other("something_new".into())),
         ];
         for (reason, stop) in cases {
             let got = parse(message(json!([{"type": "text", "text": "x"}]), reason));

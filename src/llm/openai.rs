@@ -11,8 +11,9 @@
 //!   model wrote it. Empty arguments mean `{}` (some servers send `""` for a call without
 //!   parameters), and servers that send an object instead of a string are understood.
 //! - `finish_reason`: `stop` → end of turn, `tool_calls` → tool use, `length` → output limit,
-//!   `content_filter` → content filter; a `refusal` → refusal; anything else → end of turn,
-//!   logged at warn.
+//!   `content_filter` → content filter; a `refusal` → refusal; any other reason is passed on by
+//!   name ([`StopReason::Other`]) for the machine to decide; none at all (servers that copy the
+//!   dialect sometimes leave it out) → end of turn.
 //! - Usage: `prompt_tokens` (cached tokens included, as the dialect counts them) and
 //!   `prompt_tokens_details.cached_tokens`.
 
@@ -228,13 +229,10 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
         (_, Some("tool_calls" | "function_call")) => StopReason::ToolUse,
         (_, Some("length")) => StopReason::MaxTokens,
         (_, Some("content_filter")) => StopReason::ContentFilter,
-        (_, other) => {
-            tracing::warn!(
-                finish_reason = ?other,
-                "unknown finish_reason; taking it as the end of the turn"
-            );
-            StopReason::EndTurn
-        }
+        // The machine decides what an unknown reason means.
+        (_, Some(other)) => StopReason::Other(other.to_owned()),
+        // Some servers that copy the dialect leave it out of a complete answer.
+        (_, None) => StopReason::EndTurn,
     };
     if text.is_empty()
         && let Some(refusal) = refused
@@ -477,7 +475,7 @@ mod tests {
             ("function_call", StopReason::ToolUse),
             ("length", StopReason::MaxTokens),
             ("content_filter", StopReason::ContentFilter),
-            ("eos", StopReason::EndTurn),
+            ("eos", StopReason::Other("eos".into())),
         ];
         for (finish, stop) in cases {
             let got = parse(reply(json!({"role": "assistant", "content": "x"}), finish));

@@ -114,6 +114,10 @@ pub enum FinishReason {
     MaxTurnRequests,
     /// The model refused, or a content filter cut its reply.
     Refusal,
+    /// The provider stopped for a reason hookloop does not know (its name is kept here).
+    OtherStop {
+        stop_reason: String,
+    },
     Cancelled,
     /// The model could not be reached or answered garbage, after retries.
     Failed {

@@ -63,7 +63,7 @@ pub struct LlmReply {
 }
 
 /// Why the model stopped generating, in provider-neutral terms.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The model ended its turn. A genuine end: `_Stop` is consulted.
@@ -81,6 +81,9 @@ pub enum StopReason {
     ContentFilter,
     /// The provider paused a long turn; asking again continues it.
     PauseTurn,
+    /// A reason the adapter does not know, as the provider named it. The machine ends the prompt
+    /// on it without asking `_Stop`, as on `MaxTokens`: nothing says the turn is complete.
+    Other(String),
 }
 
 /// Token counts a provider reported for one request.

@@ -664,14 +664,18 @@ impl Core {
                 text: reply.text.clone(),
                 tool_calls: calls.clone(),
             });
-            return match reply.stop {
+            return match &reply.stop {
                 StopReason::ToolUse
                 | StopReason::EndTurn
                 | StopReason::StopSequence
                 | StopReason::PauseTurn => self.start_tools(context, calls),
-                // A reply cut short may carry truncated calls: answer them unrun, then stop.
-                StopReason::MaxTokens | StopReason::Refusal | StopReason::ContentFilter => {
-                    let reason = finish_reason(reply.stop);
+                // A reply cut short may carry truncated calls, and one that stopped for an
+                // unknown reason may too: answer them unrun, then stop.
+                StopReason::MaxTokens
+                | StopReason::Refusal
+                | StopReason::ContentFilter
+                | StopReason::Other(_) => {
+                    let reason = finish_reason(&reply.stop);
                     for call in calls {
                         let text = format!("not run: the reply ended with {:?}", reply.stop);
                         self.history.push(Message::ToolResult {
@@ -690,7 +694,7 @@ impl Core {
                 tool_calls: Vec::new(),
             });
         }
-        match reply.stop {
+        match &reply.stop {
             StopReason::EndTurn | StopReason::StopSequence => self.on_end_turn(context, resume),
             StopReason::PauseTurn => self.request_turn(context, resume),
             StopReason::ToolUse => {
@@ -699,9 +703,11 @@ impl Core {
                 );
                 self.finish(context, FinishReason::EndTurn)
             }
-            StopReason::MaxTokens | StopReason::Refusal | StopReason::ContentFilter => {
-                self.finish(context, finish_reason(reply.stop))
-            }
+            // Only a genuine end of turn asks `_Stop`: an unknown reason may be a cut.
+            StopReason::MaxTokens
+            | StopReason::Refusal
+            | StopReason::ContentFilter
+            | StopReason::Other(_) => self.finish(context, finish_reason(&reply.stop)),
         }
     }
 
@@ -984,9 +990,12 @@ impl State {
     }
 }
 
-fn finish_reason(stop: StopReason) -> FinishReason {
+fn finish_reason(stop: &StopReason) -> FinishReason {
     match stop {
         StopReason::MaxTokens => FinishReason::MaxTokens,
+        StopReason::Other(reason) => FinishReason::OtherStop {
+            stop_reason: reason.clone(),
+        },
         StopReason::Refusal | StopReason::ContentFilter => FinishReason::Refusal,
         StopReason::EndTurn
         | StopReason::StopSequence

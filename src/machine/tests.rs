@@ -259,7 +259,7 @@ fn stop_is_consulted_only_on_a_genuine_end_of_turn() {
         let mut m = machine();
         prompt(&mut m, "go");
         assert_eq!(
-            hook_calls(&feed(&mut m, reply("x", stop))).len(),
+            hook_calls(&feed(&mut m, reply("x", stop.clone()))).len(),
             1,
             "{stop:?}"
         );
@@ -271,7 +271,7 @@ fn stop_is_consulted_only_on_a_genuine_end_of_turn() {
     ] {
         let mut m = machine();
         prompt(&mut m, "go");
-        let effects = feed(&mut m, reply("x", stop));
+        let effects = feed(&mut m, reply("x", stop.clone()));
         assert!(hook_calls(&effects).is_empty(), "{stop:?}");
         assert_eq!(finish(&effects), Some(reason));
     }
@@ -290,6 +290,37 @@ fn stop_is_consulted_only_on_a_genuine_end_of_turn() {
             error: "boom".into()
         })
     );
+}
+
+#[test]
+fn an_unknown_stop_reason_ends_the_prompt_without_stop_and_answers_its_calls_unrun() {
+    let other = || StopReason::Other("model_context_window_exceeded_v2".into());
+    let expected = FinishReason::OtherStop {
+        stop_reason: "model_context_window_exceeded_v2".into(),
+    };
+    let mut m = machine();
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, reply("x", other()));
+    assert!(hook_calls(&effects).is_empty(), "{effects:?}");
+    assert_eq!(finish(&effects), Some(expected.clone()));
+    assert_eq!(m.phase(), Phase::Idle);
+    // With tool calls: nothing runs, every call is answered, and `_Stop` is not asked.
+    prompt(&mut m, "again");
+    let mut with_calls = calls(&[("t1", "a__run", json!({}))]);
+    if let Input::LlmReplied { reply } = &mut with_calls {
+        reply.stop = other();
+    }
+    let effects = feed(&mut m, with_calls);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::CallTools { .. } | Effect::CallHooks { .. }))
+    );
+    assert_eq!(finish(&effects), Some(expected));
+    assert!(matches!(
+        m.history().last(),
+        Some(Message::ToolResult { output, .. }) if output.is_error
+    ));
 }
 
 #[test]

@@ -20,6 +20,8 @@ pub enum Reply {
     Tools(Vec<(String, Value)>),
     /// No answer until the client gives up (the test cancels).
     Hang,
+    /// Text with this `finish_reason`.
+    Stopped(String, &'static str),
 }
 
 impl Reply {
@@ -107,6 +109,7 @@ fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) 
                 return;
             }
             Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
+            Reply::Stopped(text, reason) => (json!({"role": "assistant", "content": text}), reason),
             Reply::Tools(calls) => {
                 let calls: Vec<Value> = calls
                     .iter()
