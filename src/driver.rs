@@ -94,10 +94,10 @@ pub struct Session<L, H> {
 impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// A session with no prompt run yet.
     pub fn new(config: Config, llm: L, host: H) -> Self {
-        let machine = Machine::new(
-            config.policy().clone(),
-            config.system_prompt().map(str::to_owned),
-        );
+        // The dialect decides what binary content costs in the context.
+        let mut policy = config.policy().clone();
+        policy.media = llm.media();
+        let machine = Machine::new(policy, config.system_prompt().map(str::to_owned));
         let (tx, cancel_rx) = watch::channel(0);
         Self {
             llm,

@@ -438,3 +438,30 @@ async fn compaction_sends_a_summary_request_then_the_post_compact_pair() {
     assert!(bodies[1].get("tools").is_none());
     insta::assert_snapshot!("compaction", support::pretty_all(&server.requests()));
 }
+
+#[tokio::test]
+async fn a_screenshot_costs_what_the_dialect_sends_and_forces_no_compaction() {
+    // The provider reports no usage, so the machine's own estimate decides.
+    let server = Loopback::start([
+        calls(&[("t1", "fs__shot", json!({}))], 0),
+        text("I see it."),
+    ])
+    .await;
+    let host = InProcessHost::new().tool("fs", "shot", |_| ToolOutput {
+        content: vec![Content::Image {
+            mime_type: "image/png".into(),
+            data: "A".repeat(400_000),
+        }],
+        is_error: false,
+    });
+    let config = config().context_window(8_000, 1_000).build().unwrap();
+    let mut session = Session::new(config, client(&server), host);
+    assert_eq!(
+        session.prompt("Take a screenshot.").await.unwrap(),
+        PromptStop::EndTurn
+    );
+    assert_eq!(session.counters().compactions, 0);
+    let bodies = checked(&server);
+    assert_eq!(bodies.len(), 2, "no summary request");
+    assert!(bodies[1].to_string().contains(r#""type":"image""#));
+}

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use hookloop::hooks::{self, Hook, HookServers, ServerName};
 use hookloop::machine::{
-    Catalog, Effect, FinishReason, HookReply, Input, LlmReply, Machine, Message, Notice, Phase,
-    Policy, Purpose, ServerTools, StopReason, ToolCall, ToolInfo, ToolOutput, Usage,
+    Catalog, Effect, FinishReason, HookReply, Input, LlmReply, Machine, Media, Message, Notice,
+    Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolInfo, ToolOutput, Usage,
 };
 use hookloop::testing::check_pairing;
 use proptest::prelude::*;
@@ -216,6 +216,7 @@ impl Scenario {
             max_rounds: self.max_rounds,
             max_context_tokens,
             max_output_tokens,
+            media: Media::default(),
         }
     }
 

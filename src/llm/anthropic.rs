@@ -30,7 +30,7 @@ use crate::llm::http::{Endpoint, Transport, truncate};
 use crate::llm::turns::{self, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
-    CallId, Content, LlmReply, StopReason, ToolCall, ToolOutput, ToolSpec, Usage,
+    CallId, Content, LlmReply, Media, StopReason, ToolCall, ToolOutput, ToolSpec, Usage,
 };
 
 /// The default base URL.
@@ -44,6 +44,10 @@ const EMPTY_TURN: &str = "(empty message)";
 
 /// Image types the dialect accepts as images; others are described in text.
 const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// Tokens one image costs at most: the API scales an image down until it is about 1,600
+/// tokens (its documented width × height / 750 for images up to 1.15 megapixels).
+const MAX_IMAGE_TOKENS: u64 = 1_600;
 
 /// A Messages client.
 #[derive(Debug)]
@@ -104,6 +108,13 @@ impl LlmClient for Anthropic {
         self.transport
             .exchange(&self.model, &request, body, parse_response)
             .await
+    }
+
+    fn media(&self) -> Media {
+        Media {
+            image_types: IMAGE_TYPES.iter().map(|t| (*t).to_owned()).collect(),
+            max_image_tokens: MAX_IMAGE_TOKENS,
+        }
     }
 }
 

@@ -15,8 +15,8 @@ pub use self::config::{LlmConfig, Provider};
 pub use self::http::{ApiKey, Endpoint, RetryPolicy};
 pub use self::openai::OpenAi;
 pub use self::turns::HISTORY_CUT_NOTE;
-use crate::machine::LlmReply;
 pub use crate::machine::LlmRequest;
+use crate::machine::{LlmReply, Media};
 
 /// A model provider. The driver calls [`complete`](Self::complete) once per
 /// [`Effect::CallLlm`](crate::machine::Effect::CallLlm).
@@ -30,6 +30,13 @@ pub trait LlmClient: Send + Sync {
         &self,
         request: LlmRequest<'_>,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
+
+    /// What the dialect does with the images and binary resources of tool results, so the
+    /// machine's context estimate counts what is sent. The default describes each in one line
+    /// and sends none; a client that sends images says which.
+    fn media(&self) -> Media {
+        Media::default()
+    }
 }
 
 /// Why a model request failed. Messages never carry API keys.
@@ -93,6 +100,13 @@ impl LlmClient for AnyLlm {
         match self {
             Self::OpenAi(client) => client.complete(request).await,
             Self::Anthropic(client) => client.complete(request).await,
+        }
+    }
+
+    fn media(&self) -> Media {
+        match self {
+            Self::OpenAi(client) => client.media(),
+            Self::Anthropic(client) => client.media(),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use crate::machine::message::{CallId, Message};
+use crate::machine::policy::Media;
 
 /// Bytes per token in the estimate used before the provider reports usage.
 pub const BYTES_PER_TOKEN: u64 = 4;
@@ -20,9 +21,19 @@ pub struct History {
     anchor: Option<(u64, usize)>,
     /// `bytes` when the last request was sent.
     request_bytes: usize,
+    /// How the dialect carries binary content: sizes count what is sent.
+    media: Media,
 }
 
 impl History {
+    /// An empty history whose sizes count binary content as `media` says the dialect sends it.
+    pub fn new(media: Media) -> Self {
+        Self {
+            media,
+            ..Self::default()
+        }
+    }
+
     /// The messages, oldest first.
     pub fn messages(&self) -> &[Message] {
         &self.messages
@@ -51,7 +62,7 @@ impl History {
 
     /// Appends a message in O(its size).
     pub fn push(&mut self, message: Message) {
-        self.bytes += message.size_bytes();
+        self.bytes += message.size_bytes(&self.media);
         self.digest = chain_digest(self.digest, &message);
         if let Message::Assistant { tool_calls, .. } = &message {
             self.call_ids
@@ -62,7 +73,7 @@ impl History {
 
     /// Replaces the whole history (compaction). Usage reported before no longer applies.
     pub fn replace(&mut self, messages: Vec<Message>) {
-        *self = Self::default();
+        *self = Self::new(std::mem::take(&mut self.media));
         for message in messages {
             self.push(message);
         }
@@ -95,7 +106,7 @@ impl History {
     /// a slice from a unit's start never holds a result without its call. The newest unit is
     /// always kept, even when it alone is over.
     pub fn fitting_suffix(&self, max_tokens: u64) -> usize {
-        suffix_start(&self.messages, max_tokens, is_unit_start, true)
+        suffix_start(&self.messages, &self.media, max_tokens, is_unit_start, true)
     }
 
     /// Drops the oldest messages until the rest fits in `max_tokens`: first whole turns before
@@ -109,18 +120,21 @@ impl History {
         }
         let pinned = pinned.min(before - 1);
         let messages = &self.messages;
-        let prompt_tokens = tokens_of(&messages[pinned..=pinned]);
+        let media = &self.media;
+        let prompt_tokens = tokens_of(&messages[pinned..=pinned], media);
         let after = &messages[pinned + 1..];
         let after_start = suffix_start(
             after,
+            media,
             max_tokens.saturating_sub(prompt_tokens),
             is_unit_start,
             true,
         );
         let older_start = if after_start == 0 {
-            let used = prompt_tokens + tokens_of(after);
+            let used = prompt_tokens + tokens_of(after, media);
             suffix_start(
                 &messages[..pinned],
+                media,
                 max_tokens.saturating_sub(used),
                 is_turn_start,
                 false,
@@ -140,6 +154,7 @@ impl History {
 /// when it alone is over.
 fn suffix_start(
     messages: &[Message],
+    media: &Media,
     max_tokens: u64,
     boundary: fn(&Message) -> bool,
     keep_one: bool,
@@ -148,7 +163,7 @@ fn suffix_start(
     let mut tokens = 0;
     let mut pending = 0;
     for (i, message) in messages.iter().enumerate().rev() {
-        pending += bytes_to_tokens(message.size_bytes());
+        pending += bytes_to_tokens(message.size_bytes(media));
         if boundary(message) {
             let first = start == messages.len();
             if tokens + pending > max_tokens && !(first && keep_one) {
@@ -162,10 +177,10 @@ fn suffix_start(
     start
 }
 
-fn tokens_of(messages: &[Message]) -> u64 {
+fn tokens_of(messages: &[Message], media: &Media) -> u64 {
     messages
         .iter()
-        .map(|m| bytes_to_tokens(m.size_bytes()))
+        .map(|m| bytes_to_tokens(m.size_bytes(media)))
         .sum()
 }
 
@@ -236,7 +251,11 @@ mod tests {
         h.push(Message::user("hello"));
         h.push(assistant_with_call("c1"));
         h.push(result("c1", "ok"));
-        let expected: usize = h.messages().iter().map(Message::size_bytes).sum();
+        let expected: usize = h
+            .messages()
+            .iter()
+            .map(|m| m.size_bytes(&Media::default()))
+            .sum();
         assert_eq!(h.bytes, expected);
         assert!(h.has_call_id(&"c1".into()));
         let digest = h.digest();

@@ -8,6 +8,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::machine::history::BYTES_PER_TOKEN;
+use crate::machine::policy::Media;
+
 /// The id of one tool call, as the model (or the machine, for synthetic hook calls) named it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -57,7 +60,9 @@ impl Message {
 
     /// A rough size in bytes, used for context accounting. Stable for a given message, so a
     /// history's running total is exact to this measure.
-    pub fn size_bytes(&self) -> usize {
+    /// The bytes this message costs in a request, for a dialect that carries binary content as
+    /// `media` says: what the dialect sends, not what the history holds.
+    pub fn size_bytes(&self, media: &Media) -> usize {
         // Per-message overhead approximates the role and framing a provider adds.
         const FRAMING: usize = 16;
         FRAMING
@@ -66,7 +71,7 @@ impl Message {
                 Self::Assistant { text, tool_calls } => {
                     text.len() + tool_calls.iter().map(ToolCall::size_bytes).sum::<usize>()
                 }
-                Self::ToolResult { call_id, output } => call_id.0.len() + output.size_bytes(),
+                Self::ToolResult { call_id, output } => call_id.0.len() + output.size_bytes(media),
             }
     }
 }
@@ -130,8 +135,11 @@ impl ToolOutput {
         out
     }
 
-    fn size_bytes(&self) -> usize {
-        self.content.iter().map(Content::size_bytes).sum()
+    fn size_bytes(&self, media: &Media) -> usize {
+        self.content
+            .iter()
+            .map(|block| block.size_bytes(media))
+            .sum()
     }
 }
 
@@ -160,20 +168,27 @@ pub enum Content {
 }
 
 impl Content {
-    fn size_bytes(&self) -> usize {
+    fn size_bytes(&self, media: &Media) -> usize {
         match self {
             Self::Text { text } => text.len(),
-            Self::Image { mime_type, data } => mime_type.len() + data.len(),
+            Self::Image { mime_type, data } if media.sends_image(mime_type) => {
+                let cap = media.max_image_tokens.saturating_mul(BYTES_PER_TOKEN);
+                data.len().min(usize::try_from(cap).unwrap_or(usize::MAX))
+            }
+            // Described in one line: the data itself is never sent.
+            Self::Image { mime_type, .. } => mime_type.len() + Media::DESCRIPTION_BYTES,
             Self::Resource {
                 uri,
                 mime_type,
                 text,
                 blob,
             } => {
-                uri.len()
-                    + mime_type.as_ref().map_or(0, String::len)
-                    + text.as_ref().map_or(0, String::len)
-                    + blob.as_ref().map_or(0, String::len)
+                let body = match (text, blob) {
+                    (Some(text), _) => text.len(),
+                    (None, Some(_)) => Media::DESCRIPTION_BYTES,
+                    (None, None) => 0,
+                };
+                uri.len() + mime_type.as_ref().map_or(0, String::len) + body
             }
         }
     }

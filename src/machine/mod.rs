@@ -61,7 +61,7 @@ pub use self::input::{
     Catalog, HookReply, Input, LlmReply, ServerTools, StopReason, ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
-pub use self::policy::{Counters, Policy};
+pub use self::policy::{Counters, Media, Policy};
 use self::round::{Answer, HookRound, ToolBatch};
 use crate::hooks::{self, Hook, ServerName};
 
@@ -89,9 +89,9 @@ impl Machine {
     /// A machine for a new session, idle, with an empty catalog.
     pub fn new(policy: Policy, system_prompt: Option<String>) -> Self {
         let core = Core {
+            history: History::new(policy.media.clone()),
             policy,
             system_prompt,
-            history: History::default(),
             tools: Tools::default(),
             counters: Counters::default(),
             turn: Turn::default(),

@@ -23,6 +23,40 @@ pub struct Policy {
     pub max_context_tokens: u64,
     /// Tokens reserved for the model's output; the history may use the rest.
     pub max_output_tokens: u32,
+    /// What the model's dialect does with images and binary resources, so the context estimate
+    /// counts what is sent. The session takes it from its model client
+    /// ([`LlmClient::media`](crate::LlmClient::media)).
+    #[serde(default, skip_serializing_if = "Media::is_default")]
+    pub media: Media,
+}
+
+/// How a model's dialect carries the images and binary resources of tool results, which decides
+/// what they cost in its context. The default sends none of them: each is a one-line
+/// description.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Media {
+    /// MIME types of images the dialect sends as images. Other images, and every binary
+    /// resource, are sent as a one-line description.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_types: Vec<String>,
+    /// Tokens one image sent as an image costs at most (providers scale larger ones down).
+    #[serde(default)]
+    pub max_image_tokens: u64,
+}
+
+impl Media {
+    /// Bytes a description of a binary block costs, beyond its MIME type and URI: the words of
+    /// `[image image/png, 123456 bytes of base64 not shown]`.
+    pub const DESCRIPTION_BYTES: usize = 48;
+
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether an image of this type is sent as an image.
+    pub fn sends_image(&self, mime_type: &str) -> bool {
+        self.image_types.iter().any(|t| t == mime_type)
+    }
 }
 
 impl Policy {
@@ -49,6 +83,7 @@ impl Default for Policy {
             max_rounds: 0,
             max_context_tokens: Self::DEFAULT_MAX_CONTEXT_TOKENS,
             max_output_tokens: Self::DEFAULT_MAX_OUTPUT_TOKENS,
+            media: Media::default(),
         }
     }
 }

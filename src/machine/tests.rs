@@ -744,6 +744,85 @@ fn compaction_happens_at_most_once_between_replies() {
     assert_eq!(m.counters().compactions, 2);
 }
 
+/// The first effect after a tool result of `content`, with `media` and a context budget of
+/// `budget` tokens.
+fn after_binary_result(media: Media, budget: u64, content: Vec<Content>) -> Vec<Effect> {
+    let mut m = machine_with(Policy {
+        max_context_tokens: budget + 500,
+        max_output_tokens: 500,
+        media,
+        ..policy()
+    });
+    prompt(&mut m, "look");
+    feed(&mut m, calls(&[("t1", "c__run", json!({}))]));
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput {
+                content,
+                is_error: false,
+            },
+        },
+    )
+}
+
+fn compacts(effects: &[Effect]) -> bool {
+    matches!(
+        effects.first(),
+        Some(Effect::CallLlm {
+            purpose: Purpose::Summary { .. },
+            ..
+        })
+    )
+}
+
+#[test]
+fn images_and_blobs_count_as_the_dialect_sends_them() {
+    let png = || Content::Image {
+        mime_type: "image/png".into(),
+        data: "A".repeat(400_000),
+    };
+    let blob = Content::Resource {
+        uri: "file:///shot.bin".into(),
+        mime_type: Some("application/octet-stream".into()),
+        text: None,
+        blob: Some("B".repeat(400_000)),
+    };
+    let sends_png = || Media {
+        image_types: vec!["image/png".into()],
+        max_image_tokens: 1_600,
+    };
+    // A dialect that describes them: a one-line description each, far under the budget.
+    assert!(!compacts(&after_binary_result(
+        Media::default(),
+        1_500,
+        vec![png(), blob.clone()]
+    )));
+    // A dialect that sends the image: it costs at most the provider's per-image tokens ...
+    assert!(!compacts(&after_binary_result(
+        sends_png(),
+        5_000,
+        vec![png(), blob]
+    )));
+    // ... which still counts: over a budget smaller than that, the history is compacted.
+    assert!(compacts(&after_binary_result(
+        sends_png(),
+        1_500,
+        vec![png()]
+    )));
+    // An image type the dialect does not send is described.
+    let tiff = Content::Image {
+        mime_type: "image/tiff".into(),
+        data: "C".repeat(400_000),
+    };
+    assert!(!compacts(&after_binary_result(
+        sends_png(),
+        1_500,
+        vec![tiff]
+    )));
+}
+
 #[test]
 fn the_round_cap_ends_the_prompt_with_max_turn_requests() {
     let mut m = machine_with(Policy {
