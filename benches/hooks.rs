@@ -47,6 +47,7 @@ fn stop(server: usize) -> HookCall {
         hook: Hook::Stop,
         timeout: Duration::from_secs(5),
         context: HookContext::default(),
+        arguments: serde_json::Map::new(),
     }
 }
 

@@ -102,7 +102,7 @@ fn record_session(target: usize) -> String {
             llm.push([Step::text("Done."), Step::text("Done, really.")]);
             session.prompt(format!("prompt {n}")).await.expect("prompt");
         }
-        session.close().expect("close");
+        session.close().await.expect("close");
         recorder.text().expect("in memory")
     })
 }

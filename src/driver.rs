@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -159,14 +160,27 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         self.run_prompt(text.into()).instrument(span).await
     }
 
-    /// Ends the session: the machine refuses every later fact.
-    pub fn close(&mut self) -> Result<(), SessionError> {
-        self.boundary.feed(Input::Closed)?;
-        // A closed machine may still order a final `Finish`; nothing is waiting for it.
-        while let Some(effect) = self.boundary.machine.poll_effect() {
-            self.boundary.observe_effect(&effect);
+    /// Ends the session: a prompt still running (its future dropped) ends as cancelled,
+    /// `_SessionEnd` is called on the servers that have it (at most once per session, its
+    /// answers ignored), and the machine refuses every later fact. A cancel stops waiting for
+    /// `_SessionEnd`.
+    pub async fn close(&mut self) -> Result<(), SessionError> {
+        let span = tracing::info_span!(parent: &self.span, "close");
+        async {
+            self.boundary.feed(Input::Closed)?;
+            let mut next = self.boundary.drain(&self.host).await?;
+            while let Some(work) = next {
+                next = match work {
+                    // The finish of a prompt cut short; nothing is waiting for it.
+                    Next::Finish(_) => self.boundary.drain(&self.host).await?,
+                    Next::Work(Work::Hooks(hooks)) => self.perform_hooks(hooks).await?,
+                    Next::Work(Work::Llm(_) | Work::Tools(_)) => return Err(SessionError::Stalled),
+                };
+            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     async fn run_prompt(&mut self, text: String) -> Result<PromptStop, SessionError> {
@@ -186,12 +200,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             next = match work {
                 Work::Llm(purpose) => self.perform_llm(purpose).await?,
                 Work::Tools(calls) => self.perform_tools(calls).await?,
-                Work::Hooks {
-                    hook,
-                    servers,
-                    timeout,
-                    context,
-                } => self.perform_hooks(hook, servers, timeout, context).await?,
+                Work::Hooks(hooks) => self.perform_hooks(hooks).await?,
             };
         }
     }
@@ -246,28 +255,23 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         .await
     }
 
-    async fn perform_hooks(
-        &mut self,
-        hook: Hook,
-        servers: Vec<ServerName>,
-        timeout: Duration,
-        context: HookContext,
-    ) -> Result<Option<Next>, SessionError> {
+    async fn perform_hooks(&mut self, hooks: HookWork) -> Result<Option<Next>, SessionError> {
         let host = &self.host;
-        let running = servers
-            .into_iter()
-            .map(|server| async move {
-                let call = HookCall {
-                    server,
-                    hook,
-                    timeout,
-                    context,
-                };
+        let HookWork {
+            hook,
+            servers,
+            timeout,
+            context,
+            subjects,
+        } = hooks;
+        let running = hook_calls(hook, &servers, timeout, context, &subjects)
+            .map(|(subject, call)| async move {
                 let reply = call_hook_bounded(host, &call).await;
                 Input::HookAnswered {
                     server: call.server,
                     hook,
                     reply,
+                    subject,
                 }
             })
             .collect();
@@ -280,6 +284,45 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         )
         .await
     }
+}
+
+/// The calls a [`Effect::CallHooks`] orders, each with the subject it answers: every server
+/// once per subject, or once with `{}` when there are none.
+pub(crate) fn hook_calls<'a>(
+    hook: Hook,
+    servers: &'a [ServerName],
+    timeout: Duration,
+    context: HookContext,
+    subjects: &'a [Value],
+) -> impl Iterator<Item = (Option<u32>, HookCall)> + 'a {
+    let per_subject: Vec<(Option<u32>, serde_json::Map<String, Value>)> = if subjects.is_empty() {
+        vec![(None, serde_json::Map::new())]
+    } else {
+        subjects
+            .iter()
+            .enumerate()
+            .map(|(i, subject)| {
+                let arguments = subject.as_object().cloned().unwrap_or_default();
+                (Some(u32::try_from(i).unwrap_or(u32::MAX)), arguments)
+            })
+            .collect()
+    };
+    per_subject
+        .into_iter()
+        .flat_map(move |(subject, arguments)| {
+            servers.iter().map(move |server| {
+                (
+                    subject,
+                    HookCall {
+                        server: server.clone(),
+                        hook,
+                        timeout,
+                        context,
+                        arguments: arguments.clone(),
+                    },
+                )
+            })
+        })
 }
 
 /// Calls one hook. The host enforces the hook's timeout; this also bounds a host that does not,
@@ -309,7 +352,8 @@ async fn fan_out<F: Future<Output = Input>>(
                 return boundary.drain(host).await;
             }
             ended = running.next() => {
-                let Some(fact) = ended else { return Err(SessionError::Stalled) };
+                // Every call answered and no order came: the caller decides if that is a stall.
+                let Some(fact) = ended else { return Ok(None) };
                 running.extend(queue.next());
                 if running.is_empty() {
                     // The catalog may have changed meanwhile; the machine must know before it
@@ -335,12 +379,16 @@ enum Next {
 enum Work {
     Llm(Purpose),
     Tools(Vec<ToolCall>),
-    Hooks {
-        hook: Hook,
-        servers: Vec<ServerName>,
-        timeout: Duration,
-        context: HookContext,
-    },
+    Hooks(HookWork),
+}
+
+/// A round of hook calls to perform.
+struct HookWork {
+    hook: Hook,
+    servers: Vec<ServerName>,
+    timeout: Duration,
+    context: HookContext,
+    subjects: Vec<Value>,
 }
 
 /// The machine and everything that watches its boundary. Kept apart from the injected traits
@@ -401,7 +449,8 @@ impl Boundary {
             | Phase::AwaitingStop
             | Phase::Objected
             | Phase::Summarizing
-            | Phase::PostCompacting => {
+            | Phase::PostCompacting
+            | Phase::AwaitingHook(_) => {
                 tracing::debug!("the last prompt was dropped mid-flight: cancelling it");
                 self.feed(Input::Cancelled)?;
                 self.drain(host).await?;
@@ -431,13 +480,16 @@ impl Boundary {
                     servers,
                     timeout_ms,
                     context,
-                } => Next::Work(Work::Hooks {
+                    subjects,
+                } => Next::Work(Work::Hooks(HookWork {
                     hook,
                     servers,
                     timeout: Duration::from_millis(timeout_ms),
                     context,
-                }),
-                Effect::Finish { reason } => Next::Finish(reason),
+                    subjects,
+                })),
+                // A prompt cut short by `Closed` finishes before `_SessionEnd` is ordered.
+                Effect::Finish { reason } => return Ok(Some(Next::Finish(reason))),
             };
             debug_assert_eq!(
                 self.machine.pending_effects(),

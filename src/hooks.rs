@@ -21,15 +21,56 @@ pub enum Hook {
     /// Called after compaction, before the next model request.
     #[serde(rename = "_PostCompact")]
     PostCompact,
+    /// Called once per session, before its first model request.
+    #[serde(rename = "_SessionStart")]
+    SessionStart,
+    /// Called on each prompt, before its first model request.
+    #[serde(rename = "_UserPromptSubmit")]
+    UserPromptSubmit,
+    /// Called before each model tool call runs; non-empty text denies the call.
+    #[serde(rename = "_PreToolUse")]
+    PreToolUse,
+    /// Called after each model tool call ran.
+    #[serde(rename = "_PostToolUse")]
+    PostToolUse,
+    /// Called before a compaction summary is requested.
+    #[serde(rename = "_PreCompact")]
+    PreCompact,
+    /// Called when the session closes; a notification whose answer is ignored.
+    #[serde(rename = "_SessionEnd")]
+    SessionEnd,
 }
 
 impl Hook {
+    /// Every hook, in lifecycle order.
+    pub const ALL: [Self; 8] = [
+        Self::SessionStart,
+        Self::UserPromptSubmit,
+        Self::PreToolUse,
+        Self::PostToolUse,
+        Self::Stop,
+        Self::PreCompact,
+        Self::PostCompact,
+        Self::SessionEnd,
+    ];
+
     /// The tool name a server exposes for this hook.
     pub const fn tool_name(self) -> &'static str {
         match self {
             Self::Stop => "_Stop",
             Self::PostCompact => "_PostCompact",
+            Self::SessionStart => "_SessionStart",
+            Self::UserPromptSubmit => "_UserPromptSubmit",
+            Self::PreToolUse => "_PreToolUse",
+            Self::PostToolUse => "_PostToolUse",
+            Self::PreCompact => "_PreCompact",
+            Self::SessionEnd => "_SessionEnd",
         }
+    }
+
+    /// The hook a bare tool name declares, if any.
+    pub fn from_tool_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|hook| hook.tool_name() == name)
     }
 }
 

@@ -61,6 +61,19 @@ pub enum Event {
     },
     /// A `_PostCompact` answer was put into the fresh context.
     PostCompactInjected { server: ServerName, text: String },
+    /// A `_SessionStart`, `_UserPromptSubmit` or `_PostToolUse` answer was injected as context,
+    /// or a `_PreCompact` answer guided the summary.
+    HookInjected {
+        hook: Hook,
+        server: ServerName,
+        text: String,
+    },
+    /// A `_PreToolUse` answer denied a tool call; it did not run.
+    ToolDenied {
+        server: ServerName,
+        tool: String,
+        text: String,
+    },
     /// A hook call gave no usable answer; it counts as no objection.
     HookFailedOpen {
         server: ServerName,
@@ -132,6 +145,13 @@ impl Event {
             ),
             Self::PostCompactInjected { server, text } => format!(
                 "↺ _PostCompact from {server} re-injected: {}",
+                one_line(text, 200)
+            ),
+            Self::HookInjected { hook, server, text } => {
+                format!("+ {hook} from {server}: {}", one_line(text, 200))
+            }
+            Self::ToolDenied { server, tool, text } => format!(
+                "⊘ {tool} denied by _PreToolUse of {server}: {}",
                 one_line(text, 200)
             ),
             Self::HookFailedOpen {
@@ -278,6 +298,16 @@ fn notice_event(notice: &Notice) -> Event {
         Notice::StopSkipped { reason } => Event::StopSkipped { reason: *reason },
         Notice::PostCompactInjected { server, text } => Event::PostCompactInjected {
             server: server.clone(),
+            text: text.clone(),
+        },
+        Notice::HookInjected { hook, server, text } => Event::HookInjected {
+            hook: *hook,
+            server: server.clone(),
+            text: text.clone(),
+        },
+        Notice::ToolDenied { server, tool, text } => Event::ToolDenied {
+            server: server.clone(),
+            tool: tool.clone(),
             text: text.clone(),
         },
         Notice::Compacted {

@@ -348,7 +348,7 @@ async fn closing_the_session_refuses_later_prompts() {
     let llm = ScriptedLlm::new([Step::text("done")]);
     let mut session = Session::new(Config::default(), llm, InProcessHost::new());
     session.prompt("go").await.unwrap();
-    session.close().unwrap();
+    session.close().await.unwrap();
     let err = session.prompt("again").await.unwrap_err();
     assert!(matches!(err, SessionError::Machine(_)), "{err}");
     assert!(err.to_string().contains("closed"));
@@ -389,5 +389,61 @@ async fn post_compact_answers_reach_the_fresh_context() {
         if output.joined_text() == r#"{"hook":"_PostCompact","server":"todo","text":"open: docs"}"#));
     let seen = tap.0.lock().unwrap();
     assert!(seen.iter().any(|s| s.contains(r#""notice":"compacted""#)));
+    assert_clean(&llm);
+}
+
+#[tokio::test]
+async fn a_pre_tool_use_denial_stops_the_call_and_close_calls_session_end_once() {
+    let llm = ScriptedLlm::new([
+        Step::tools(
+            1,
+            &[
+                ("fs__rm", json!({"path": "/"})),
+                ("fs__ls", json!({"path": "/"})),
+            ],
+        ),
+        Step::text("ok, I will not"),
+    ]);
+    let host = InProcessHost::new()
+        .tool("fs", "rm", echo)
+        .tool("fs", "ls", echo)
+        .hook(
+            "guard",
+            Hook::PreToolUse,
+            // One answer per gated call, in call order.
+            [
+                HookStep::Say("rm is not allowed".into()),
+                HookStep::Say(String::new()),
+            ],
+        )
+        .hook("guard", Hook::SessionEnd, [HookStep::Say("ignored".into())]);
+    let mut session = Session::new(config(), llm.clone(), host.clone());
+    assert_eq!(
+        session.prompt("clean up").await.unwrap(),
+        PromptStop::EndTurn
+    );
+    let ran: Vec<String> = host
+        .log()
+        .into_iter()
+        .filter_map(|e| match e {
+            HostEvent::Tool { name, .. } => Some(name),
+            HostEvent::Hook { .. } | HostEvent::Kill { .. } => None,
+        })
+        .collect();
+    assert_eq!(ran, vec!["fs__ls".to_owned()], "the denied call never ran");
+    let denial = session
+        .history()
+        .iter()
+        .find_map(|m| match m {
+            Message::ToolResult { call_id, output } if call_id.0 == "c1" => Some(output),
+            _ => None,
+        })
+        .unwrap();
+    assert!(denial.is_error);
+    assert!(denial.joined_text().contains("rm is not allowed"));
+    assert_eq!(host.hook_calls("guard", Hook::PreToolUse), 2);
+    session.close().await.unwrap();
+    session.close().await.unwrap();
+    assert_eq!(host.hook_calls("guard", Hook::SessionEnd), 1);
     assert_clean(&llm);
 }

@@ -34,7 +34,7 @@ async fn recorded() -> Transcript {
     let recorder = Recorder::in_memory(&session.transcript_header());
     session.record_with(recorder.clone()).unwrap();
     session.prompt("Finish.").await.unwrap();
-    session.close().unwrap();
+    session.close().await.unwrap();
     Transcript::parse(&recorder.text().unwrap()).unwrap()
 }
 

@@ -774,6 +774,7 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
                                         server,
                                         hook,
                                         reply,
+                                        subject: None,
                                     },
                                 )?
                             }

@@ -346,6 +346,7 @@ async fn hooks_and_tools_work_over_streamable_http() {
             hook: Hook::Stop,
             timeout: Duration::from_millis(300),
             context: HookContext::default(),
+            arguments: serde_json::Map::new(),
         })
         .await;
     assert_eq!(reply, HookReply::TimedOut);

@@ -76,7 +76,7 @@ async fn a_session_recorded_to_a_file_replays() {
     let mut session = objecting_session();
     let recorder = session.record_to(&path).unwrap();
     assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
-    session.close().unwrap();
+    session.close().await.unwrap();
     recorder.check().unwrap();
 
     let report = replay(&path).unwrap();
@@ -136,6 +136,7 @@ fn changing_a_hook_answer_diverges_at_the_next_order() {
         reply: HookReply::Text {
             text: String::new(),
         },
+        subject: None,
     });
     let divergence = transcript.replay().unwrap_err();
     assert_eq!(divergence.index, index + 1);

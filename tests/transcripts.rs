@@ -39,8 +39,8 @@ impl Run {
 
     /// Closes the session and returns its transcript, after checking the model saw only valid
     /// requests and the script was used up.
-    fn finish(mut self) -> String {
-        self.session.close().expect("close");
+    async fn finish(mut self) -> String {
+        self.session.close().await.expect("close");
         let llm = self.session.llm();
         assert_eq!(llm.violations(), Vec::<String>::new());
         assert_eq!(llm.remaining(), 0, "unused model steps");
@@ -118,7 +118,7 @@ async fn stop_objection_is_injected() {
         .hook("todo", Hook::Stop, [say("1 open: write tests"), say("  ")]);
     let mut run = Run::new(hooks_on(), llm, host);
     assert_eq!(run.prompt("Finish the feature.").await, PromptStop::EndTurn);
-    let report = golden("stop_objection_is_injected", &run.finish());
+    let report = golden("stop_objection_is_injected", &run.finish().await);
     assert_eq!(report.counters.objections, 1);
     assert_eq!(report.finishes, [FinishReason::EndTurn]);
     assert_eq!(report.phase, Phase::Done);
@@ -152,7 +152,10 @@ async fn several_servers_answer_in_config_order() {
     let mut run = Run::new(Config::builder().hook_servers(allow), llm, host);
     assert_eq!(run.prompt("Ship it.").await, PromptStop::EndTurn);
     assert_eq!(run.session.host().hook_calls("delta", Hook::Stop), 0);
-    let report = golden("several_servers_answer_in_config_order", &run.finish());
+    let report = golden(
+        "several_servers_answer_in_config_order",
+        &run.finish().await,
+    );
     assert_eq!(
         report.counters.objections, 1,
         "one round, however many objected"
@@ -179,7 +182,7 @@ async fn stop_budget_spans_prompts() {
         assert_eq!(run.prompt(prompt).await, PromptStop::EndTurn);
     }
     assert_eq!(run.session.host().hook_calls("todo", Hook::Stop), 2);
-    let report = golden("stop_budget_spans_prompts", &run.finish());
+    let report = golden("stop_budget_spans_prompts", &run.finish().await);
     assert_eq!(report.counters.objections, 2);
     assert_eq!(report.finishes.len(), 3);
 }
@@ -191,7 +194,7 @@ async fn stop_budget_zero_never_calls_stop() {
     let mut run = Run::new(hooks_on().stop_max_rejections(0), llm, host);
     assert_eq!(run.prompt("Go.").await, PromptStop::EndTurn);
     assert_eq!(run.session.host().hook_calls("todo", Hook::Stop), 0);
-    let report = golden("stop_budget_zero_never_calls_stop", &run.finish());
+    let report = golden("stop_budget_zero_never_calls_stop", &run.finish().await);
     assert_eq!(report.counters.objections, 0);
 }
 
@@ -202,7 +205,10 @@ async fn consecutive_end_turn_declines_the_objection() {
     let mut run = Run::new(hooks_on(), llm, host);
     assert_eq!(run.prompt("Go.").await, PromptStop::EndTurn);
     assert_eq!(run.session.host().hook_calls("todo", Hook::Stop), 1);
-    let report = golden("consecutive_end_turn_declines_the_objection", &run.finish());
+    let report = golden(
+        "consecutive_end_turn_declines_the_objection",
+        &run.finish().await,
+    );
     assert_eq!(report.counters.objections, 1);
 }
 
@@ -233,7 +239,7 @@ async fn hook_timeout_fails_open_and_kills_on_the_second() {
     assert_eq!(kills, 1);
     let report = golden(
         "hook_timeout_fails_open_and_kills_on_the_second",
-        &run.finish(),
+        &run.finish().await,
     );
     assert_eq!(report.counters.objections, 0);
     assert_eq!(report.last_at_ms, 2_000, "two timeouts of 1 s each");
@@ -255,7 +261,7 @@ async fn hook_errors_fail_open() {
         );
     let mut run = Run::new(hooks_on(), llm, host);
     assert_eq!(run.prompt("Go.").await, PromptStop::EndTurn);
-    let report = golden("hook_errors_fail_open", &run.finish());
+    let report = golden("hook_errors_fail_open", &run.finish().await);
     assert_eq!(report.counters.objections, 0);
 }
 
@@ -279,7 +285,7 @@ async fn model_call_to_a_hook_is_refused() {
     assert_eq!(run.prompt("Go.").await, PromptStop::EndTurn);
     // Only `_Stop` at the end of the turn, never the model's call.
     assert_eq!(run.session.host().hook_calls("todo", Hook::Stop), 1);
-    golden("model_call_to_a_hook_is_refused", &run.finish());
+    golden("model_call_to_a_hook_is_refused", &run.finish().await);
 }
 
 /// A context so small that one large tool result puts the history over budget.
@@ -305,7 +311,7 @@ async fn compaction_with_post_compact() {
     );
     let mut run = Run::new(tight_context(), llm, host);
     assert_eq!(run.prompt("Read big.txt.").await, PromptStop::EndTurn);
-    let report = golden("compaction_with_post_compact", &run.finish());
+    let report = golden("compaction_with_post_compact", &run.finish().await);
     assert_eq!(report.counters.compactions, 1);
 }
 
@@ -319,7 +325,7 @@ async fn compaction_without_post_compact() {
     let host = InProcessHost::new().tool("fs", "read", big);
     let mut run = Run::new(tight_context(), llm, host);
     assert_eq!(run.prompt("Read big.txt.").await, PromptStop::EndTurn);
-    let report = golden("compaction_without_post_compact", &run.finish());
+    let report = golden("compaction_without_post_compact", &run.finish().await);
     assert_eq!(report.counters.compactions, 1);
 }
 
@@ -342,7 +348,7 @@ async fn summary_failure_falls_back_to_dropping_turns() {
     assert_eq!(history[0], hookloop::Message::user("Read b.txt."));
     let report = golden(
         "summary_failure_falls_back_to_dropping_turns",
-        &run.finish(),
+        &run.finish().await,
     );
     assert_eq!(report.counters.compactions, 1);
 }
@@ -368,7 +374,7 @@ async fn cancellation_during_tools() {
     );
     // The session lives on; the cancelled calls are answered in the history.
     assert_eq!(run.prompt("Never mind.").await, PromptStop::EndTurn);
-    let report = golden("cancellation_during_tools", &run.finish());
+    let report = golden("cancellation_during_tools", &run.finish().await);
     assert_eq!(
         report.finishes,
         [FinishReason::Cancelled, FinishReason::EndTurn]
@@ -397,7 +403,7 @@ async fn cancellation_while_stop_runs() {
     });
     assert_eq!(run.prompt("Go.").await, PromptStop::Cancelled);
     assert_eq!(run.prompt("Hi.").await, PromptStop::EndTurn);
-    let report = golden("cancellation_while_stop_runs", &run.finish());
+    let report = golden("cancellation_while_stop_runs", &run.finish().await);
     assert_eq!(report.counters.objections, 0);
     assert_eq!(
         report.finishes,
@@ -415,7 +421,7 @@ async fn round_cap_ends_the_prompt() {
     let host = InProcessHost::new().tool("t", "echo", echo);
     let mut run = Run::new(Config::builder().max_rounds(3), llm, host);
     assert_eq!(run.prompt("Loop.").await, PromptStop::MaxTurnRequests);
-    let report = golden("round_cap_ends_the_prompt", &run.finish());
+    let report = golden("round_cap_ends_the_prompt", &run.finish().await);
     assert_eq!(report.finishes, [FinishReason::MaxTurnRequests]);
 }
 
@@ -426,7 +432,7 @@ async fn model_failure_ends_the_prompt() {
     let error = run.session.prompt("Hello?").await.unwrap_err();
     assert!(error.to_string().contains("503 overloaded"), "{error}");
     assert_eq!(run.prompt("Hello again.").await, PromptStop::EndTurn);
-    golden("model_failure_ends_the_prompt", &run.finish());
+    golden("model_failure_ends_the_prompt", &run.finish().await);
 }
 
 #[tokio::test(start_paused = true)]
@@ -452,7 +458,7 @@ async fn several_prompts_share_one_session() {
     run.session.host().remove_server("todo");
     assert_eq!(run.prompt("And c.").await, PromptStop::EndTurn);
     assert_eq!(run.prompt("Write a novel.").await, PromptStop::MaxTokens);
-    let report = golden("several_prompts_share_one_session", &run.finish());
+    let report = golden("several_prompts_share_one_session", &run.finish().await);
     assert_eq!(report.finishes.len(), 4);
     assert_eq!(report.counters.objections, 1);
 }

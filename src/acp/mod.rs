@@ -419,7 +419,7 @@ async fn run_session<L: LlmClient, H: ToolHost>(
             tracing::debug!(error = %e, "could not answer session/prompt");
         }
     }
-    if let Err(e) = session.close() {
+    if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "closing the session failed");
     }
 }
@@ -589,6 +589,17 @@ impl Translator {
             Event::PostCompactInjected { server, text } => {
                 let title = format!("{} from {server}", Hook::PostCompact);
                 let raw = json!({"hook": Hook::PostCompact, "server": server, "text": text});
+                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+            }
+            Event::HookInjected { hook, server, text } => {
+                let title = format!("{hook} from {server}");
+                let raw = json!({"hook": hook, "server": server, "text": text});
+                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+            }
+            Event::ToolDenied { server, tool, text } => {
+                let title = format!("{tool} denied by {} of {server}", Hook::PreToolUse);
+                let raw =
+                    json!({"hook": Hook::PreToolUse, "server": server, "tool": tool, "text": text});
                 vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
             }
             Event::StopSkipped { reason } => vec![thought(match reason {

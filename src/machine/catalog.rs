@@ -1,7 +1,7 @@
 //! The catalog as the machine uses it: the model-visible tools and, per hook, the allowed
 //! servers that expose it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::input::Catalog;
 use super::message::ToolSpec;
@@ -12,8 +12,8 @@ use crate::hooks::{self, Hook, ServerName};
 pub(crate) struct Tools {
     pub(super) model: Vec<ToolSpec>,
     pub(super) names: HashSet<String>,
-    pub(super) stop_servers: Vec<ServerName>,
-    pub(super) post_compact_servers: Vec<ServerName>,
+    /// Per hook, the allowed servers that expose it, in configuration order.
+    hooks: HashMap<Hook, Vec<ServerName>>,
     pub(super) bytes: usize,
 }
 
@@ -26,15 +26,11 @@ impl Tools {
                 if hooks::is_hook(&tool.name) {
                     // Hooks never reach the model, whatever the allowlist says; only allowed
                     // servers are ever called.
-                    if allow.allows(server.as_str()) {
-                        let list = if tool.name == Hook::Stop.tool_name() {
-                            Some(&mut tools.stop_servers)
-                        } else if tool.name == Hook::PostCompact.tool_name() {
-                            Some(&mut tools.post_compact_servers)
-                        } else {
-                            None
-                        };
-                        if let Some(list) = list.filter(|list| !list.contains(server)) {
+                    if allow.allows(server.as_str())
+                        && let Some(hook) = Hook::from_tool_name(&tool.name)
+                    {
+                        let list = tools.hooks.entry(hook).or_default();
+                        if !list.contains(server) {
                             list.push(server.clone());
                         }
                     }
@@ -53,5 +49,10 @@ impl Tools {
             }
         }
         tools
+    }
+
+    /// The allowed servers that expose `hook`, in configuration order.
+    pub(super) fn servers(&self, hook: Hook) -> &[ServerName] {
+        self.hooks.get(&hook).map_or(&[], Vec::as_slice)
     }
 }

@@ -2,6 +2,7 @@
 //! [`Machine::poll_effect`](crate::machine::Machine::poll_effect) and performs them.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::message::ToolCall;
@@ -25,13 +26,17 @@ pub enum Effect {
     /// Run these tool calls, concurrently, and answer each with
     /// [`Input::ToolFinished`](crate::machine::Input::ToolFinished) in any order.
     CallTools { calls: Vec<ToolCall> },
-    /// Call `hook` with arguments `{}` on each server at once, each bounded by `timeout_ms`, and
-    /// answer each with [`Input::HookAnswered`](crate::machine::Input::HookAnswered).
+    /// Call `hook` on each server at once, each bounded by `timeout_ms`, and answer each with
+    /// [`Input::HookAnswered`](crate::machine::Input::HookAnswered). Each server gets one call
+    /// per entry of `subjects`, whose arguments are that entry, answered with its index as
+    /// `subject`; with no subjects, one call with arguments `{}` and no `subject`.
     CallHooks {
         hook: Hook,
         servers: Vec<ServerName>,
         timeout_ms: u64,
         context: HookContext,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        subjects: Vec<Value>,
     },
     /// Kill this server (its process group); it comes back through a lazy restart. No answer.
     KillServer { server: ServerName },
@@ -77,6 +82,20 @@ pub enum Notice {
     StopSkipped { reason: SkipReason },
     /// A `_PostCompact` answer was injected into the fresh context.
     PostCompactInjected { server: ServerName, text: String },
+    /// A `_SessionStart`, `_UserPromptSubmit` or `_PostToolUse` answer was injected as context,
+    /// or a `_PreCompact` answer was added to the summary instruction.
+    HookInjected {
+        hook: Hook,
+        server: ServerName,
+        text: String,
+    },
+    /// A server's `_PreToolUse` denied a model tool call: it did not run, and the model got an
+    /// error result carrying the denial.
+    ToolDenied {
+        server: ServerName,
+        tool: String,
+        text: String,
+    },
     /// The history was compacted.
     Compacted {
         summarized: bool,

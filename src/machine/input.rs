@@ -28,6 +28,9 @@ pub enum Input {
         server: ServerName,
         hook: Hook,
         reply: HookReply,
+        /// Which of the order's `subjects` this call was about; none when it had none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subject: Option<u32>,
     },
     /// The embedder cancelled the running prompt.
     Cancelled,

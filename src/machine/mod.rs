@@ -51,7 +51,7 @@ mod round;
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use statig::prelude::*;
 
 use self::catalog::Tools;
@@ -96,6 +96,9 @@ impl Machine {
             counters: Counters::default(),
             turn: Turn::default(),
             post_compact_owed: false,
+            session_started: false,
+            session_ended: false,
+            summary_instruction: SUMMARY_INSTRUCTION.to_owned(),
             next_id: 0,
         };
         let mut outbox = Outbox::default();
@@ -144,7 +147,7 @@ impl Machine {
                 system: core.system_prompt.as_deref(),
                 messages: &all[from.min(all.len())..],
                 tools: &[],
-                instruction: Some(SUMMARY_INSTRUCTION),
+                instruction: Some(&core.summary_instruction),
                 max_output_tokens: core.policy.max_output_tokens,
             },
         }
@@ -177,11 +180,7 @@ impl Machine {
 
     /// Servers whose `hook` the machine calls, in configuration order.
     pub fn hook_servers(&self, hook: Hook) -> &[ServerName] {
-        let tools = &self.sm.inner().tools;
-        match hook {
-            Hook::Stop => &tools.stop_servers,
-            Hook::PostCompact => &tools.post_compact_servers,
-        }
+        self.sm.inner().tools.servers(hook)
     }
 }
 
@@ -222,12 +221,19 @@ pub enum Phase {
     Objected,
     Summarizing,
     PostCompacting,
+    /// Waiting for the answers of another hook: `_SessionStart`, `_UserPromptSubmit`,
+    /// `_PreToolUse`, `_PostToolUse`, `_PreCompact` or `_SessionEnd`.
+    AwaitingHook(Hook),
     Done,
 }
 
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Self::AwaitingHook(hook) = self {
+            return write!(f, "awaiting {hook}");
+        }
         let name = match self {
+            Self::AwaitingHook(_) => "awaiting a hook",
             Self::Idle => "idle",
             Self::Prompting => "prompting",
             Self::RunningTools => "running tools",
@@ -301,6 +307,13 @@ pub(crate) struct Core {
     /// A `_PostCompact` round was cut short by a cancel: the compacted context still lacks its
     /// answers, so the next prompt asks again before its first request.
     post_compact_owed: bool,
+    /// `_SessionStart` had its chance (it is asked once per session, at the first prompt).
+    session_started: bool,
+    /// `_SessionEnd` had its chance (it is asked at most once).
+    session_ended: bool,
+    /// The instruction of the next summary request: the fixed one, plus any `_PreCompact`
+    /// guidance of this compaction.
+    summary_instruction: String,
     /// Source of the machine's own call ids (hook pairs, renamed model ids).
     next_id: u64,
 }
@@ -325,6 +338,37 @@ pub(crate) enum Resume {
     Objected,
 }
 
+/// What a hook round leads to once every server has answered: the continuation of the one
+/// hook-round state, each applied by the function named after its hook.
+#[derive(Debug)]
+pub(crate) enum Then {
+    /// `on_session_start`, then the rest of the prompt's start.
+    SessionStart,
+    /// `on_user_prompt_submit`, then the rest of the prompt's start.
+    UserPromptSubmit,
+    /// `on_pre_tool_use`: deny, then run what is left of the batch.
+    PreToolUse { batch: ToolBatch },
+    /// `on_post_tool_use`, then the next request.
+    PostToolUse,
+    /// `on_stop`: object, or end the prompt.
+    Stop,
+    /// `on_pre_compact`, then the summary request.
+    PreCompact { resume: Resume },
+    /// `on_post_compact`, then the request it was going to make.
+    PostCompact { resume: Resume },
+    /// `on_session_end`: the session is over.
+    SessionEnd,
+}
+
+/// Where the start of a prompt is, between its hooks and its first request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PromptStage {
+    SessionStart,
+    UserPromptSubmit,
+    OwedPostCompact,
+    Request,
+}
+
 #[state_machine(
     initial = "State::idle()",
     state(derive(Debug)),
@@ -333,9 +377,10 @@ pub(crate) enum Resume {
     after_transition = "Self::after_transition"
 )]
 impl Core {
-    /// No prompt is running. Accepts: `Prompted` → a model request (Prompting), or Summarizing
-    /// when the history is over budget, or Idle at once when the round cap is 0 rounds away;
-    /// `CatalogChanged` (stays); `Cancelled` (nothing to cancel: stays); `Closed` → Done.
+    /// No prompt is running. Accepts: `Prompted` → the prompt's hooks (`_SessionStart` at the
+    /// first, `_UserPromptSubmit`, an owed `_PostCompact`), then a model request (Prompting), or
+    /// Summarizing when the history is over budget; `CatalogChanged` (stays); `Cancelled`
+    /// (nothing to cancel: stays); `Closed` → `_SessionEnd`, or Done.
     #[state]
     fn idle(&mut self, context: &mut Outbox, event: &Input) -> Outcome<State> {
         match event {
@@ -347,17 +392,14 @@ impl Core {
                     pinned: self.history.len(),
                 };
                 self.history.push(Message::user(text.clone()));
-                if self.post_compact_owed {
-                    return self.ask_post_compact(context, Resume::Prompting);
-                }
-                self.request_turn(context, Resume::Prompting)
+                self.start_prompt(context, PromptStage::SessionStart)
             }
             Input::CatalogChanged { catalog } => {
                 self.tools = Tools::new(catalog, &self.policy.hook_servers);
                 Handled
             }
             Input::Cancelled => Handled,
-            Input::Closed => Transition(State::done()),
+            Input::Closed => self.end_session(context),
             Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
@@ -390,8 +432,7 @@ impl Core {
                 Ok(false) => Handled,
                 Ok(true) => {
                     let batch = std::mem::take(batch);
-                    self.record_results(batch);
-                    self.request_turn(context, Resume::Prompting)
+                    self.tools_done(context, batch)
                 }
             },
             Input::Cancelled | Input::Closed => {
@@ -409,13 +450,17 @@ impl Core {
         }
     }
 
-    /// The model ended its turn; waiting for `_Stop` from every allowed server that has it.
-    /// Accepts: `HookAnswered` from an awaited server (stays, or once all are in → Objected
-    /// with the objections injected and the model asked again, or Idle when none objected).
+    /// Waiting for one hook's answers from every allowed server that has it (the design's one
+    /// hook-round state; `then` says what the answers lead to). Accepts: `HookAnswered` for an
+    /// awaited call (stays, or once all are in → the continuation, applied by the function
+    /// named after the hook). `Cancelled` answers the calls of a gated batch `cancelled`, leaves
+    /// a `_PostCompact` round owed to the next prompt, and defers to `live`; `Closed` likewise.
+    /// While `_SessionEnd` runs, `Cancelled` stops waiting (→ Done) and `Closed` changes nothing.
     #[state(superstate = "live")]
-    fn awaiting_stop(
+    fn hooking(
         &mut self,
         round: &mut HookRound,
+        then: &mut Then,
         context: &mut Outbox,
         event: &Input,
     ) -> Outcome<State> {
@@ -424,22 +469,47 @@ impl Core {
                 server,
                 hook,
                 reply,
+                subject,
             } => {
-                if let Err(error) = self.take_hook_answer(context, round, server, *hook, reply) {
+                if let Err(error) =
+                    self.take_hook_answer(context, round, server, *hook, *subject, reply)
+                {
                     return context.refuse(error);
                 }
                 if !round.is_complete() {
                     return Handled;
                 }
-                let round = std::mem::replace(round, HookRound::new(Hook::Stop, Vec::new()));
-                self.conclude_stop(context, round)
+                let round = std::mem::replace(round, HookRound::new(round.hook, Vec::new(), 0));
+                let then = std::mem::replace(then, Then::SessionEnd);
+                self.conclude_round(context, round, then)
             }
-            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
+            Input::Cancelled | Input::Closed if matches!(then, Then::SessionEnd) => match event {
+                Input::Cancelled => Transition(State::done()),
+                _ => Handled,
+            },
+            Input::Cancelled | Input::Closed => {
+                match std::mem::replace(then, Then::SessionEnd) {
+                    Then::PreToolUse { batch } => self.record_results(batch),
+                    Then::PostCompact { .. } => {
+                        if matches!(event, Input::Cancelled) {
+                            self.post_compact_owed = true;
+                        }
+                    }
+                    Then::SessionStart
+                    | Then::UserPromptSubmit
+                    | Then::PostToolUse
+                    | Then::Stop
+                    | Then::PreCompact { .. }
+                    | Then::SessionEnd => {}
+                }
+                Super
+            }
+            Input::CatalogChanged { .. } => Super,
             Input::Prompted { .. }
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. } => {
-                context.unexpected(Phase::AwaitingStop, "a _Stop answer", event)
+                context.unexpected(hook_phase(round.hook), "a hook answer", event)
             }
         }
     }
@@ -479,53 +549,8 @@ impl Core {
         }
     }
 
-    /// The context was compacted; waiting for `_PostCompact` from every allowed server that has
-    /// it. Accepts: `HookAnswered` from an awaited server (stays, or once all are in → the
-    /// answers injected into the fresh context and the request it was going to make);
-    /// `Cancelled` leaves the round owed to the next prompt, then defers to `live`.
-    #[state(superstate = "live")]
-    fn post_compacting(
-        &mut self,
-        round: &mut HookRound,
-        resume: &mut Resume,
-        context: &mut Outbox,
-        event: &Input,
-    ) -> Outcome<State> {
-        match event {
-            Input::HookAnswered {
-                server,
-                hook,
-                reply,
-            } => {
-                if let Err(error) = self.take_hook_answer(context, round, server, *hook, reply) {
-                    return context.refuse(error);
-                }
-                if !round.is_complete() {
-                    return Handled;
-                }
-                let round = std::mem::replace(round, HookRound::new(Hook::PostCompact, Vec::new()));
-                for (server, text) in round.said() {
-                    self.inject_hook_pair(Hook::PostCompact, &server, &text);
-                    context.notify(Notice::PostCompactInjected { server, text });
-                }
-                self.request_turn(context, *resume)
-            }
-            Input::Cancelled => {
-                self.post_compact_owed = true;
-                Super
-            }
-            Input::CatalogChanged { .. } | Input::Closed => Super,
-            Input::Prompted { .. }
-            | Input::LlmReplied { .. }
-            | Input::LlmFailed { .. }
-            | Input::ToolFinished { .. } => {
-                context.unexpected(Phase::PostCompacting, "a _PostCompact answer", event)
-            }
-        }
-    }
-
     /// Every state of a running prompt. Accepts: `Cancelled` → Idle (finish `cancelled`);
-    /// `Closed` → Done (finish `cancelled`); `CatalogChanged` (stays). Substates handle the
+    /// `Closed` → finish `cancelled`, then `_SessionEnd` or Done; `CatalogChanged` (stays). Substates handle the
     /// rest, so anything else reaching here is refused.
     #[superstate]
     fn live(&mut self, context: &mut Outbox, event: &Input) -> Outcome<State> {
@@ -535,7 +560,7 @@ impl Core {
                 context.emit(Effect::Finish {
                     reason: FinishReason::Cancelled,
                 });
-                Transition(State::done())
+                self.end_session(context)
             }
             Input::CatalogChanged { catalog } => {
                 self.tools = Tools::new(catalog, &self.policy.hook_servers);
@@ -610,15 +635,11 @@ impl Core {
         if !self.turn.compacted && self.over_budget() && self.history.fitting_suffix(0) > 0 {
             self.turn.compacted = true;
             self.counters.compactions += 1;
-            let fixed =
-                self.system_prompt.as_ref().map_or(0, String::len) + SUMMARY_INSTRUCTION.len();
-            let room = self
-                .policy
-                .context_budget()
-                .saturating_sub((fixed as u64).div_ceil(BYTES_PER_TOKEN));
-            let from = self.history.fitting_suffix(room);
-            context.emit(self.call_llm(Purpose::Summary { from }));
-            return Transition(State::summarizing(resume));
+            self.summary_instruction = SUMMARY_INSTRUCTION.to_owned();
+            return match self.ask(context, Hook::PreCompact, Vec::new()) {
+                Some(round) => Transition(State::hooking(round, Then::PreCompact { resume })),
+                None => self.request_summary(context, resume),
+            };
         }
         self.turn.rounds += 1;
         self.history.mark_request();
@@ -627,6 +648,19 @@ impl Core {
             Resume::Prompting => Transition(State::prompting()),
             Resume::Objected => Transition(State::objected()),
         }
+    }
+
+    /// Asks the model for the compaction summary of the newest history that fits.
+    fn request_summary(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
+        let fixed =
+            self.system_prompt.as_ref().map_or(0, String::len) + self.summary_instruction.len();
+        let room = self
+            .policy
+            .context_budget()
+            .saturating_sub((fixed as u64).div_ceil(BYTES_PER_TOKEN));
+        let from = self.history.fitting_suffix(room);
+        context.emit(self.call_llm(Purpose::Summary { from }));
+        Transition(State::summarizing(resume))
     }
 
     fn call_llm(&self, purpose: Purpose) -> Effect {
@@ -713,8 +747,7 @@ impl Core {
 
     /// A genuine end of turn: ask `_Stop`, unless a sovereignty rule says not to.
     fn on_end_turn(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
-        let servers = &self.tools.stop_servers;
-        if servers.is_empty() || self.policy.stop_max_rejections == 0 {
+        if self.tools.servers(Hook::Stop).is_empty() || self.policy.stop_max_rejections == 0 {
             return self.finish(context, FinishReason::EndTurn);
         }
         // Consecutive end_turn: the model heard the objection and declined.
@@ -730,18 +763,19 @@ impl Core {
             });
             return self.finish(context, FinishReason::EndTurn);
         }
-        let servers = servers.clone();
-        context.emit(Effect::CallHooks {
-            hook: Hook::Stop,
-            servers: servers.clone(),
-            timeout_ms: self.policy.hook_timeout_ms,
-            context: self.hook_context(),
-        });
-        Transition(State::awaiting_stop(HookRound::new(Hook::Stop, servers)))
+        match self.ask(context, Hook::Stop, Vec::new()) {
+            Some(round) => Transition(State::hooking(round, Then::Stop)),
+            None => self.finish(context, FinishReason::EndTurn),
+        }
     }
 
-    fn conclude_stop(&mut self, context: &mut Outbox, round: HookRound) -> Outcome<State> {
-        let mut objections = round.said().peekable();
+    /// `_Stop`'s rule: any non-empty answer is an objection, injected, and the model is asked
+    /// again (once per round, whatever the number of objecting servers).
+    fn on_stop(&mut self, context: &mut Outbox, round: HookRound) -> Outcome<State> {
+        let mut objections = round
+            .said()
+            .map(|(_, server, text)| (server, text))
+            .peekable();
         if objections.peek().is_none() {
             return self.finish(context, FinishReason::EndTurn);
         }
@@ -765,6 +799,7 @@ impl Core {
         round: &mut HookRound,
         server: &ServerName,
         hook: Hook,
+        subject: Option<u32>,
         reply: &HookReply,
     ) -> Result<(), MachineError> {
         let unexpected = || MachineError::UnexpectedHookAnswer {
@@ -774,12 +809,8 @@ impl Core {
         if hook != round.hook {
             return Err(unexpected());
         }
-        let slot = round
-            .servers
-            .iter()
-            .zip(&mut round.answers)
-            .find_map(|(s, slot)| (s == server && *slot == Answer::Waiting).then_some(slot))
-            .ok_or_else(unexpected)?;
+        let subject = subject.map_or(0, |s| usize::try_from(s).unwrap_or(usize::MAX));
+        let slot = round.waiting_slot(server, subject).ok_or_else(unexpected)?;
         let failed_open = |reason: String| {
             tracing::warn!(%server, %hook, %reason, "hook failed open: no objection");
             Notice::HookFailedOpen {
@@ -853,8 +884,60 @@ impl Core {
             self.record_results(batch);
             return self.request_turn(context, Resume::Prompting);
         }
-        context.emit(Effect::CallTools { calls: run });
+        let subjects = run
+            .iter()
+            .map(|call| json!({"tool": call.name, "arguments": call.arguments}))
+            .collect();
+        batch.ran = run;
+        match self.ask(context, Hook::PreToolUse, subjects) {
+            Some(round) => Transition(State::hooking(round, Then::PreToolUse { batch })),
+            None => self.run_batch(context, batch),
+        }
+    }
+
+    /// Runs the batch's calls that are left, or, when none is, asks the model again.
+    fn run_batch(&mut self, context: &mut Outbox, batch: ToolBatch) -> Outcome<State> {
+        if batch.ran.is_empty() {
+            self.record_results(batch);
+            return self.request_turn(context, Resume::Prompting);
+        }
+        context.emit(Effect::CallTools {
+            calls: batch.ran.clone(),
+        });
         Transition(State::running_tools(batch))
+    }
+
+    /// Every call of a batch has its result: record them, then `_PostToolUse` on the calls that
+    /// ran, then the next request.
+    fn tools_done(&mut self, context: &mut Outbox, mut batch: ToolBatch) -> Outcome<State> {
+        let ran = std::mem::take(&mut batch.ran);
+        let subjects: Vec<Value> = ran
+            .iter()
+            .map(|call| {
+                let output = batch
+                    .ids
+                    .iter()
+                    .position(|id| *id == call.id)
+                    .and_then(|i| batch.results[i].as_ref());
+                let (is_error, text) = output.map_or((true, String::new()), |output| {
+                    (output.is_error, output.joined_text())
+                });
+                json!({
+                    "tool": call.name,
+                    "arguments": call.arguments,
+                    "isError": is_error,
+                    "output": hooks::cap_middle(&text, hooks::MAX_HOOK_TEXT_BYTES),
+                })
+            })
+            .collect();
+        self.record_results(batch);
+        if subjects.is_empty() {
+            return self.request_turn(context, Resume::Prompting);
+        }
+        match self.ask(context, Hook::PostToolUse, subjects) {
+            Some(round) => Transition(State::hooking(round, Then::PostToolUse)),
+            None => self.request_turn(context, Resume::Prompting),
+        }
     }
 
     /// Appends a batch's results in call order; calls still outstanding get `cancelled`.
@@ -950,20 +1033,197 @@ impl Core {
     /// names; without such servers, makes it at once.
     fn ask_post_compact(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
         self.post_compact_owed = false;
-        let servers = self.tools.post_compact_servers.clone();
-        if servers.is_empty() {
-            return self.request_turn(context, resume);
+        match self.ask(context, Hook::PostCompact, Vec::new()) {
+            Some(round) => Transition(State::hooking(round, Then::PostCompact { resume })),
+            None => self.request_turn(context, resume),
         }
+    }
+
+    /// Orders a round of `hook` on every allowed server that has it, one call per subject;
+    /// `None` when no server has it.
+    fn ask(&mut self, context: &mut Outbox, hook: Hook, subjects: Vec<Value>) -> Option<HookRound> {
+        let servers = self.tools.servers(hook).to_vec();
+        if servers.is_empty() {
+            return None;
+        }
+        let round = HookRound::new(hook, servers.clone(), subjects.len());
         context.emit(Effect::CallHooks {
-            hook: Hook::PostCompact,
-            servers: servers.clone(),
+            hook,
+            servers,
             timeout_ms: self.policy.hook_timeout_ms,
             context: self.hook_context(),
+            subjects,
         });
-        Transition(State::post_compacting(
-            HookRound::new(Hook::PostCompact, servers),
-            resume,
-        ))
+        Some(round)
+    }
+
+    /// The start of a prompt, from `stage` on: `_SessionStart` (first prompt only),
+    /// `_UserPromptSubmit`, an owed `_PostCompact`, then the first request.
+    fn start_prompt(&mut self, context: &mut Outbox, mut stage: PromptStage) -> Outcome<State> {
+        loop {
+            stage = match stage {
+                PromptStage::SessionStart => {
+                    if !self.session_started {
+                        self.session_started = true;
+                        if let Some(round) = self.ask(context, Hook::SessionStart, Vec::new()) {
+                            return Transition(State::hooking(round, Then::SessionStart));
+                        }
+                    }
+                    PromptStage::UserPromptSubmit
+                }
+                PromptStage::UserPromptSubmit => {
+                    let subject = json!({"prompt": self.turn.text});
+                    if let Some(round) = self.ask(context, Hook::UserPromptSubmit, vec![subject]) {
+                        return Transition(State::hooking(round, Then::UserPromptSubmit));
+                    }
+                    PromptStage::OwedPostCompact
+                }
+                PromptStage::OwedPostCompact => {
+                    if self.post_compact_owed {
+                        return self.ask_post_compact(context, Resume::Prompting);
+                    }
+                    PromptStage::Request
+                }
+                PromptStage::Request => return self.request_turn(context, Resume::Prompting),
+            };
+        }
+    }
+
+    /// Ends the session: `_SessionEnd` once, if a server has it, then Done.
+    fn end_session(&mut self, context: &mut Outbox) -> Outcome<State> {
+        if self.session_ended {
+            return Transition(State::done());
+        }
+        self.session_ended = true;
+        match self.ask(context, Hook::SessionEnd, Vec::new()) {
+            Some(round) => Transition(State::hooking(round, Then::SessionEnd)),
+            None => Transition(State::done()),
+        }
+    }
+
+    /// A complete hook round leads where `then` says, through the rule named after its hook.
+    fn conclude_round(
+        &mut self,
+        context: &mut Outbox,
+        round: HookRound,
+        then: Then,
+    ) -> Outcome<State> {
+        match then {
+            Then::SessionStart => self.on_session_start(context, round),
+            Then::UserPromptSubmit => self.on_user_prompt_submit(context, round),
+            Then::PreToolUse { batch } => self.on_pre_tool_use(context, round, batch),
+            Then::PostToolUse => self.on_post_tool_use(context, round),
+            Then::Stop => self.on_stop(context, round),
+            Then::PreCompact { resume } => self.on_pre_compact(context, round, resume),
+            Then::PostCompact { resume } => self.on_post_compact(context, round, resume),
+            Then::SessionEnd => Self::on_session_end(round),
+        }
+    }
+
+    /// Injects each non-empty answer of a context hook, in order, and tells the embedder.
+    fn inject_context(&mut self, context: &mut Outbox, round: HookRound) {
+        let hook = round.hook;
+        for (_, server, text) in round.said() {
+            self.inject_hook_pair(hook, &server, &text);
+            context.notify(Notice::HookInjected { hook, server, text });
+        }
+    }
+
+    /// `_SessionStart`'s rule: its answers are context, injected after the first prompt.
+    fn on_session_start(&mut self, context: &mut Outbox, round: HookRound) -> Outcome<State> {
+        self.inject_context(context, round);
+        self.start_prompt(context, PromptStage::UserPromptSubmit)
+    }
+
+    /// `_UserPromptSubmit`'s rule: its answers are context, injected after the prompt.
+    fn on_user_prompt_submit(&mut self, context: &mut Outbox, round: HookRound) -> Outcome<State> {
+        self.inject_context(context, round);
+        self.start_prompt(context, PromptStage::OwedPostCompact)
+    }
+
+    /// `_PreToolUse`'s rule: a non-empty answer denies its call. A denied call never runs; it is
+    /// answered once, with an error result carrying every denying server's JSON body.
+    fn on_pre_tool_use(
+        &mut self,
+        context: &mut Outbox,
+        round: HookRound,
+        mut batch: ToolBatch,
+    ) -> Outcome<State> {
+        let mut denials: Vec<Vec<Content>> = batch.ran.iter().map(|_| Vec::new()).collect();
+        for (subject, server, text) in round.said() {
+            let Some(call) = batch.ran.get(subject) else {
+                continue;
+            };
+            let body = hooks::encode_hook_body(Hook::PreToolUse, server.as_str(), &text);
+            denials[subject].push(Content::Text { text: body });
+            context.notify(Notice::ToolDenied {
+                server,
+                tool: call.name.clone(),
+                text,
+            });
+        }
+        let ran = std::mem::take(&mut batch.ran);
+        for (call, denial) in ran.into_iter().zip(denials) {
+            if denial.is_empty() {
+                batch.ran.push(call);
+                continue;
+            }
+            let output = ToolOutput {
+                content: denial,
+                is_error: true,
+            };
+            // The id is the batch's own and still unanswered: a denial answers it once.
+            let _ = batch.answer(&call.id, &output);
+        }
+        self.run_batch(context, batch)
+    }
+
+    /// `_PostToolUse`'s rule: its answers are context, injected after the batch's results.
+    fn on_post_tool_use(&mut self, context: &mut Outbox, round: HookRound) -> Outcome<State> {
+        self.inject_context(context, round);
+        self.request_turn(context, Resume::Prompting)
+    }
+
+    /// `_PreCompact`'s rule: its answers are guidance, added to the summary instruction of
+    /// this compaction only; they never enter the history.
+    fn on_pre_compact(
+        &mut self,
+        context: &mut Outbox,
+        round: HookRound,
+        resume: Resume,
+    ) -> Outcome<State> {
+        for (_, server, text) in round.said() {
+            self.summary_instruction.push_str(&format!(
+                "\n\nThe summary must also keep what server {server} asks for:\n{}",
+                hooks::cap_middle(&text, hooks::MAX_HOOK_TEXT_BYTES)
+            ));
+            context.notify(Notice::HookInjected {
+                hook: Hook::PreCompact,
+                server,
+                text,
+            });
+        }
+        self.request_summary(context, resume)
+    }
+
+    /// `_PostCompact`'s rule: its answers are injected into the fresh context.
+    fn on_post_compact(
+        &mut self,
+        context: &mut Outbox,
+        round: HookRound,
+        resume: Resume,
+    ) -> Outcome<State> {
+        for (_, server, text) in round.said() {
+            self.inject_hook_pair(Hook::PostCompact, &server, &text);
+            context.notify(Notice::PostCompactInjected { server, text });
+        }
+        self.request_turn(context, resume)
+    }
+
+    /// `_SessionEnd`'s rule: a notification; its answers are ignored.
+    fn on_session_end(round: HookRound) -> Outcome<State> {
+        drop(round);
+        Transition(State::done())
     }
 
     fn hook_context(&self) -> HookContext {
@@ -981,12 +1241,25 @@ impl State {
             Self::Idle {} => Phase::Idle,
             Self::Prompting {} => Phase::Prompting,
             Self::RunningTools { .. } => Phase::RunningTools,
-            Self::AwaitingStop { .. } => Phase::AwaitingStop,
+            Self::Hooking { round, .. } => hook_phase(round.hook),
             Self::Objected {} => Phase::Objected,
             Self::Summarizing { .. } => Phase::Summarizing,
-            Self::PostCompacting { .. } => Phase::PostCompacting,
             Self::Done {} => Phase::Done,
         }
+    }
+}
+
+/// The phase of a round of `hook`: `_Stop` and `_PostCompact` keep their own names.
+fn hook_phase(hook: Hook) -> Phase {
+    match hook {
+        Hook::Stop => Phase::AwaitingStop,
+        Hook::PostCompact => Phase::PostCompacting,
+        Hook::SessionStart
+        | Hook::UserPromptSubmit
+        | Hook::PreToolUse
+        | Hook::PostToolUse
+        | Hook::PreCompact
+        | Hook::SessionEnd => Phase::AwaitingHook(hook),
     }
 }
 

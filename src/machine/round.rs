@@ -2,7 +2,7 @@
 //! answers of one hook round.
 
 use super::MachineError;
-use super::message::{CallId, ToolOutput};
+use super::message::{CallId, ToolCall, ToolOutput};
 use crate::hooks::{Hook, ServerName};
 
 /// The outstanding calls of one model reply, in the order the model made them.
@@ -10,6 +10,8 @@ use crate::hooks::{Hook, ServerName};
 pub(crate) struct ToolBatch {
     pub(super) ids: Vec<CallId>,
     pub(super) results: Vec<Option<ToolOutput>>,
+    /// The calls that run (not refused, not denied), for `_PostToolUse`.
+    pub(super) ran: Vec<ToolCall>,
 }
 
 impl ToolBatch {
@@ -30,12 +32,15 @@ impl ToolBatch {
     }
 }
 
-/// One hook called on several servers; answers kept in server configuration order.
+/// One hook called on several servers, each once per subject (the calls a `_PreToolUse` round
+/// gates, say; one subject for most hooks). Answers are kept by subject, then in server
+/// configuration order.
 #[derive(Debug)]
 pub(crate) struct HookRound {
     pub(super) hook: Hook,
     pub(super) servers: Vec<ServerName>,
-    pub(super) answers: Vec<Answer>,
+    /// `answers[subject * servers.len() + server]`.
+    answers: Vec<Answer>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -46,8 +51,11 @@ pub(super) enum Answer {
 }
 
 impl HookRound {
-    pub(super) fn new(hook: Hook, servers: Vec<ServerName>) -> Self {
-        let answers = servers.iter().map(|_| Answer::Waiting).collect();
+    /// A round of `hook` on `servers`, each called once per subject (at least once).
+    pub(super) fn new(hook: Hook, servers: Vec<ServerName>, subjects: usize) -> Self {
+        let answers = (0..servers.len() * subjects.max(1))
+            .map(|_| Answer::Waiting)
+            .collect();
         Self {
             hook,
             servers,
@@ -55,16 +63,32 @@ impl HookRound {
         }
     }
 
+    /// The slot of one call still waiting for its answer, if it is one.
+    pub(super) fn waiting_slot(
+        &mut self,
+        server: &ServerName,
+        subject: usize,
+    ) -> Option<&mut Answer> {
+        let index = self.servers.iter().position(|s| s == server)?;
+        let slot = self.answers.get_mut(subject * self.servers.len() + index)?;
+        (*slot == Answer::Waiting).then_some(slot)
+    }
+
     pub(super) fn is_complete(&self) -> bool {
         !self.answers.contains(&Answer::Waiting)
     }
 
-    pub(super) fn said(self) -> impl Iterator<Item = (ServerName, String)> {
-        self.servers
+    /// The non-empty answers: `(subject, server, text)`, by subject, then in server order.
+    pub(super) fn said(self) -> impl Iterator<Item = (usize, ServerName, String)> {
+        let per_subject = self.servers.len().max(1);
+        let servers = self.servers;
+        self.answers
             .into_iter()
-            .zip(self.answers)
-            .filter_map(|(server, answer)| match answer {
-                Answer::Said(text) => Some((server, text)),
+            .enumerate()
+            .filter_map(move |(i, answer)| match answer {
+                Answer::Said(text) => {
+                    Some((i / per_subject, servers[i % per_subject].clone(), text))
+                }
                 Answer::Waiting | Answer::Quiet => None,
             })
     }

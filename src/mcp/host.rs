@@ -239,8 +239,8 @@ impl ToolHost for McpHost {
                 error: format!("no server named {}", call.server),
             };
         };
-        let mut params =
-            CallToolRequestParams::new(call.hook.tool_name()).with_arguments(JsonObject::new());
+        let mut params = CallToolRequestParams::new(call.hook.tool_name())
+            .with_arguments(call.arguments.clone());
         params.meta = Some(hook_meta(&self.shared.options.session_id, call));
         let max = self.shared.options.max_output_bytes;
         match tokio::time::timeout(call.timeout, slot.call(params)).await {
@@ -271,10 +271,15 @@ fn hook_meta(session: &str, call: &HookCall) -> RequestMetaObject {
             "objectionsSoFar": call.context.objections_so_far,
             "budgetLeft": call.context.budget_left,
         }),
-        Hook::PostCompact => json!({
+        Hook::PostCompact | Hook::PreCompact => json!({
             "name": call.hook.tool_name(),
             "compactions": call.context.compactions,
         }),
+        Hook::SessionStart
+        | Hook::UserPromptSubmit
+        | Hook::PreToolUse
+        | Hook::PostToolUse
+        | Hook::SessionEnd => json!({"name": call.hook.tool_name()}),
     };
     let mut meta = RequestMetaObject::new();
     meta.0

@@ -30,6 +30,8 @@ pub struct HookCall {
     pub timeout: Duration,
     /// Session facts the host may pass to the server (as `_meta`).
     pub context: HookContext,
+    /// The call's arguments: `{}` for most hooks, what the hook is about for the others.
+    pub arguments: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The MCP servers of one session.

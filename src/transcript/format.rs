@@ -445,6 +445,7 @@ mod tests {
                         server: ServerName::new("todo").unwrap(),
                         hook: Hook::Stop,
                         reply: HookReply::TimedOut,
+                        subject: None,
                     },
                 ),
                 Record::effect(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::driver::call_hook_bounded;
+use crate::driver::{call_hook_bounded, hook_calls};
 use crate::hooks::ServerName;
 use crate::machine::{CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput};
 use crate::mcp::{HookCall, ToolHost};
@@ -168,7 +168,7 @@ struct Live {
     /// Live results of the last `CallTools`, by call id.
     tools: HashMap<CallId, (String, ToolOutput)>,
     /// Live answers of the last `CallHooks`, by server.
-    hooks: HashMap<ServerName, HookReply>,
+    hooks: HashMap<(ServerName, Option<u32>), HookReply>,
     drifts: Vec<Drift>,
 }
 
@@ -212,19 +212,18 @@ impl Live {
                 servers,
                 timeout_ms,
                 context,
+                subjects,
             } => {
                 let timeout = Duration::from_millis(timeout_ms);
-                let answers = join_all(servers.iter().map(|server| {
-                    let call = HookCall {
-                        server: server.clone(),
-                        hook,
-                        timeout,
-                        context,
-                    };
-                    async move { call_hook_bounded(host, &call).await }
-                }))
-                .await;
-                self.hooks = servers.into_iter().zip(answers).collect();
+                let calls: Vec<HookCall> = hook_calls(hook, &servers, timeout, context, &subjects)
+                    .map(|(_, call)| call)
+                    .collect();
+                let keys: Vec<_> = hook_calls(hook, &servers, timeout, context, &subjects)
+                    .map(|(subject, call)| (call.server, subject))
+                    .collect();
+                let answers =
+                    join_all(calls.iter().map(|call| call_hook_bounded(host, call))).await;
+                self.hooks = keys.into_iter().zip(answers).collect();
             }
             Effect::KillServer { server } => host.kill_server(&server).await,
             Effect::CallLlm { .. } | Effect::Notify { .. } | Effect::Finish { .. } => {}
@@ -275,7 +274,8 @@ impl Live {
                 server,
                 hook,
                 reply,
-            } => match self.hooks.remove(server) {
+                subject,
+            } => match self.hooks.remove(&(server.clone(), *subject)) {
                 Some(live) => {
                     if live != *reply {
                         self.drift(
@@ -293,6 +293,7 @@ impl Live {
                         server: server.clone(),
                         hook: *hook,
                         reply: live,
+                        subject: *subject,
                     }
                 }
                 None => recorded.clone(),

@@ -131,6 +131,7 @@ fn stop_call(timeout_ms: u64) -> HookCall {
             budget_left: 2,
             compactions: 0,
         },
+        arguments: serde_json::Map::new(),
     }
 }
 
