@@ -2,9 +2,11 @@
 //!
 //! An LLM agent loop whose lifecycle MCP servers steer it through *hook tools*: tools whose bare
 //! name starts with `_`. Hooks are hidden from the model, refused if the model calls them, and
-//! called by the engine at defined points — `_Stop` when the model ends its turn, `_PostCompact`
-//! after the history is compacted. They are advisory: a hook can make the agent keep working,
-//! never trap it.
+//! called by the engine at defined points — `_SessionStart` before a session's first request,
+//! `_UserPromptSubmit` on each prompt, `_PreToolUse` before each model tool call (it may deny
+//! it), `_PostToolUse` after it, `_Stop` when the model ends its turn, `_PreCompact` before a
+//! compaction summary, `_PostCompact` after the history is compacted, `_SessionEnd` when the
+//! session closes. They are advisory: a hook can make the agent keep working, never trap it.
 //!
 //! ## Shape
 //!
@@ -24,7 +26,8 @@
 //!      │ none  └──────────────┘            └──────────┘
 //!      │
 //!      │  before any model request, if over the context budget:
-//!      │       Summarizing ──► PostCompacting ──► the request it was about to make
+//!      │       [_PreCompact] ──► Summarizing ──► PostCompacting ──► the request it was about to make
+//!      │  every other hook point is one generic round (AwaitingHook) with a typed continuation
 //!      │
 //!      └── finish: max_tokens, refusal, round cap, model failure, cancel
 //!   close ──► Done (absorbing)
@@ -36,8 +39,10 @@
 //!   server whose hooks time out twice in a row is killed.
 //! - `_Stop` objections are budgeted per session (3 by default). Each objection round causes
 //!   exactly one extra model request, so **`_Stop` can cause at most `budget` extra model calls
-//!   per session, and `_PostCompact` none** (its answers ride along with the request the
-//!   machine was about to make). A property test checks this bound.
+//!   per session, and every other hook none** (their answers ride along with the request the
+//!   machine was about to make; a `_PreToolUse` denial answers the model's own call). The model
+//!   requests of a session are at most (replies with tool calls or paused) + (prompts) + (`_Stop` budget)
+//!   + (compactions); property tests check this bound over every hook.
 //! - If the model ends its turn again right after an objection, the turn ends: it heard and
 //!   declined.
 //! - Hook output reaches the model JSON-encoded, as a tool result, never as instructions.

@@ -1,0 +1,421 @@
+//! Property tests of the pure machine over every hook point: arbitrary sessions whose servers
+//! expose arbitrary sets of the eight hooks, answered arbitrarily, with cancels and a close.
+//! Checked on every step: a denied call never runs, every call is answered exactly once,
+//! `_SessionEnd` is called at most once, injections appear only at their points, and the bound
+//! on model requests over every hook.
+//!
+//! `PROPTEST_CASES` sets the number of cases (CI runs 10,000 per property).
+
+use std::collections::HashSet;
+
+use hookloop::hooks::{self, Hook, HookServers, ServerName};
+use hookloop::machine::{
+    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, Message, Phase, Policy, Purpose,
+    ServerTools, StopReason, ToolCall, ToolInfo, ToolOutput,
+};
+use hookloop::testing::check_pairing;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug)]
+enum ModelStep {
+    Text(StopReason),
+    /// Calls to `run` of these servers (modulo the server count); `None` is an unknown tool.
+    Tools(Vec<Option<usize>>),
+    Fail,
+}
+
+#[derive(Clone, Debug)]
+enum HookStep {
+    Quiet,
+    Say,
+    TimedOut,
+    Error,
+}
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    /// Per server, a bit per hook of [`Hook::ALL`].
+    servers: Vec<u8>,
+    budget: u32,
+    small_context: bool,
+    prompts: usize,
+    model: Vec<ModelStep>,
+    hooks: Vec<HookStep>,
+    big_outputs: Vec<bool>,
+    /// Feed `Cancelled` instead of the answer at these step numbers.
+    cancels: Vec<usize>,
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    let stop = prop_oneof![
+        4 => Just(StopReason::EndTurn),
+        1 => Just(StopReason::MaxTokens),
+        1 => Just(StopReason::Other("new_reason".into())),
+    ];
+    let model = prop_oneof![
+        3 => stop.prop_map(ModelStep::Text),
+        4 => proptest::collection::vec(proptest::option::weighted(0.9, 0usize..4), 1..4)
+            .prop_map(ModelStep::Tools),
+        1 => Just(ModelStep::Fail),
+    ];
+    let hook = prop_oneof![
+        4 => Just(HookStep::Quiet),
+        3 => Just(HookStep::Say),
+        1 => Just(HookStep::TimedOut),
+        1 => Just(HookStep::Error),
+    ];
+    (
+        proptest::collection::vec(any::<u8>(), 1..4),
+        0u32..4,
+        any::<bool>(),
+        1usize..4,
+        proptest::collection::vec(model, 0..30),
+        proptest::collection::vec(hook, 0..80),
+        proptest::collection::vec(any::<bool>(), 0..20),
+        proptest::collection::vec(0usize..60, 0..2),
+    )
+        .prop_map(
+            |(servers, budget, small_context, prompts, model, hooks, big_outputs, cancels)| {
+                Scenario {
+                    servers,
+                    budget,
+                    small_context,
+                    prompts,
+                    model,
+                    hooks,
+                    big_outputs,
+                    cancels,
+                }
+            },
+        )
+}
+
+fn server(i: usize) -> ServerName {
+    ServerName::new(format!("s{i}")).unwrap()
+}
+
+fn catalog(s: &Scenario) -> Catalog {
+    let info = |name: &str| ToolInfo {
+        name: name.into(),
+        description: "d".into(),
+        input_schema: json!({"type": "object"}),
+    };
+    let servers = s
+        .servers
+        .iter()
+        .enumerate()
+        .map(|(i, bits)| ServerTools {
+            server: server(i),
+            tools: std::iter::once(info("run"))
+                .chain(
+                    Hook::ALL
+                        .iter()
+                        .enumerate()
+                        .filter(|(bit, _)| bits & (1 << bit) != 0)
+                        .map(|(_, hook)| info(hook.tool_name())),
+                )
+                .collect(),
+        })
+        .collect();
+    Catalog { servers }
+}
+
+/// What one run saw.
+#[derive(Debug, Default)]
+struct Tally {
+    steps: usize,
+    model_requests: usize,
+    replies_with_calls: usize,
+    prompts: usize,
+    session_end_rounds: usize,
+}
+
+struct Run<'a> {
+    s: &'a Scenario,
+    m: Machine,
+    model: std::slice::Iter<'a, ModelStep>,
+    hooks: std::iter::Cycle<std::slice::Iter<'a, HookStep>>,
+    outputs: std::iter::Cycle<std::slice::Iter<'a, bool>>,
+    next_call: u64,
+    denied: HashSet<String>,
+    tally: Tally,
+}
+
+impl Run<'_> {
+    fn hook_step(&mut self) -> HookStep {
+        self.hooks.next().cloned().unwrap_or(HookStep::Quiet)
+    }
+
+    fn feed(&mut self, fact: Input) -> Result<Vec<Effect>, TestCaseError> {
+        self.tally.steps += 1;
+        self.m
+            .handle(fact)
+            .map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
+        Ok(std::iter::from_fn(|| self.m.poll_effect()).collect())
+    }
+
+    /// The fact a cancel replaces, if this step is one.
+    fn cancelled(&self) -> bool {
+        self.s.cancels.contains(&self.tally.steps)
+    }
+
+    /// Answers effects until the prompt finishes (or the session is done).
+    fn settle(&mut self, mut effects: Vec<Effect>) -> Result<(), TestCaseError> {
+        loop {
+            let mut awaited = None;
+            let mut finished = false;
+            for effect in effects {
+                match effect {
+                    Effect::Finish { .. } => finished = true,
+                    Effect::Notify { .. } | Effect::KillServer { .. } => {}
+                    other => awaited = Some(other),
+                }
+            }
+            let Some(order) = awaited else {
+                prop_assert!(
+                    finished || self.m.phase() == Phase::Done,
+                    "stalled in {:?}",
+                    self.m.phase()
+                );
+                return Ok(());
+            };
+            if self.cancelled() {
+                effects = self.feed(Input::Cancelled)?;
+                continue;
+            }
+            effects = self.answer(order)?;
+        }
+    }
+
+    fn answer(&mut self, order: Effect) -> Result<Vec<Effect>, TestCaseError> {
+        match order {
+            Effect::CallLlm { purpose, .. } => {
+                self.tally.model_requests += 1;
+                let request = self.m.request(purpose);
+                check_pairing(request.messages).map_err(TestCaseError::fail)?;
+                if let Purpose::Summary { .. } = purpose {
+                    return self.feed(Input::LlmReplied {
+                        reply: LlmReply {
+                            text: "summary".into(),
+                            ..LlmReply::default()
+                        },
+                    });
+                }
+                let step = self
+                    .model
+                    .next()
+                    .cloned()
+                    .unwrap_or(ModelStep::Text(StopReason::EndTurn));
+                let reply = match step {
+                    ModelStep::Fail => {
+                        return self.feed(Input::LlmFailed {
+                            error: "down".into(),
+                        });
+                    }
+                    ModelStep::Text(stop) => LlmReply {
+                        text: "t".into(),
+                        stop,
+                        ..LlmReply::default()
+                    },
+                    ModelStep::Tools(picks) => {
+                        self.tally.replies_with_calls += 1;
+                        let tool_calls = picks
+                            .iter()
+                            .map(|pick| {
+                                self.next_call += 1;
+                                let name = match pick {
+                                    Some(i) => hooks::qualify(
+                                        server(i % self.s.servers.len()).as_str(),
+                                        "run",
+                                    ),
+                                    None => "nowhere__run".into(),
+                                };
+                                ToolCall {
+                                    id: CallId(format!("c{}", self.next_call)),
+                                    name,
+                                    arguments: json!({"n": self.next_call}),
+                                }
+                            })
+                            .collect();
+                        LlmReply {
+                            text: String::new(),
+                            tool_calls,
+                            stop: StopReason::ToolUse,
+                            usage: None,
+                        }
+                    }
+                };
+                self.feed(Input::LlmReplied { reply })
+            }
+            Effect::CallTools { calls } => {
+                let mut effects = Vec::new();
+                for call in calls {
+                    let subject = json!({"tool": call.name, "arguments": call.arguments});
+                    prop_assert!(
+                        !self.denied.contains(&subject.to_string()),
+                        "a denied call ran: {subject}"
+                    );
+                    if self.cancelled() {
+                        return self.feed(Input::Cancelled);
+                    }
+                    let big = self.outputs.next().copied().unwrap_or(false);
+                    let text = if big { "x".repeat(6_000) } else { "ok".into() };
+                    effects = self.feed(Input::ToolFinished {
+                        id: call.id,
+                        output: ToolOutput::text(text),
+                    })?;
+                }
+                Ok(effects)
+            }
+            Effect::CallHooks {
+                hook,
+                servers,
+                subjects,
+                ..
+            } => {
+                if hook == Hook::SessionEnd {
+                    self.tally.session_end_rounds += 1;
+                }
+                let keyed: Vec<(Option<u32>, Option<&Value>)> = if subjects.is_empty() {
+                    vec![(None, None)]
+                } else {
+                    (0..)
+                        .zip(subjects.iter())
+                        .map(|(i, s)| (Some(i), Some(s)))
+                        .collect()
+                };
+                let mut effects = Vec::new();
+                for (subject, about) in keyed {
+                    for server in &servers {
+                        if self.cancelled() {
+                            return self.feed(Input::Cancelled);
+                        }
+                        let reply = match self.hook_step() {
+                            HookStep::Quiet => HookReply::Text {
+                                text: String::new(),
+                            },
+                            HookStep::Say => {
+                                if let (Hook::PreToolUse, Some(about)) = (hook, about) {
+                                    self.denied.insert(about.to_string());
+                                }
+                                HookReply::Text {
+                                    text: format!("{hook} from {server}"),
+                                }
+                            }
+                            HookStep::TimedOut => HookReply::TimedOut,
+                            HookStep::Error => HookReply::ErrorResult { text: "e".into() },
+                        };
+                        effects = self.feed(Input::HookAnswered {
+                            server: server.clone(),
+                            hook,
+                            reply,
+                            subject,
+                        })?;
+                    }
+                }
+                Ok(effects)
+            }
+            Effect::Notify { .. } | Effect::KillServer { .. } | Effect::Finish { .. } => {
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+fn run(s: &Scenario) -> Result<(Machine, Tally), TestCaseError> {
+    let policy = Policy {
+        hook_servers: HookServers::All,
+        stop_max_rejections: s.budget,
+        max_context_tokens: if s.small_context { 3_000 } else { 10_000_000 },
+        max_output_tokens: 1_000,
+        ..Policy::default()
+    };
+    let mut r = Run {
+        s,
+        m: Machine::new(policy, None),
+        model: s.model.iter(),
+        hooks: s.hooks.iter().cycle(),
+        outputs: s.big_outputs.iter().cycle(),
+        next_call: 0,
+        denied: HashSet::new(),
+        tally: Tally::default(),
+    };
+    r.feed(Input::CatalogChanged {
+        catalog: catalog(s),
+    })?;
+    for p in 0..s.prompts {
+        r.tally.prompts += 1;
+        let effects = r.feed(Input::Prompted {
+            text: format!("prompt {p}"),
+        })?;
+        r.settle(effects)?;
+        prop_assert_eq!(r.m.phase(), Phase::Idle);
+    }
+    let effects = r.feed(Input::Closed)?;
+    r.settle(effects)?;
+    prop_assert_eq!(r.m.phase(), Phase::Done);
+    Ok((r.m, r.tally))
+}
+
+/// The name of the hook an injected pair stands for, if the call is one.
+fn injected_hook(call: &ToolCall) -> Option<Hook> {
+    let (_, bare) = hooks::split_qualified(&call.name)?;
+    Hook::from_tool_name(bare)
+}
+
+proptest! {
+    // PROPTEST_CASES (CI: 10,000) overrides this default.
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn every_hook_keeps_the_session_valid_and_bounded(s in scenario()) {
+        let (m, tally) = run(&s)?;
+        let history = m.history();
+        check_pairing(history).map_err(TestCaseError::fail)?;
+        // Every call is answered exactly once (a denial included).
+        let mut answered = HashSet::new();
+        for message in history {
+            if let Message::ToolResult { call_id, .. } = message {
+                prop_assert!(answered.insert(call_id.clone()), "{call_id} answered twice");
+            }
+        }
+        // Injections only at their points: notifications and guidance never enter the history,
+        // and `_SessionStart` is injected at most once per server.
+        let mut session_start = 0;
+        for message in history {
+            if let Message::Assistant { tool_calls, .. } = message {
+                for call in tool_calls {
+                    match injected_hook(call) {
+                        Some(Hook::PreToolUse | Hook::PreCompact | Hook::SessionEnd) => {
+                            prop_assert!(false, "{} injected", call.name);
+                        }
+                        Some(Hook::SessionStart) => session_start += 1,
+                        Some(
+                            Hook::UserPromptSubmit
+                            | Hook::PostToolUse
+                            | Hook::Stop
+                            | Hook::PostCompact,
+                        )
+                        | None => {}
+                    }
+                }
+            }
+        }
+        prop_assert!(session_start <= s.servers.len());
+        prop_assert!(tally.session_end_rounds <= 1);
+        // The bound over every hook: only `_Stop` adds model requests.
+        let bound = tally.replies_with_calls
+            + tally.prompts
+            + s.budget as usize
+            + m.counters().compactions as usize;
+        prop_assert!(
+            tally.model_requests <= bound,
+            "{} model requests > {bound}: {tally:?}",
+            tally.model_requests
+        );
+    }
+}
