@@ -1,5 +1,7 @@
-//! A todo list as an MCP server (stdio) that steers an agent through two hook tools:
+//! A todo list as an MCP server (stdio) that steers an agent through four hook tools:
 //!
+//! - `_SessionStart` lists the open todos, if any, as context for the session's first prompt.
+//! - `_PreToolUse` denies `complete` of a todo that does not exist, before the call runs.
 //! - `_Stop` objects while todos are open: `2 open: write tests; update docs`. Empty when all
 //!   are done, so the agent may stop.
 //! - `_PostCompact` returns the open list, so it survives a compaction of the history.
@@ -41,6 +43,16 @@ struct Add {
 struct Complete {
     /// The number `list` shows for the todo.
     id: usize,
+}
+
+/// The arguments of `_PreToolUse`: the call about to run.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct PreToolUse {
+    /// The qualified name the model called, `<server>__<tool>`.
+    tool: String,
+    /// The call's arguments.
+    #[serde(default)]
+    arguments: serde_json::Value,
 }
 
 impl Todos {
@@ -104,6 +116,37 @@ impl Todos {
             String::new()
         } else {
             format!("{} open: {}", open.len(), open.join("; "))
+        }
+    }
+
+    /// Gives the session's first prompt the open todos as context.
+    #[tool(name = "_SessionStart", description = "Lists the open todos, if any.")]
+    fn session_start(&self) -> String {
+        let open = self.open();
+        if open.is_empty() {
+            String::new()
+        } else {
+            format!("Open todos from earlier:\n- {}", open.join("\n- "))
+        }
+    }
+
+    /// Denies `complete` of a todo that does not exist; everything else may run.
+    #[tool(
+        name = "_PreToolUse",
+        description = "Checks a call before it runs; denies completing an unknown todo."
+    )]
+    fn pre_tool_use(
+        &self,
+        Parameters(PreToolUse { tool, arguments }): Parameters<PreToolUse>,
+    ) -> String {
+        if !tool.ends_with("__complete") {
+            return String::new();
+        }
+        let count = self.items.lock().unwrap_or_else(|p| p.into_inner()).len();
+        match arguments.get("id").and_then(serde_json::Value::as_u64) {
+            Some(id) if id >= 1 && id <= count as u64 => String::new(),
+            Some(id) => format!("there is no todo #{id}: call list to see the numbers"),
+            None => "complete needs the todo's number as id".into(),
         }
     }
 

@@ -85,6 +85,10 @@ pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
     });
     let result = session.prompt(prompt).await;
     ctrl_c.abort();
+    // `_SessionEnd`, bounded by the hook timeout; its answers are ignored.
+    if let Err(e) = session.close().await {
+        tracing::warn!(error = %e, "closing the session failed");
+    }
     // Dropping the session drops the observer and its sender: the renderer drains and ends.
     drop(session);
     let answer = renderer.await.unwrap_or_default();
