@@ -462,3 +462,104 @@ async fn several_prompts_share_one_session() {
     assert_eq!(report.finishes.len(), 4);
     assert_eq!(report.counters.objections, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn session_start_and_user_prompt_submit_inject_context() {
+    let llm = ScriptedLlm::new([Step::text("On it."), Step::text("Again.")]);
+    let host = InProcessHost::new()
+        .hook("todo", Hook::SessionStart, [say("2 open: tests; docs")])
+        .hook(
+            "todo",
+            Hook::UserPromptSubmit,
+            [say("branch: main"), say("")],
+        );
+    let mut run = Run::new(hooks_on(), llm, host);
+    assert_eq!(run.prompt("Start.").await, PromptStop::EndTurn);
+    // The second prompt: `_SessionStart` is not asked again.
+    assert_eq!(run.prompt("Continue.").await, PromptStop::EndTurn);
+    let report = golden(
+        "session_start_and_user_prompt_submit_inject_context",
+        &run.finish().await,
+    );
+    assert_eq!(report.finishes.len(), 2);
+    assert_eq!(report.phase, Phase::Done);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pre_tool_use_denies_a_call() {
+    let llm = ScriptedLlm::new([
+        Step::tools(
+            1,
+            &[
+                ("fs__rm", json!({"path": "/etc"})),
+                ("fs__read", json!({"path": "a.txt"})),
+            ],
+        ),
+        Step::text("I will not delete it."),
+    ]);
+    let host = InProcessHost::new()
+        .tool("fs", "rm", echo)
+        .tool("fs", "read", echo)
+        .hook(
+            "guard",
+            Hook::PreToolUse,
+            [say("rm outside the workspace is not allowed"), say("")],
+        );
+    let mut run = Run::new(hooks_on(), llm, host);
+    assert_eq!(run.prompt("Tidy up.").await, PromptStop::EndTurn);
+    let report = golden("pre_tool_use_denies_a_call", &run.finish().await);
+    assert_eq!(report.finishes, [FinishReason::EndTurn]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn post_tool_use_adds_context_after_the_results() {
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("fs__read", json!({"path": "a.txt"}))]),
+        Step::text("Read it."),
+    ]);
+    let host = InProcessHost::new()
+        .tool("fs", "read", |_| ToolOutput::text("hello"))
+        .hook(
+            "lint",
+            Hook::PostToolUse,
+            [say("a.txt is generated: do not edit it")],
+        );
+    let mut run = Run::new(hooks_on(), llm, host);
+    assert_eq!(run.prompt("Read a.txt.").await, PromptStop::EndTurn);
+    let report = golden(
+        "post_tool_use_adds_context_after_the_results",
+        &run.finish().await,
+    );
+    assert_eq!(report.finishes, [FinishReason::EndTurn]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pre_compact_guides_the_summary() {
+    let big = "x".repeat(20_000);
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("fs__read", json!({"path": "big.txt"}))]),
+        Step::text("Summary: read big.txt; todo #3 open."),
+        Step::text("Continuing."),
+    ]);
+    let host = InProcessHost::new()
+        .tool("fs", "read", move |_| ToolOutput::text(big.clone()))
+        .hook("todo", Hook::PreCompact, [say("keep todo #3")]);
+    let mut run = Run::new(hooks_on().context_window(4_000, 1_000), llm, host);
+    assert_eq!(run.prompt("Read big.txt.").await, PromptStop::EndTurn);
+    let requests = run.session.llm().requests();
+    let summary = requests[1].instruction.clone().unwrap_or_default();
+    assert!(summary.contains("keep todo #3"), "{summary}");
+    assert!(requests[2].instruction.is_none());
+    let report = golden("pre_compact_guides_the_summary", &run.finish().await);
+    assert_eq!(report.counters.compactions, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn session_end_is_called_at_close() {
+    let llm = ScriptedLlm::new([Step::text("Done.")]);
+    let host = InProcessHost::new().hook("audit", Hook::SessionEnd, [say("ignored")]);
+    let mut run = Run::new(hooks_on(), llm, host);
+    assert_eq!(run.prompt("Go.").await, PromptStop::EndTurn);
+    let report = golden("session_end_is_called_at_close", &run.finish().await);
+    assert_eq!(report.phase, Phase::Done);
+}
