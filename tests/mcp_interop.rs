@@ -22,7 +22,8 @@ use serde_json::json;
 
 use common::{Scratch, connect, fast_options};
 
-const TESTS: &str = "python_sdk_hook_server, everything_over_stdio, everything_over_http, \
+const TESTS: &str = "python_sdk_hook_server, python_sdk_server_with_every_hook, \
+                     python_sdk_guard_server_denies, everything_over_stdio, everything_over_http, \
                      memory_over_stdio";
 
 struct Interop {
@@ -130,6 +131,159 @@ async fn python_sdk_hook_server() {
         requests[2].messages
     );
     assert_eq!(session.counters().objections, 1);
+    assert_eq!(llm.violations(), Vec::<String>::new());
+}
+
+/// The hook calls `tests/interop/every_hook_server.py` logged, as `(hook, args)`.
+fn hook_log(path: &std::path::Path) -> Vec<(String, serde_json::Value)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                entry["hook"].as_str().unwrap().to_owned(),
+                entry["args"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn python_sdk_server_with_every_hook() {
+    let Some(interop) = interop() else { return };
+    let scratch = Scratch::new("every-hook");
+    let log = scratch.path().join("hooks.jsonl");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/every_hook_server.py"
+    );
+    let server = ServerConfig::stdio(
+        interop.python.to_string_lossy(),
+        [script.to_owned(), log.to_string_lossy().into_owned()],
+    );
+    let host = connect(vec![("hooks", server)], fast_options()).await;
+    let big = "y".repeat(20_000);
+    let llm = ScriptedLlm::new([
+        Step::tools(
+            1,
+            &[
+                ("hooks__echo", json!({"text": "forbidden"})),
+                ("hooks__echo", json!({"text": "small"})),
+            ],
+        ),
+        Step::tools(3, &[("hooks__echo", json!({"text": big}))]),
+        Step::text("Summary of the work."),
+        Step::text("Done."),
+    ]);
+    let config = Config::builder()
+        .hook_servers(HookServers::All)
+        .hook_timeout(Duration::from_secs(5))
+        .context_window(4_000, 1_000)
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm.clone(), host);
+    assert_eq!(session.prompt("Start.").await.unwrap(), PromptStop::EndTurn);
+    session.close().await.unwrap();
+
+    let calls = hook_log(&log);
+    let hooks: Vec<&str> = calls.iter().map(|(hook, _)| hook.as_str()).collect();
+    assert_eq!(
+        hooks,
+        [
+            "_SessionStart",
+            "_UserPromptSubmit",
+            "_PreToolUse",
+            "_PreToolUse",
+            "_PostToolUse",
+            "_PreToolUse",
+            "_PostToolUse",
+            "_PreCompact",
+            "_PostCompact",
+            "_Stop",
+            "_SessionEnd",
+        ],
+        "{calls:?}"
+    );
+    assert_eq!(calls[1].1["prompt"], "Start.");
+    assert_eq!(calls[4].1["tool"], "hooks__echo");
+    assert_eq!(calls[4].1["isError"], false);
+    assert_eq!(calls[4].1["output_bytes"], 5);
+    // Capped at 16 KiB (Python counts characters; the elision marker is not ASCII).
+    let output = calls[6].1["output_bytes"].as_u64().unwrap();
+    assert!((16_000..=16 * 1024).contains(&output), "{output}");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4);
+    // The denied call was answered with the denial and never ran (only one echo result).
+    let denial = hookloop::hooks::encode_hook_body(Hook::PreToolUse, "hooks", "forbidden word");
+    let summary = requests[2].instruction.clone().unwrap_or_default();
+    assert!(summary.contains("keep the word PINEAPPLE"), "{summary}");
+    let fresh = tool_texts(&requests[3].messages);
+    assert!(
+        fresh.contains(&hookloop::hooks::encode_hook_body(
+            Hook::PostCompact,
+            "hooks",
+            "after compaction"
+        )),
+        "{fresh:?}"
+    );
+    let second = tool_texts(&requests[1].messages);
+    assert!(second.contains(&"small".to_owned()), "{second:?}");
+    assert!(
+        !second.contains(&"forbidden".to_owned()),
+        "the denied call ran: {second:?}"
+    );
+    for expected in [
+        hookloop::hooks::encode_hook_body(Hook::SessionStart, "hooks", "session context"),
+        hookloop::hooks::encode_hook_body(Hook::UserPromptSubmit, "hooks", "prompt seen: Start."),
+        denial,
+        hookloop::hooks::encode_hook_body(Hook::PostToolUse, "hooks", "post: hooks__echo ran"),
+    ] {
+        assert!(second.contains(&expected), "{expected} not in {second:?}");
+    }
+    assert_eq!(llm.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn python_sdk_guard_server_denies() {
+    let Some(interop) = interop() else { return };
+    let guard = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/guard_server.py");
+    let todo = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/todo_server.py");
+    let host = connect(
+        vec![
+            (
+                "todo",
+                ServerConfig::stdio(interop.python.to_string_lossy(), [todo]),
+            ),
+            (
+                "guard",
+                ServerConfig::stdio(interop.python.to_string_lossy(), [guard]),
+            ),
+        ],
+        fast_options(),
+    )
+    .await;
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("todo__add", json!({"text": "rm -rf /"}))]),
+        Step::text("I will not."),
+    ]);
+    let config = Config::builder()
+        .hook_servers(HookServers::parse(Some("guard")))
+        .hook_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm.clone(), host);
+    assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
+    let texts = tool_texts(session.history());
+    assert_eq!(
+        texts,
+        [hookloop::hooks::encode_hook_body(
+            Hook::PreToolUse,
+            "guard",
+            "todo__add denied: its arguments contain rm -rf"
+        )]
+    );
     assert_eq!(llm.violations(), Vec::<String>::new());
 }
 
