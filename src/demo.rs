@@ -13,6 +13,9 @@
 //! - [`Act::Stubborn`]: add a todo only a person can do, then claim to be done; after each
 //!   objection, `list` the todos (it can do nothing else) and end the turn again, so only the
 //!   objection budget can end the prompt.
+//! - [`Act::Gated`]: add one todo, then `complete` a todo number that does not exist, which the
+//!   todo server's `_PreToolUse` denies before it runs; after the denial, `list` and complete
+//!   the real one, then end the turn.
 //!
 //! Compaction requests are answered with a fixed summary.
 
@@ -34,7 +37,15 @@ pub enum Act {
     WorkThroughTodos,
     /// Plan a todo it cannot do, and keep claiming to be done.
     Stubborn,
+    /// Plan a todo, then complete the wrong number: a `_PreToolUse` denial sets it right.
+    Gated,
 }
+
+/// The todo the model plans in act three.
+pub const GATED_TODO: &str = "write the release notes";
+
+/// The todo number the model gets wrong in act three (only #1 exists).
+pub const WRONG_TODO: u64 = 2;
 
 /// The todos the model plans in act one.
 pub const RELEASE_TODOS: [&str; 3] = ["write the changelog", "tag v1.0", "publish the crate"];
@@ -90,6 +101,17 @@ impl DemoModel {
                 "Noting what is left.",
                 vec![(self.tool("add"), json!({ "text": HUMAN_TODO }))],
             ),
+            (Act::Gated, None) if !planned => self.call(
+                messages,
+                "Noting the release notes.",
+                vec![(self.tool("add"), json!({ "text": GATED_TODO }))],
+            ),
+            (Act::Gated, None) => self.call(
+                messages,
+                &format!("Completing todo #{WRONG_TODO}."),
+                vec![(self.tool("complete"), json!({ "id": WRONG_TODO }))],
+            ),
+            (Act::Gated, Some(at)) => self.work(messages, at),
             (Act::WorkThroughTodos, None) => text("The release is planned and in hand. I'm done."),
             (Act::Stubborn, None) => text("The backlog is written down. I'm done."),
             (Act::WorkThroughTodos, Some(at)) => self.work(messages, at),
@@ -104,10 +126,14 @@ impl DemoModel {
 
     fn work(&self, messages: &[Message], hook_at: usize) -> LlmReply {
         let Some((list_at, open)) = self.list_after(messages, hook_at) else {
-            let say = if hook_name(&messages[hook_at]).as_deref() == Some("_PostCompact") {
-                "The history was compacted; the todo server put the open todos back. Checking the list."
-            } else {
-                "The todo server objects: todos are still open. Let me look at the list."
+            let say = match hook_name(&messages[hook_at]).as_deref() {
+                Some("_PostCompact") => {
+                    "The history was compacted; the todo server put the open todos back. Checking the list."
+                }
+                Some("_PreToolUse") => {
+                    "The todo server stopped that call: there is no such todo. Checking the list."
+                }
+                _ => "The todo server objects: todos are still open. Let me look at the list.",
             };
             return self.list(messages, say);
         };
@@ -432,6 +458,38 @@ mod tests {
             let end = step(&model, &mut messages, |_| unreachable!());
             assert!(end.tool_calls.is_empty() && end.stop == StopReason::EndTurn);
         }
+    }
+
+    #[test]
+    fn act_three_completes_a_wrong_number_then_the_listed_one_after_the_denial() {
+        let model = DemoModel::new(Act::Gated, "todo");
+        let mut messages = vec![Message::user("release notes")];
+        assert_eq!(
+            names(&step(&model, &mut messages, |_| "added #1".into())),
+            ["todo__add"]
+        );
+        let wrong = model.reply(&request(&messages));
+        assert_eq!(wrong.tool_calls[0].arguments, json!({"id": WRONG_TODO}));
+        messages.push(Message::Assistant {
+            text: wrong.text.clone(),
+            tool_calls: wrong.tool_calls.clone(),
+        });
+        messages.push(Message::ToolResult {
+            call_id: wrong.tool_calls[0].id.clone(),
+            output: ToolOutput::error(hooks::encode_hook_body(
+                Hook::PreToolUse,
+                "todo",
+                "there is no todo #2",
+            )),
+        });
+        let list = step(&model, &mut messages, |_| {
+            "#1 [ ] write the release notes".into()
+        });
+        assert_eq!(names(&list), ["todo__list"]);
+        let done = step(&model, &mut messages, |_| "completed #1".into());
+        assert_eq!(done.tool_calls[0].arguments, json!({"id": 1}));
+        let end = step(&model, &mut messages, |_| unreachable!());
+        assert!(end.tool_calls.is_empty() && end.stop == StopReason::EndTurn);
     }
 
     #[test]

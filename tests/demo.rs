@@ -30,6 +30,8 @@ fn the_demo_tells_the_whole_story_offline() {
         "the model stopped for good",
         "_Stop budget spent",
         "the engine ended the turn anyway",
+        "denied by _PreToolUse of todo",
+        "the wrong call was denied before it ran",
         "Run the same story against a real model",
     ];
     let mut at = 0;

@@ -12,6 +12,8 @@ for milestone in \
   "the model stopped for good" \
   "_Stop budget spent" \
   "the engine ended the turn anyway" \
+  "denied by _PreToolUse of todo" \
+  "the wrong call was denied before it ran" \
   "Run the same story against a real model"; do
   if ! grep -qF -- "$milestone" "$out"; then
     echo "demo output lacks: $milestone" >&2

@@ -1,4 +1,4 @@
-//! `hookloop demo`: the two-act story, offline, with a scripted model and the real todo server.
+//! `hookloop demo`: the three-act story, offline, with a scripted model and the real todo server.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -15,8 +15,9 @@ const SERVER: &str = "todo";
 
 const ACT_ONE_PROMPT: &str = "Get the release out: work through the todo list.";
 const ACT_TWO_PROMPT: &str = "Tidy up the backlog.";
+const ACT_THREE_PROMPT: &str = "Write the release notes and tick them off.";
 
-/// Runs both acts; exits 1 if the story did not unfold as told (so CI notices).
+/// Runs the three acts; exits 1 if the story did not unfold as told (so CI notices).
 pub async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
@@ -32,6 +33,7 @@ struct Seen {
     post_compact: u32,
     tool_calls: u32,
     budget_spent: bool,
+    denials: u32,
     last_hook_quiet: bool,
     finished: Option<FinishReason>,
 }
@@ -55,7 +57,7 @@ async fn run() -> Result<(), Failure> {
     say(
         "real: the engine, and the todo MCP server, started from this binary as a child process over",
     )?;
-    say("stdio, with its _Stop and _PostCompact hooks on (MCP_HOOK_SERVERS=todo).")?;
+    say("stdio, with its _Stop, _PostCompact and _PreToolUse hooks on (MCP_HOOK_SERVERS=todo).")?;
     say("")?;
 
     say("Act 1 — the model wants to stop early")?;
@@ -122,6 +124,28 @@ async fn run() -> Result<(), Failure> {
     ))?;
     say("")?;
 
+    say("Act 3 — a gate before each tool call")?;
+    say("------------------------------------")?;
+    say(
+        "The todo server also has _PreToolUse: before a tool call runs, it may deny it. The model",
+    )?;
+    say("asks to complete a todo number that does not exist; the call never runs, and the model")?;
+    say("gets the denial as the call's error result.")?;
+    say(&format!("user: {ACT_THREE_PROMPT}"))?;
+    let config = Config::builder()
+        .hook_servers(HookServers::Named(vec![SERVER.into()]))
+        .build()?;
+    let host = wire::todo_host(SERVER).await?;
+    let model = DemoModel::new(Act::Gated, SERVER);
+    let three = play(config, model, host, ACT_THREE_PROMPT, &out).await?;
+    check(three.denials == 1, "act 3: _PreToolUse denied nothing")?;
+    check(
+        three.last_hook_quiet && three.finished == Some(FinishReason::EndTurn),
+        "act 3: the model did not finish the real todo",
+    )?;
+    say("  ✓ the wrong call was denied before it ran, and the model completed the real todo.")?;
+    say("")?;
+
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "hookloop".into());
@@ -159,6 +183,7 @@ async fn play(
                 } => seen.last_hook_quiet = true,
                 Event::Compacted { .. } => seen.compactions += 1,
                 Event::PostCompactInjected { .. } => seen.post_compact += 1,
+                Event::ToolDenied { .. } => seen.denials += 1,
                 Event::ToolFinished {
                     is_error: false, ..
                 } => seen.tool_calls += 1,
