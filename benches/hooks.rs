@@ -4,7 +4,11 @@
 //! - `host_stop_1`: one `_Stop` round through the host (goal: at most 1.3× the raw call);
 //! - `host_stop_8`: `_Stop` fanned out to 8 servers at once, as the driver does (goal: at most
 //!   1.5× one server);
-//! - `host_stop_8_sequential`: the same eight calls one after another, for scale.
+//! - `host_stop_8_sequential`: the same eight calls one after another, for scale;
+//! - `pre_tool_use_cpu/{servers_1,servers_8}`: one `_PreToolUse` round (with its arguments) to 1
+//!   and to 8 allowed servers, measured in CPU time of this process only (the engine's own
+//!   work: rmcp framing, JSON, the fan-out; the server children are not counted, since they
+//!   share the machine's cores). Goal: 8 servers at most 1.5× one.
 //!
 //! `cargo bench --bench hooks` prints the ratios after criterion's own report.
 
@@ -13,6 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use criterion::Criterion;
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use futures_util::future::join_all;
 use hookloop::machine::{HookContext, HookReply};
 use hookloop::mcp::{HookCall, HostOptions, McpHost, McpServers, ServerConfig, ToolHost};
@@ -23,15 +28,19 @@ use rmcp::service::{ClientLifecycleMode, serve_client_with_lifecycle};
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
 const GROUP: &str = "hooks";
 
-fn server() -> ServerConfig {
-    ServerConfig::stdio(TEST_SERVER, Vec::<String>::new()).env("TS_HOOKS", "_Stop")
+fn server(hooks: &str) -> ServerConfig {
+    ServerConfig::stdio(TEST_SERVER, Vec::<String>::new()).env("TS_HOOKS", hooks)
 }
 
 async fn host(n: usize) -> McpHost {
+    hook_host(n, "_Stop").await
+}
+
+async fn hook_host(n: usize, hooks: &str) -> McpHost {
     let mut servers = McpServers::new();
     for i in 0..n {
         servers = servers
-            .with(&format!("s{i}"), server())
+            .with(&format!("s{i}"), server(hooks))
             .expect("server name");
     }
     let (host, failures) = McpHost::connect(servers, HostOptions::default())
@@ -128,10 +137,101 @@ fn benches(c: &mut Criterion) {
     drop((one, eight, raw));
 }
 
+/// The `_PreToolUse` call one model tool call makes to server `server`.
+fn pre_tool_use(server: usize) -> HookCall {
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("tool".into(), "fs__write".into());
+    arguments.insert(
+        "arguments".into(),
+        serde_json::json!({"path": "src/lib.rs", "text": "x".repeat(512)}),
+    );
+    HookCall {
+        hook: Hook::PreToolUse,
+        arguments,
+        ..stop(server)
+    }
+}
+
+/// CPU time of this whole process (every thread, no child): the engine's own cost.
+struct ProcessCpuTime;
+
+impl ProcessCpuTime {
+    fn now() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant of the platform.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+}
+
+impl Measurement for ProcessCpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        Self::now()
+    }
+
+    fn end(&self, start: Duration) -> Duration {
+        Self::now().saturating_sub(start)
+    }
+
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WallTime.formatter()
+    }
+}
+
+const CPU_GROUP: &str = "pre_tool_use_cpu";
+
+/// One `_PreToolUse` round to 1 and to 8 servers, in the engine's CPU time.
+fn cpu_benches(c: &mut Criterion<ProcessCpuTime>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group(CPU_GROUP);
+    for n in [1, 8] {
+        let host = rt.block_on(hook_host(n, "_PreToolUse"));
+        let calls: Vec<HookCall> = (0..n).map(pre_tool_use).collect();
+        group.bench_function(format!("servers_{n}"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let replies = join_all(calls.iter().map(|call| host.call_hook(call))).await;
+                    assert!(replies.iter().all(|r| matches!(r, HookReply::Text { .. })));
+                    black_box(replies)
+                })
+            })
+        });
+        drop(host);
+    }
+    group.finish();
+}
+
 /// Criterion's mean estimate for one benchmark of the group, in nanoseconds.
 fn mean_ns(id: &str) -> Option<f64> {
+    mean_ns_in(GROUP, id)
+}
+
+fn mean_ns_in(group: &str, id: &str) -> Option<f64> {
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{target}/criterion/{GROUP}/{id}/new/estimates.json");
+    let path = format!("{target}/criterion/{group}/{id}/new/estimates.json");
     let text = std::fs::read_to_string(path).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
     json["mean"]["point_estimate"].as_f64()
@@ -141,6 +241,23 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     benches(&mut criterion);
     criterion.final_summary();
+    let mut cpu = Criterion::default()
+        .with_measurement(ProcessCpuTime)
+        .configure_from_args();
+    cpu_benches(&mut cpu);
+    cpu.final_summary();
+    if let (Some(one), Some(eight)) = (
+        mean_ns_in(CPU_GROUP, "servers_1"),
+        mean_ns_in(CPU_GROUP, "servers_8"),
+    ) {
+        println!(
+            "_PreToolUse round in engine CPU time: 8 servers {:.2}x one (goal <= 1.5); \
+             one {:.1} us, eight {:.1} us",
+            eight / one,
+            one / 1e3,
+            eight / 1e3
+        );
+    }
     let (Some(raw), Some(one), Some(eight), Some(sequential)) = (
         mean_ns("raw_call_tool"),
         mean_ns("host_stop_1"),
