@@ -41,8 +41,8 @@
 //!   exactly one extra model request, so **`_Stop` can cause at most `budget` extra model calls
 //!   per session, and every other hook none** (their answers ride along with the request the
 //!   machine was about to make; a `_PreToolUse` denial answers the model's own call). The model
-//!   requests of a session are at most (replies with tool calls or paused) + (prompts) + (`_Stop` budget)
-//!   + (compactions); property tests check this bound over every hook.
+//!   requests of a session are at most (replies with tool calls or paused) + (prompts) +
+//!   (`_Stop` budget) + (compactions); property tests check this bound over every hook.
 //! - If the model ends its turn again right after an objection, the turn ends: it heard and
 //!   declined.
 //! - Hook output reaches the model JSON-encoded, as a tool result, never as instructions.

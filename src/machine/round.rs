@@ -86,6 +86,7 @@ impl HookRound {
             .into_iter()
             .enumerate()
             .filter_map(move |(i, answer)| match answer {
+                // `answers` holds `servers.len()` slots per subject, so the index is in range.
                 Answer::Said(text) => {
                     Some((i / per_subject, servers[i % per_subject].clone(), text))
                 }
