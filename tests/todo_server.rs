@@ -36,7 +36,7 @@ async fn open_todos_keep_the_agent_working_until_they_are_done() {
         Step::text("Now really done."),
     ]);
     let config = Config::builder()
-        .hook_servers(HookServers::parse(Some("todo")))
+        .hook_servers(HookServers::parse(Some("todo")).unwrap())
         .build()
         .unwrap();
     let mut session = Session::new(config, llm.clone(), host);

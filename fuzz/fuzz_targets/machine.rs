@@ -59,7 +59,7 @@ fuzz_target!(|s: Session| {
     let allow = match s.allow % 3 {
         0 => HookServers::Off,
         1 => HookServers::All,
-        _ => HookServers::Named(vec!["s0".into(), "s2".into()]),
+        _ => HookServers::Named(vec![server(0), server(2)]),
     };
     let policy = Policy {
         hook_servers: allow,

@@ -162,7 +162,7 @@ fn hooks_are_never_offered_to_the_model() {
     for allow in [
         HookServers::All,
         HookServers::Off,
-        HookServers::Named(vec!["a".into()]),
+        HookServers::Named(vec![server("a")]),
     ] {
         let m = machine_with(Policy {
             hook_servers: allow,
@@ -304,7 +304,7 @@ fn hooks_are_off_unless_the_allowlist_names_the_server() {
     assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
 
     let mut m = machine_with(Policy {
-        hook_servers: HookServers::Named(vec!["b".into()]),
+        hook_servers: HookServers::Named(vec![server("b")]),
         ..Policy::default()
     });
     prompt(&mut m, "go");
