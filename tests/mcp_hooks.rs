@@ -557,6 +557,83 @@ async fn hook_calls_carry_the_session_and_hook_context_in_meta() {
 }
 
 #[tokio::test]
+async fn a_hook_answering_only_a_resource_link_or_an_image_does_not_object() {
+    let dir = Scratch::new("nontext");
+    let log = dir.file("log");
+    let host = connect(
+        vec![(
+            "gate",
+            test_server(&[
+                ("TS_HOOKS", "_Stop"),
+                ("TS_STOP", "link|image"),
+                ("TS_LOG", &log),
+            ]),
+        )],
+        fast_options(),
+    )
+    .await;
+    let llm = ScriptedLlm::new([Step::text("done"), Step::text("done again")]);
+    let mut session = Session::new(config(HookServers::All, 5000, 3), llm.clone(), host);
+    assert_eq!(session.prompt("one").await.unwrap(), PromptStop::EndTurn);
+    assert_eq!(session.prompt("two").await.unwrap(), PromptStop::EndTurn);
+
+    // Both answers were asked for and neither counted as an objection.
+    assert_eq!(count(&log, "call _Stop"), 2);
+    assert_eq!(session.counters().objections, 0);
+    assert_eq!(llm.requests().len(), 2);
+    for request in llm.requests() {
+        assert!(injected(&request.messages).is_empty());
+    }
+    no_violations(&llm);
+}
+
+#[tokio::test]
+async fn a_server_with_a_long_name_keeps_its_post_compact_hook() {
+    // 55 bytes: `<name>___PostCompact` is 69 bytes, over the providers' 64, which applies to
+    // model-facing tools only.
+    let long = "a-server-whose-name-is-fifty-five-bytes-long-0123456789";
+    assert_eq!(long.len(), 55);
+    let host = connect(
+        vec![
+            ("tools", test_server(&[])),
+            (
+                long,
+                test_server(&[
+                    ("TS_HOOKS", "_PostCompact"),
+                    ("TS_POST_COMPACT", "say:remember the plan"),
+                ]),
+            ),
+        ],
+        fast_options(),
+    )
+    .await;
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("tools__big", json!({}))]),
+        Step::text("summary of it all"),
+        Step::text("done"),
+    ]);
+    let config = Config::builder()
+        .hook_servers(HookServers::All)
+        .context_window(4_000, 1_000)
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm.clone(), host);
+    assert_eq!(session.prompt("go").await.unwrap(), PromptStop::EndTurn);
+
+    assert_eq!(session.counters().compactions, 1);
+    let after = &llm.requests()[2].messages;
+    assert_eq!(
+        injected(after),
+        [encode_hook_body(
+            Hook::PostCompact,
+            long,
+            "remember the plan"
+        )]
+    );
+    no_violations(&llm);
+}
+
+#[tokio::test]
 async fn a_huge_objection_is_capped_before_the_model_sees_it() {
     let host = connect(
         vec![(

@@ -248,7 +248,7 @@ impl ToolHost for McpHost {
             Ok(Err(error)) => HookReply::Failed {
                 error: error.to_string(),
             },
-            Ok(Ok(result)) => convert::hook_reply(result, max),
+            Ok(Ok(result)) => convert::hook_reply(&call.server, call.hook, result, max),
         }
     }
 
