@@ -13,7 +13,7 @@
 //! | `TS_PID_FILE` | append this process's pid at start |
 //! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
 //! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
-//! | `TS_STARTUP` | `fail` (exit at once) or `hang` (never answer) |
+//! | `TS_STARTUP` | `fail` (exit at once), `hang` (never answer) or `slow:MS` (wait first) |
 //! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
 //! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
 //!
@@ -313,6 +313,10 @@ fn main() {
             std::process::exit(1);
         }
         Some("hang") => std::thread::sleep(Duration::from_secs(3600)),
+        Some(slow) if slow.starts_with("slow:") => {
+            let ms: u64 = slow["slow:".len()..].parse().expect("TS_STARTUP=slow:MS");
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         _ => {}
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
