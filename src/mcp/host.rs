@@ -284,6 +284,10 @@ impl ToolHost for McpHost {
     fn take_supervision(&self) -> Vec<supervisor::Event> {
         lock(&self.shared.records).drain(..).collect()
     }
+
+    fn supervision_policy(&self) -> Option<SupervisorPolicy> {
+        Some(supervisor_policy(&self.shared.options))
+    }
 }
 
 /// The supervisor's policy from the host's options.

@@ -58,6 +58,12 @@ pub trait ToolHost: Send + Sync {
     fn take_supervision(&self) -> Vec<crate::supervisor::Event> {
         Vec::new()
     }
+
+    /// The restart policy of the host's supervisor, for transcript headers; `None` for a host
+    /// without supervision.
+    fn supervision_policy(&self) -> Option<crate::supervisor::SupervisorPolicy> {
+        None
+    }
 }
 
 /// Why the MCP host could not start, or could not reach a server.

@@ -100,9 +100,10 @@ pub enum Order {
     RetireServer { server: ServerName, bad_ends: u32 },
 }
 
-/// A fact or an order, as a transcript records it.
+/// A fact or an order, as a transcript records it. Untagged: a fact carries its `fact` tag and
+/// an order its `order` tag already.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum Event {
     Fact(Fact),
     Order(Order),

@@ -244,17 +244,23 @@ impl Slot {
 
     /// Feeds a fact to the supervisor and performs its orders.
     pub(super) fn feed(self: &Arc<Self>, fact: Fact) {
-        self.shared.record(supervisor::Event::Fact(fact.clone()));
+        // Recorded under the supervisor's lock, so that the records keep the order in which
+        // it handled them, each fact followed by its orders.
         let orders: Vec<Order> = {
             let mut supervisor = lock(&self.shared.supervisor);
+            let recorded = supervisor::Event::Fact(fact.clone());
             if let Err(error) = supervisor.handle(fact) {
                 tracing::error!(%error, "supervision fact refused");
                 return;
             }
-            std::iter::from_fn(|| supervisor.poll_order()).collect()
+            self.shared.record(recorded);
+            let orders: Vec<Order> = std::iter::from_fn(|| supervisor.poll_order()).collect();
+            for order in &orders {
+                self.shared.record(supervisor::Event::Order(order.clone()));
+            }
+            orders
         };
         for order in orders {
-            self.shared.record(supervisor::Event::Order(order.clone()));
             self.perform(order);
         }
     }
