@@ -122,10 +122,11 @@ fuzz_target!(|s: Session| {
             Op::Hook { server: srv, post_compact, kind, text } => Input::HookAnswered {
                 server: server(srv),
                 hook: if post_compact { Hook::PostCompact } else { Hook::Stop },
-                reply: match kind % 4 {
+                reply: match kind % 5 {
                     0 => HookReply::Text { text: " x".repeat(usize::from(text % 3)) },
                     1 => HookReply::ErrorResult { text: "e".into() },
                     2 => HookReply::Failed { error: "f".into() },
+                    3 => HookReply::Skipped { reason: "r".into() },
                     _ => HookReply::TimedOut,
                 },
             },
