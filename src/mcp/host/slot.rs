@@ -14,8 +14,8 @@ use rmcp::model::{
     ProtocolVersion, ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{
-    ClientLifecycleMode, NotificationContext, Peer, RoleClient, RunningService, ServiceError,
-    Subscription, serve_client_with_lifecycle,
+    ClientInitializeError, ClientLifecycleMode, NotificationContext, Peer, RoleClient,
+    RunningService, ServiceError, Subscription, serve_client_with_lifecycle,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -349,41 +349,22 @@ impl Slot {
             server: self.name.clone(),
             reason,
         };
-        let handler = Handler {
-            slot: Arc::downgrade(self),
-            life,
-        };
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::LATEST],
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         };
-        let (service, child) = match &self.launch {
-            Launch::Config(ServerConfig::Stdio(config)) => {
-                let (child, stdout, stdin) = ChildGroup::spawn(&self.name, config)
-                    .map_err(|e| failed(format!("could not run {:?}: {e}", config.command)))?;
-                // If the handshake fails or times out, dropping `child` kills the group.
-                let service = serve_client_with_lifecycle(handler, (stdout, stdin), lifecycle)
+        let (service, child) = match self.handshake(life, lifecycle).await {
+            Ok(connected) => connected,
+            // A server that answers `server/discover` with something other than a discovery
+            // result or a "legacy" error is still often a good `initialize` server: try that
+            // once. A broken transport (a dead process, an auth refusal) is not retried.
+            Err(Handshake::Init(error)) if falls_back(&error) => {
+                tracing::debug!(server = %self.name, %error, "discovery failed; trying initialize");
+                self.handshake(life, ClientLifecycleMode::Initialize)
                     .await
-                    .map_err(|e| failed(e.to_string()))?;
-                (service, Some(Mutex::new(child)))
+                    .map_err(|e| e.into_error(&self.name))?
             }
-            Launch::Config(ServerConfig::Http(config)) => {
-                let transport = StreamableHttpClientTransport::from_config(
-                    http_config(config).map_err(failed)?,
-                );
-                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
-                    .await
-                    .map_err(|e| failed(e.to_string()))?;
-                (service, None)
-            }
-            #[cfg(test)]
-            Launch::Duplex(make) => {
-                let (read, write) = tokio::io::split(make());
-                let service = serve_client_with_lifecycle(handler, (read, write), lifecycle)
-                    .await
-                    .map_err(|e| failed(e.to_string()))?;
-                (service, None)
-            }
+            Err(error) => return Err(error.into_error(&self.name)),
         };
         let conn = Arc::new(Conn {
             life,
@@ -419,6 +400,91 @@ impl Slot {
             }
         }
     }
+}
+
+impl Slot {
+    /// Connects and negotiates one life with `lifecycle`.
+    async fn handshake(
+        self: &Arc<Self>,
+        life: u64,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Connected, Handshake> {
+        let handler = Handler {
+            slot: Arc::downgrade(self),
+            life,
+        };
+        match &self.launch {
+            Launch::Config(ServerConfig::Stdio(config)) => {
+                let (child, stdout, stdin) =
+                    ChildGroup::spawn(&self.name, config).map_err(|e| {
+                        Handshake::Spawn(format!("could not run {:?}: {e}", config.command))
+                    })?;
+                // If the handshake fails or times out, dropping `child` kills the group.
+                let service = serve_client_with_lifecycle(handler, (stdout, stdin), lifecycle)
+                    .await
+                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                Ok((service, Some(Mutex::new(child))))
+            }
+            Launch::Config(ServerConfig::Http(config)) => {
+                let transport = StreamableHttpClientTransport::from_config(
+                    http_config(config).map_err(Handshake::Spawn)?,
+                );
+                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
+                    .await
+                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                Ok((service, None))
+            }
+            #[cfg(test)]
+            Launch::Duplex(make) => {
+                let (read, write) = tokio::io::split(make());
+                let service = serve_client_with_lifecycle(handler, (read, write), lifecycle)
+                    .await
+                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                Ok((service, None))
+            }
+        }
+    }
+}
+
+/// A negotiated connection and, for stdio, its process group.
+type Connected = (
+    RunningService<RoleClient, Handler>,
+    Option<Mutex<ChildGroup>>,
+);
+
+/// Why a handshake failed.
+enum Handshake {
+    /// The server could not be started or reached at all.
+    Spawn(String),
+    /// The MCP handshake failed.
+    Init(Box<ClientInitializeError>),
+}
+
+impl Handshake {
+    fn into_error(self, server: &ServerName) -> McpError {
+        let reason = match self {
+            Self::Spawn(reason) => reason,
+            Self::Init(error) => error.to_string(),
+        };
+        McpError::Startup {
+            server: server.clone(),
+            reason,
+        }
+    }
+}
+
+/// Whether a failed discovery is worth an `initialize` handshake: a protocol-level answer the
+/// client did not expect, as opposed to a transport that broke (or refused authorization).
+fn falls_back(error: &ClientInitializeError) -> bool {
+    matches!(
+        error,
+        ClientInitializeError::ExpectedInitResponse(_)
+            | ClientInitializeError::ExpectedInitResult(_)
+            | ClientInitializeError::ConflictInitResponseId(..)
+            | ClientInitializeError::UncorrelatedErrorResponse { .. }
+            | ClientInitializeError::JsonRpcError(_)
+            | ClientInitializeError::NoCompatibleProtocolVersion { .. }
+    )
 }
 
 /// Performs [`Order::StartServer`]: waits, starts a life, and reports how it went. Holds the
