@@ -38,7 +38,7 @@ impl Config {
     ///
     /// | variable | default | meaning |
     /// |---|---|---|
-    /// | `MCP_HOOK_SERVERS` | unset: hooks off | `*` for every server, or a comma list of names |
+    /// | `MCP_HOOK_SERVERS` | unset: hooks off | a lone `*` for every server, or a comma list of server names |
     /// | `SPROUT_AGENT_HOOK_TIMEOUT_MS` | 2500 | per hook call, at least 1 |
     /// | `SPROUT_AGENT_STOP_MAX_REJECTIONS` | 3 | `_Stop` objections per session; 0 disables `_Stop` |
     /// | `HOOKLOOP_MAX_ROUNDS` | 0 | model requests per prompt; 0 = unlimited |
@@ -54,7 +54,14 @@ impl Config {
         lookup: impl Fn(&str) -> Result<Option<String>, ConfigError>,
     ) -> Result<Self, ConfigError> {
         let mut builder = Self::builder();
-        builder = builder.hook_servers(HookServers::parse(lookup(vars::HOOK_SERVERS)?.as_deref()));
+        let hook_servers = lookup(vars::HOOK_SERVERS)?;
+        let hook_servers =
+            HookServers::parse(hook_servers.as_deref()).map_err(|error| ConfigError::Invalid {
+                var: vars::HOOK_SERVERS,
+                value: hook_servers.clone().unwrap_or_default(),
+                reason: error.to_string(),
+            })?;
+        builder = builder.hook_servers(hook_servers);
         if let Some(ms) = parse_number::<u64>(&lookup, vars::HOOK_TIMEOUT_MS, 1)? {
             builder = builder.hook_timeout(Duration::from_millis(ms));
         }
@@ -290,6 +297,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::hooks::ServerName;
 
     fn from(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let map: HashMap<String, String> = pairs
@@ -324,7 +332,10 @@ mod tests {
                 .unwrap()
                 .policy()
                 .hook_servers,
-            HookServers::Named(vec!["a".into(), "b".into()])
+            HookServers::Named(vec![
+                ServerName::new("a").unwrap(),
+                ServerName::new("b").unwrap()
+            ])
         );
         assert_eq!(
             from(&[("MCP_HOOK_SERVERS", ",")])
@@ -333,6 +344,20 @@ mod tests {
                 .hook_servers,
             HookServers::Off
         );
+    }
+
+    #[test]
+    fn a_hook_servers_entry_that_can_never_match_is_an_error_naming_the_variable_and_entry() {
+        for (value, entry) in [
+            ("*,todo", "\"*\""),
+            ("todo,a b", "\"a b\""),
+            ("todo_", "\"todo_\""),
+        ] {
+            let err = from(&[("MCP_HOOK_SERVERS", value)]).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("MCP_HOOK_SERVERS"), "{text}");
+            assert!(text.contains(&format!("entry {entry}")), "{text}");
+        }
     }
 
     #[test]

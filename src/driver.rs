@@ -36,6 +36,12 @@ pub trait Observer: Send {
     fn on_fact(&mut self, at: Duration, fact: &Input) {
         let _ = (at, fact);
     }
+
+    /// A supervision fact or order of the tool host (a server exited, was restarted or
+    /// retired), as the driver learned of it.
+    fn on_supervision(&mut self, at: Duration, event: &crate::supervisor::Event) {
+        let _ = (at, event);
+    }
 }
 
 /// How a prompt ended, when it did not fail.
@@ -418,6 +424,20 @@ impl Boundary {
         }
     }
 
+    /// Shows the observers what the host's supervision did since the last look.
+    fn forward_supervision(&mut self, host: &impl ToolHost) {
+        let events = host.take_supervision();
+        if events.is_empty() {
+            return;
+        }
+        let at = self.started.elapsed();
+        for event in &events {
+            for observer in &mut self.observers {
+                observer.on_supervision(at, event);
+            }
+        }
+    }
+
     fn sync_catalog(&mut self, host: &impl ToolHost) -> Result<(), MachineError> {
         let generation = host.catalog_generation();
         if self.catalog_generation != Some(generation) {
@@ -462,6 +482,7 @@ impl Boundary {
     /// Performs the orders that expect no answer, and returns the one that does (or the finish),
     /// if the machine gave one. The machine emits at most one such order per fact, always last.
     async fn drain(&mut self, host: &impl ToolHost) -> Result<Option<Next>, SessionError> {
+        self.forward_supervision(host);
         while let Some(effect) = self.machine.poll_effect() {
             self.observe_effect(&effect);
             let next = match effect {

@@ -108,8 +108,9 @@ pub fn qualify(server: &str, tool: &str) -> String {
 
 /// The name of an MCP server, as configured.
 ///
-/// Valid names are 1 to 64 bytes of `[A-Za-z0-9_-]` without `__`, so that qualified tool names
-/// split unambiguously.
+/// Valid names are 1 to 64 bytes of `[A-Za-z0-9_-]` without `__`, neither starting nor ending
+/// with `_`, so that qualified tool names split unambiguously: `todo_` + `list` would make
+/// `todo___list`, which splits as server `todo`, tool `_list` (a hook).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ServerName(String);
@@ -124,7 +125,12 @@ impl ServerName {
         let valid_chars = name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if name.is_empty() || name.len() > Self::MAX_LEN || !valid_chars || name.contains(QUALIFIER)
+        if name.is_empty()
+            || name.len() > Self::MAX_LEN
+            || !valid_chars
+            || name.contains(QUALIFIER)
+            || name.starts_with('_')
+            || name.ends_with('_')
         {
             return Err(InvalidServerName(name));
         }
@@ -159,7 +165,9 @@ impl From<ServerName> for String {
 /// A server name that breaks the naming rule.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid server name {0:?}: use 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-', without \"__\""
+    "invalid server name {0:?}: use 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-', without \"__\" \
+     and neither starting nor ending with '_' (the qualified tool names <server>__<tool> must split \
+     unambiguously)"
 )]
 pub struct InvalidServerName(pub String);
 
@@ -173,28 +181,44 @@ pub enum HookServers {
     /// Every server's hooks run (`*`).
     All,
     /// Only these servers' hooks run; names match exactly, case-sensitively.
-    Named(Vec<String>),
+    Named(Vec<ServerName>),
 }
 
 impl HookServers {
-    /// Parses the variable's value: unset, empty or only separators = off; a lone `*` = all;
-    /// else a comma list whose entries are trimmed and whose empty entries are dropped.
-    pub fn parse(value: Option<&str>) -> Self {
-        let Some(value) = value else { return Self::Off };
-        if value.trim() == "*" {
-            return Self::All;
-        }
-        let names: Vec<String> = value
+    /// Parses the variable's value: unset, empty or only separators = off; else a comma list
+    /// whose entries are trimmed and whose empty entries are dropped. A lone `*` is all; `*`
+    /// beside names, or an entry that is not a valid server name, is an error naming the entry
+    /// (such an entry could never match, and the operator would lose hooks silently).
+    pub fn parse(value: Option<&str>) -> Result<Self, InvalidHookServer> {
+        let Some(value) = value else {
+            return Ok(Self::Off);
+        };
+        let entries: Vec<&str> = value
             .split(',')
             .map(str::trim)
-            .filter(|name| !name.is_empty())
-            .map(str::to_owned)
+            .filter(|entry| !entry.is_empty())
             .collect();
-        if names.is_empty() {
-            Self::Off
-        } else {
-            Self::Named(names)
+        match entries.as_slice() {
+            [] => return Ok(Self::Off),
+            ["*"] => return Ok(Self::All),
+            _ => {}
         }
+        entries
+            .into_iter()
+            .map(|entry| {
+                if entry == "*" {
+                    return Err(InvalidHookServer {
+                        entry: entry.to_owned(),
+                        reason: "`*` means every server and must stand alone".to_owned(),
+                    });
+                }
+                ServerName::new(entry).map_err(|error| InvalidHookServer {
+                    entry: entry.to_owned(),
+                    reason: error.to_string(),
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self::Named)
     }
 
     /// Whether this server's hooks may run.
@@ -202,9 +226,31 @@ impl HookServers {
         match self {
             Self::Off => false,
             Self::All => true,
-            Self::Named(names) => names.iter().any(|name| name == server),
+            Self::Named(names) => names.iter().any(|name| name.as_str() == server),
         }
     }
+
+    /// The named servers that are not among `configured`: their hooks would never run.
+    pub fn unconfigured(&self, configured: &[&ServerName]) -> Vec<ServerName> {
+        match self {
+            Self::Off | Self::All => Vec::new(),
+            Self::Named(names) => names
+                .iter()
+                .filter(|name| !configured.contains(name))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// An entry of `MCP_HOOK_SERVERS` that can never match a server.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("entry {entry:?}: {reason}")]
+pub struct InvalidHookServer {
+    /// The entry, trimmed.
+    pub entry: String,
+    /// Why it is refused.
+    pub reason: String,
 }
 
 /// The JSON object a hook's answer reaches the model as. Encoding it as JSON, rather than pasting
@@ -285,34 +331,69 @@ mod tests {
         assert_eq!(split_qualified("a__b__c"), Some(("a", "b__c")));
     }
 
+    fn names(list: &[&str]) -> HookServers {
+        HookServers::Named(list.iter().map(|n| ServerName::new(*n).unwrap()).collect())
+    }
+
     #[test]
     fn allowlist_unset_empty_or_separators_is_off() {
-        assert_eq!(HookServers::parse(None), HookServers::Off);
-        assert_eq!(HookServers::parse(Some("")), HookServers::Off);
-        assert_eq!(HookServers::parse(Some(" , ,, ")), HookServers::Off);
+        assert_eq!(HookServers::parse(None), Ok(HookServers::Off));
+        assert_eq!(HookServers::parse(Some("")), Ok(HookServers::Off));
+        assert_eq!(HookServers::parse(Some(" , ,, ")), Ok(HookServers::Off));
         assert!(!HookServers::Off.allows("todo"));
     }
 
     #[test]
-    fn allowlist_lone_star_is_all() {
-        assert_eq!(HookServers::parse(Some("*")), HookServers::All);
-        assert_eq!(HookServers::parse(Some(" * ")), HookServers::All);
+    fn allowlist_lone_star_is_all_even_among_empty_entries() {
+        for value in ["*", " * ", "*,", ", *, ,"] {
+            assert_eq!(
+                HookServers::parse(Some(value)),
+                Ok(HookServers::All),
+                "{value:?}"
+            );
+        }
         assert!(HookServers::All.allows("anything"));
     }
 
     #[test]
     fn allowlist_names_are_trimmed_exact_and_case_sensitive() {
-        let list = HookServers::parse(Some(" todo , ,tests,"));
-        assert_eq!(
-            list,
-            HookServers::Named(vec!["todo".into(), "tests".into()])
-        );
+        let list = HookServers::parse(Some(" todo , ,tests,")).unwrap();
+        assert_eq!(list, names(&["todo", "tests"]));
         assert!(list.allows("todo"));
         assert!(list.allows("tests"));
         assert!(!list.allows("Todo"));
         assert!(!list.allows("tod"));
-        // A star inside a list is a name, not a wildcard.
-        assert!(!HookServers::parse(Some("*,todo")).allows("other"));
+    }
+
+    #[test]
+    fn allowlist_refuses_a_star_beside_names_naming_the_entry() {
+        let err = HookServers::parse(Some("*,todo")).unwrap_err();
+        assert_eq!(err.entry, "*");
+        assert!(err.to_string().contains("must stand alone"), "{err}");
+    }
+
+    #[test]
+    fn allowlist_refuses_an_invalid_name_naming_the_entry() {
+        for (value, entry) in [
+            ("a b", "a b"),
+            ("todo, x__y", "x__y"),
+            ("ok,todo_", "todo_"),
+        ] {
+            let err = HookServers::parse(Some(value)).unwrap_err();
+            assert_eq!(err.entry, entry, "{value:?}");
+            assert!(err.to_string().contains(&format!("{entry:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn allowlist_lists_named_servers_that_are_not_configured() {
+        let list = names(&["todo", "gate"]);
+        let todo = ServerName::new("todo").unwrap();
+        assert_eq!(
+            list.unconfigured(&[&todo]),
+            [ServerName::new("gate").unwrap()]
+        );
+        assert!(HookServers::All.unconfigured(&[]).is_empty());
     }
 
     #[test]
@@ -325,6 +406,20 @@ mod tests {
         assert!(ServerName::new("x".repeat(65)).is_err());
         let err = ServerName::new("bad name").unwrap_err();
         assert!(err.to_string().contains("\"bad name\""));
+    }
+
+    #[test]
+    fn server_names_may_not_start_or_end_with_an_underscore() {
+        // `todo_` + `list` would be `todo___list`: server `todo`, hook-like tool `_list`.
+        for name in ["todo_", "_todo", "_", "a_b_"] {
+            let err = ServerName::new(name).unwrap_err();
+            assert!(
+                err.to_string().contains("starting nor ending with '_'"),
+                "{err}"
+            );
+        }
+        assert!(ServerName::new("a_b").is_ok());
+        assert!(ServerName::new("-a-").is_ok());
     }
 
     #[test]

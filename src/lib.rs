@@ -89,6 +89,7 @@ pub mod llm;
 pub mod machine;
 pub mod mcp;
 pub mod progress;
+pub mod supervisor;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transcript;

@@ -328,6 +328,16 @@ fn notice_event(notice: &Notice) -> Event {
             hook: *hook,
             reason: reason.clone(),
         },
+        // Shown like a hook that failed open: in both the round went on without the server.
+        Notice::HookSkipped {
+            server,
+            hook,
+            reason,
+        } => Event::HookFailedOpen {
+            server: server.clone(),
+            hook: *hook,
+            reason: format!("skipped for this round: {reason}"),
+        },
         Notice::UnknownToolRefused { name } => Event::ToolRefused { name: name.clone() },
     }
 }

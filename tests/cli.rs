@@ -90,6 +90,39 @@ fn an_invalid_variable_stops_start_up_with_its_name_and_exit_2() {
 }
 
 #[test]
+fn a_hook_servers_entry_that_cannot_match_stops_start_up_naming_the_entry() {
+    for (value, entry) in [("*,todo", "\"*\""), ("todo,a b", "\"a b\"")] {
+        let out = hookloop(&["run", "hi"])
+            .env("HOOKLOOP_MODEL", "m")
+            .env("OPENAI_API_KEY", "k")
+            .env("MCP_HOOK_SERVERS", value)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{value}: {out:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("MCP_HOOK_SERVERS"), "{stderr}");
+        assert!(stderr.contains(entry), "{stderr}");
+    }
+}
+
+#[test]
+fn a_hook_server_that_is_not_configured_is_a_warning_naming_it() {
+    let provider = FakeProvider::start(|_| Reply::text("Done."));
+    let mut command = hookloop(&["run", "go"]);
+    with_provider(&mut command, &provider);
+    let out = command
+        .env("MCP_HOOK_SERVERS", "gatekeeper")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("gatekeeper") && stderr.contains("not configured"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn run_prints_the_answer_on_stdout_and_progress_on_stderr() {
     let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
     let mut command = hookloop(&["run", "What", "is", "the", "answer?"]);

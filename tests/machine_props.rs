@@ -200,7 +200,7 @@ impl Scenario {
             Allow::Named(bits) => HookServers::Named(
                 (0..self.servers.len())
                     .filter(|i| bits & (1 << i) != 0)
-                    .map(|i| format!("s{i}"))
+                    .map(|i| ServerName::new(format!("s{i}")).unwrap())
                     .collect(),
             ),
         };

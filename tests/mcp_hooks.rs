@@ -3,13 +3,14 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hookloop::hooks::encode_hook_body;
-use hookloop::machine::{Message, ToolOutput};
+use hookloop::machine::{Effect, Message, Notice, ToolOutput};
 use hookloop::mcp::{HostOptions, McpHost, ToolHost};
 use hookloop::testing::{ScriptedLlm, Step};
-use hookloop::{Config, Hook, HookServers, PromptStop, Session};
+use hookloop::{Config, Hook, HookServers, Observer, PromptStop, Session};
 use serde_json::{Value, json};
 
 use common::{Scratch, alive, connect, count, eventually, fast_options, lines, test_server};
@@ -44,6 +45,17 @@ fn injected(messages: &[Message]) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// Waits until `server` runs its `n`-th process (of those listed in `pids`) and is live again,
+/// so that the next hook round asks it rather than skipping it.
+async fn restarted(host: &McpHost, server: &str, pids: &str, n: usize) -> bool {
+    eventually(Duration::from_secs(10), || {
+        let listed = lines(pids);
+        listed.len() == n
+            && host.server_pid(server).map(|p| p.to_string()).as_ref() == listed.last()
+    })
+    .await
 }
 
 fn no_violations(llm: &ScriptedLlm) {
@@ -285,7 +297,7 @@ async fn a_timed_out_hook_fails_open_and_is_cancelled_on_the_server() {
 }
 
 #[tokio::test]
-async fn the_second_consecutive_timeout_kills_the_group_and_it_restarts_lazily() {
+async fn the_second_consecutive_timeout_kills_the_group_and_it_restarts_after_a_backoff() {
     let dir = Scratch::new("kill");
     let pids = dir.file("pids");
     let grandchildren = dir.file("grandchildren");
@@ -326,21 +338,85 @@ async fn the_second_consecutive_timeout_kills_the_group_and_it_restarts_lazily()
         .await,
         "the server and its grandchild die on the second timeout in a row"
     );
-    // Still in the catalog: the next use restarts it.
+    // Still in the catalog, and restarted by the supervisor's order.
     assert!(
         llm.requests()[1]
             .tools
             .iter()
             .any(|t| t.name == "todo__echo")
     );
+    assert!(restarted(session.host(), "todo", &pids, 2).await);
 
     session.prompt("three").await.unwrap();
-    assert_eq!(lines(&pids).len(), 2, "restarted once, lazily");
+    assert_eq!(lines(&pids).len(), 2, "restarted once");
     assert_eq!(
         injected(&llm.requests()[3].messages),
         [encode_hook_body(Hook::Stop, "todo", "back again")]
     );
     no_violations(&llm);
+}
+
+#[tokio::test]
+async fn a_server_still_restarting_when_a_hook_round_starts_is_skipped_not_timed_out() {
+    let dir = Scratch::new("skip");
+    let pids = dir.file("pids");
+    let state = dir.path().to_string_lossy().into_owned();
+    let host = connect(
+        vec![(
+            "slow",
+            test_server(&[
+                ("TS_HOOKS", "_Stop"),
+                ("TS_STOP", "hang|hang|say:objection"),
+                ("TS_STATE_DIR", &state),
+                ("TS_PID_FILE", &pids),
+                // Every start takes 1.5 s, far over the 300 ms hook timeout.
+                ("TS_STARTUP", "slow:1500"),
+            ]),
+        )],
+        fast_options(),
+    )
+    .await;
+    let notices = Arc::new(Mutex::new(Vec::new()));
+    let llm = ScriptedLlm::new((0..5).map(|i| Step::text(format!("end {i}"))));
+    let mut session = Session::new(config(HookServers::All, 300, 3), llm.clone(), host);
+    session.add_observer(Notices(Arc::clone(&notices)));
+    session.prompt("one").await.unwrap();
+    session.prompt("two").await.unwrap();
+    // The second timeout in a row killed it; its restart takes 1.5 s. This round does not wait
+    // for it, and its absence is neither an objection nor a timeout.
+    let started = Instant::now();
+    assert_eq!(session.prompt("three").await.unwrap(), PromptStop::EndTurn);
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        notices.lock().unwrap().iter().any(|n| matches!(n,
+            Notice::HookSkipped { server, reason, .. }
+                if server.as_str() == "slow" && reason.contains("restarting"))),
+        "{:?}",
+        notices.lock().unwrap()
+    );
+    assert_eq!(session.counters().objections, 0);
+    assert!(session.counters().consecutive_timeouts.is_empty());
+
+    // Once back, it is asked again, and its script goes on where it was.
+    assert!(restarted(session.host(), "slow", &pids, 2).await);
+    session.prompt("four").await.unwrap();
+    assert_eq!(session.counters().objections, 1);
+    no_violations(&llm);
+}
+
+/// Collects the machine's notices.
+struct Notices(Arc<Mutex<Vec<Notice>>>);
+
+impl Observer for Notices {
+    fn on_effect(&mut self, _at: Duration, effect: &Effect) {
+        if let Effect::Notify { notice } = effect {
+            self.0.lock().unwrap().push(notice.clone());
+        }
+    }
 }
 
 #[tokio::test]
@@ -396,7 +472,11 @@ async fn a_server_out_of_restarts_leaves_the_catalog() {
     let mut session = Session::new(config(HookServers::All, 200, 3), llm.clone(), host);
     // Two timeouts kill the first life; two more kill the restarted one, which restarted
     // cleanly but hung again: that spends the budget of one restart.
-    for i in 0..4 {
+    for i in 0..2 {
+        session.prompt(format!("p{i}")).await.unwrap();
+    }
+    assert!(restarted(session.host(), "flaky", &pids, 2).await);
+    for i in 2..4 {
         session.prompt(format!("p{i}")).await.unwrap();
     }
     assert_eq!(lines(&pids).len(), 2);
@@ -435,7 +515,8 @@ async fn crashes_errors_and_protocol_errors_fail_open() {
     let mut session = Session::new(config(HookServers::All, 2000, 3), llm.clone(), host);
     assert_eq!(session.prompt("one").await.unwrap(), PromptStop::EndTurn);
     assert_eq!(session.counters().objections, 0);
-    // The crashed server comes back on next use (its script restarts with the new process).
+    // The crashed server comes back (its script restarts with the new process).
+    assert!(restarted(session.host(), "crashy", &pids, 2).await);
     session.prompt("two").await.unwrap();
     assert_eq!(lines(&pids).len(), 2);
     assert_eq!(
@@ -449,10 +530,10 @@ async fn crashes_errors_and_protocol_errors_fail_open() {
 #[tokio::test]
 async fn the_allowlist_picks_the_servers_whose_hooks_run() {
     let cases: [(HookServers, &[&str]); 4] = [
-        (HookServers::parse(None), &[]),
-        (HookServers::parse(Some("b")), &["b"]),
-        (HookServers::parse(Some("*")), &["a", "b"]),
-        (HookServers::parse(Some(" a , ,b, ")), &["a", "b"]),
+        (HookServers::parse(None).unwrap(), &[]),
+        (HookServers::parse(Some("b")).unwrap(), &["b"]),
+        (HookServers::parse(Some("*")).unwrap(), &["a", "b"]),
+        (HookServers::parse(Some(" a , ,b, ")).unwrap(), &["a", "b"]),
     ];
     for (allow, expected) in cases {
         let dir = Scratch::new("allow");
@@ -552,6 +633,83 @@ async fn hook_calls_carry_the_session_and_hook_context_in_meta() {
     assert_eq!(
         injected(after),
         [encode_hook_body(Hook::PostCompact, "todo", "todo: a")]
+    );
+    no_violations(&llm);
+}
+
+#[tokio::test]
+async fn a_hook_answering_only_a_resource_link_or_an_image_does_not_object() {
+    let dir = Scratch::new("nontext");
+    let log = dir.file("log");
+    let host = connect(
+        vec![(
+            "gate",
+            test_server(&[
+                ("TS_HOOKS", "_Stop"),
+                ("TS_STOP", "link|image"),
+                ("TS_LOG", &log),
+            ]),
+        )],
+        fast_options(),
+    )
+    .await;
+    let llm = ScriptedLlm::new([Step::text("done"), Step::text("done again")]);
+    let mut session = Session::new(config(HookServers::All, 5000, 3), llm.clone(), host);
+    assert_eq!(session.prompt("one").await.unwrap(), PromptStop::EndTurn);
+    assert_eq!(session.prompt("two").await.unwrap(), PromptStop::EndTurn);
+
+    // Both answers were asked for and neither counted as an objection.
+    assert_eq!(count(&log, "call _Stop"), 2);
+    assert_eq!(session.counters().objections, 0);
+    assert_eq!(llm.requests().len(), 2);
+    for request in llm.requests() {
+        assert!(injected(&request.messages).is_empty());
+    }
+    no_violations(&llm);
+}
+
+#[tokio::test]
+async fn a_server_with_a_long_name_keeps_its_post_compact_hook() {
+    // 55 bytes: `<name>___PostCompact` is 69 bytes, over the providers' 64, which applies to
+    // model-facing tools only.
+    let long = "a-server-whose-name-is-fifty-five-bytes-long-0123456789";
+    assert_eq!(long.len(), 55);
+    let host = connect(
+        vec![
+            ("tools", test_server(&[])),
+            (
+                long,
+                test_server(&[
+                    ("TS_HOOKS", "_PostCompact"),
+                    ("TS_POST_COMPACT", "say:remember the plan"),
+                ]),
+            ),
+        ],
+        fast_options(),
+    )
+    .await;
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("tools__big", json!({}))]),
+        Step::text("summary of it all"),
+        Step::text("done"),
+    ]);
+    let config = Config::builder()
+        .hook_servers(HookServers::All)
+        .context_window(4_000, 1_000)
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm.clone(), host);
+    assert_eq!(session.prompt("go").await.unwrap(), PromptStop::EndTurn);
+
+    assert_eq!(session.counters().compactions, 1);
+    let after = &llm.requests()[2].messages;
+    assert_eq!(
+        injected(after),
+        [encode_hook_body(
+            Hook::PostCompact,
+            long,
+            "remember the plan"
+        )]
     );
     no_violations(&llm);
 }

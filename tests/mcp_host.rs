@@ -192,6 +192,29 @@ async fn tool_results_map_text_images_errors_and_cap_text() {
 }
 
 #[tokio::test]
+async fn an_image_over_the_binary_cap_is_replaced_by_a_description() {
+    let host = connect(vec![("t", test_server(&[]))], fast_options()).await;
+    let output = host.call_tool(&call("t__big_image", json!({}))).await;
+    let [Content::Text { text }, small] = output.content.as_slice() else {
+        panic!(
+            "a description and the small image: {:?}",
+            output.content.len()
+        )
+    };
+    assert!(
+        text.contains("image/png") && text.contains("left out") && text.len() < 1024,
+        "{text}"
+    );
+    assert_eq!(
+        small,
+        &Content::Image {
+            mime_type: "image/png".into(),
+            data: "aGVsbG8=".into()
+        }
+    );
+}
+
+#[tokio::test]
 async fn a_tool_call_past_its_timeout_is_cancelled_on_the_server() {
     let dir = Scratch::new("tooltimeout");
     let log = dir.file("log");

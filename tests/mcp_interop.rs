@@ -269,7 +269,7 @@ async fn python_sdk_guard_server_denies() {
         Step::text("I will not."),
     ]);
     let config = Config::builder()
-        .hook_servers(HookServers::parse(Some("guard")))
+        .hook_servers(HookServers::parse(Some("guard")).unwrap())
         .hook_timeout(Duration::from_secs(5))
         .build()
         .unwrap();

@@ -1,5 +1,5 @@
-//! The core stays sans-IO: `src/machine/` never reaches tokio, rmcp, reqwest, a clock, the
-//! environment or randomness. A reach-out there would break exact replay.
+//! The core stays sans-IO: `src/machine/` and `src/supervisor/` never reach tokio, rmcp,
+//! reqwest, a clock, the environment or randomness. A reach-out there would break exact replay.
 
 use std::fs;
 use std::path::Path;
@@ -17,6 +17,7 @@ const FORBIDDEN: &[&str] = &[
     "std::process",
     "std::thread",
     "rand::",
+    "fastrand",
     "getrandom",
 ];
 
@@ -33,14 +34,22 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 
 #[test]
 fn the_machine_does_not_reach_out() {
+    assert_sans_io("src/machine", 5);
+}
+
+#[test]
+fn the_supervisor_does_not_reach_out() {
+    assert_sans_io("src/supervisor", 1);
+}
+
+/// Fails naming every line of the files under `dir` (at least `min_files` of them) that uses a
+/// forbidden path.
+fn assert_sans_io(dir: &str, min_files: usize) {
     let mut files = Vec::new();
-    rust_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/machine"),
-        &mut files,
-    );
+    rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut files);
     assert!(
-        files.len() >= 5,
-        "expected the machine's files, found {files:?}"
+        files.len() >= min_files,
+        "expected the files of {dir}, found {files:?}"
     );
     let mut offences = Vec::new();
     for file in files {
@@ -61,7 +70,7 @@ fn the_machine_does_not_reach_out() {
     }
     assert!(
         offences.is_empty(),
-        "src/machine must stay sans-IO:\n{}",
+        "{dir} must stay sans-IO:\n{}",
         offences.join("\n")
     );
 }

@@ -36,7 +36,7 @@ async fn open_todos_keep_the_agent_working_until_they_are_done() {
         Step::text("Now really done."),
     ]);
     let config = Config::builder()
-        .hook_servers(HookServers::parse(Some("todo")))
+        .hook_servers(HookServers::parse(Some("todo")).unwrap())
         .build()
         .unwrap();
     let mut session = Session::new(config, llm.clone(), host);
@@ -79,7 +79,7 @@ async fn completing_an_unknown_todo_is_denied_before_it_runs() {
         Step::text("Stopping."),
     ]);
     let config = Config::builder()
-        .hook_servers(HookServers::parse(Some("todo")))
+        .hook_servers(HookServers::parse(Some("todo")).unwrap())
         .stop_max_rejections(0)
         .build()
         .unwrap();

@@ -148,7 +148,7 @@ async fn several_servers_answer_in_config_order() {
             )],
         )
         .hook("delta", Hook::Stop, [say("delta would object")]);
-    let allow = HookServers::parse(Some("alpha,beta,gamma"));
+    let allow = HookServers::parse(Some("alpha,beta,gamma")).unwrap();
     let mut run = Run::new(Config::builder().hook_servers(allow), llm, host);
     assert_eq!(run.prompt("Ship it.").await, PromptStop::EndTurn);
     assert_eq!(run.session.host().hook_calls("delta", Hook::Stop), 0);

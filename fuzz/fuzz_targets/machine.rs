@@ -59,7 +59,7 @@ fuzz_target!(|s: Session| {
     let allow = match s.allow % 3 {
         0 => HookServers::Off,
         1 => HookServers::All,
-        _ => HookServers::Named(vec!["s0".into(), "s2".into()]),
+        _ => HookServers::Named(vec![server(0), server(2)]),
     };
     let policy = Policy {
         hook_servers: allow,
@@ -122,10 +122,11 @@ fuzz_target!(|s: Session| {
             Op::Hook { server: srv, post_compact, kind, text } => Input::HookAnswered {
                 server: server(srv),
                 hook: if post_compact { Hook::PostCompact } else { Hook::Stop },
-                reply: match kind % 4 {
+                reply: match kind % 5 {
                     0 => HookReply::Text { text: " x".repeat(usize::from(text % 3)) },
                     1 => HookReply::ErrorResult { text: "e".into() },
                     2 => HookReply::Failed { error: "f".into() },
+                    3 => HookReply::Skipped { reason: "r".into() },
                     _ => HookReply::TimedOut,
                 },
             },

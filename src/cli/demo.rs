@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use hookloop::demo::{Act, DemoModel, Narrator};
 use hookloop::machine::{FinishReason, SkipReason};
 use hookloop::progress::{Event, ProgressObserver};
-use hookloop::{Config, Hook, HookServers, PromptStop, Session};
+use hookloop::{Config, Hook, HookServers, PromptStop, ServerName, Session};
 
 use super::{Failure, wire};
 
@@ -64,7 +64,9 @@ async fn run() -> Result<(), Failure> {
     say("--------------------------------------")?;
     say(&format!("user: {ACT_ONE_PROMPT}"))?;
     let config = Config::builder()
-        .hook_servers(HookServers::Named(vec![SERVER.into()]))
+        .hook_servers(HookServers::Named(vec![
+            ServerName::new(SERVER).map_err(Failure::failed)?,
+        ]))
         // A small context window, so the history is compacted during the act.
         .context_window(wire::DEMO_CONTEXT_TOKENS, 100)
         // One tool call at a time, so the todos are numbered in the order they were planned.
@@ -101,7 +103,9 @@ async fn run() -> Result<(), Failure> {
     )?;
     say(&format!("user: {ACT_TWO_PROMPT}"))?;
     let config = Config::builder()
-        .hook_servers(HookServers::Named(vec![SERVER.into()]))
+        .hook_servers(HookServers::Named(vec![
+            ServerName::new(SERVER).map_err(Failure::failed)?,
+        ]))
         .build()?;
     let budget = config.policy().stop_max_rejections;
     let host = wire::todo_host(SERVER).await?;
@@ -133,7 +137,9 @@ async fn run() -> Result<(), Failure> {
     say("gets the denial as the call's error result.")?;
     say(&format!("user: {ACT_THREE_PROMPT}"))?;
     let config = Config::builder()
-        .hook_servers(HookServers::Named(vec![SERVER.into()]))
+        .hook_servers(HookServers::Named(vec![
+            ServerName::new(SERVER).map_err(Failure::failed)?,
+        ]))
         .build()?;
     let host = wire::todo_host(SERVER).await?;
     let model = DemoModel::new(Act::Gated, SERVER);

@@ -37,6 +37,7 @@ async fn run(
     let config = Config::from_env()?;
     let llm = wire::model_from_env()?;
     let servers = wire::load_mcp_config(mcp_config.as_deref())?;
+    wire::warn_unconfigured_hook_servers(&config, &servers);
     let host = wire::connect(servers).await?;
     let mut session = Session::new(config, llm, host);
     if let Some(path) = record {

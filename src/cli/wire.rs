@@ -57,6 +57,18 @@ pub fn load_mcp_config(path: Option<&Path>) -> Result<McpServers, Failure> {
     McpServers::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
+/// Warns about each server `MCP_HOOK_SERVERS` names that `servers` does not configure: its
+/// hooks would silently never run.
+pub fn warn_unconfigured_hook_servers(config: &hookloop::Config, servers: &McpServers) {
+    let configured: Vec<&ServerName> = servers.iter().map(|(name, _)| name).collect();
+    for server in config.policy().hook_servers.unconfigured(&configured) {
+        tracing::warn!(
+            %server,
+            "MCP_HOOK_SERVERS names server {server}, which is not configured; its hooks will never run"
+        );
+    }
+}
+
 /// Starts the servers; one that fails is reported and left out.
 pub async fn connect(servers: McpServers) -> Result<Host, Failure> {
     let (host, failures) = McpHost::connect(servers, HostOptions::default())

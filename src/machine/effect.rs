@@ -108,6 +108,12 @@ pub enum Notice {
         hook: Hook,
         reason: String,
     },
+    /// A server sat a hook round out (it was restarting); the round went on without it.
+    HookSkipped {
+        server: ServerName,
+        hook: Hook,
+        reason: String,
+    },
     /// The model called a tool that is a hook, or that does not exist; it was answered with
     /// `unknown tool`, and nothing ran.
     UnknownToolRefused { name: String },

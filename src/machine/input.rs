@@ -115,6 +115,9 @@ pub enum HookReply {
     Failed { error: String },
     /// No answer within the hook timeout.
     TimedOut,
+    /// The server sat the round out: it was between lives when the round started, so it was
+    /// not asked. Counts as no objection and not as a timeout.
+    Skipped { reason: String },
 }
 
 /// Every server's tools, in server configuration order.

@@ -838,6 +838,15 @@ impl Core {
                 context.notify(failed_open(format!("call failed: {error}")));
                 Answer::Quiet
             }
+            HookReply::Skipped { reason } => {
+                tracing::info!(%server, %hook, %reason, "server skipped for this hook round");
+                context.notify(Notice::HookSkipped {
+                    server: server.clone(),
+                    hook,
+                    reason: reason.clone(),
+                });
+                Answer::Quiet
+            }
             HookReply::TimedOut => {
                 context.notify(failed_open(format!(
                     "no answer within {} ms",

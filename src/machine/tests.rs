@@ -164,7 +164,7 @@ fn hooks_are_never_offered_to_the_model() {
     for allow in [
         HookServers::All,
         HookServers::Off,
-        HookServers::Named(vec!["a".into()]),
+        HookServers::Named(vec![server("a")]),
     ] {
         let m = machine_with(Policy {
             hook_servers: allow,
@@ -337,7 +337,7 @@ fn hooks_are_off_unless_the_allowlist_names_the_server() {
     assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
 
     let mut m = machine_with(Policy {
-        hook_servers: HookServers::Named(vec!["b".into()]),
+        hook_servers: HookServers::Named(vec![server("b")]),
         ..Policy::default()
     });
     prompt(&mut m, "go");
@@ -439,6 +439,40 @@ fn timeouts_errors_and_failures_fail_open() {
     );
     let effects = feed(&mut m, hook_reply("b", Hook::Stop, HookReply::TimedOut));
     assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+}
+
+#[test]
+fn a_skipped_server_is_no_objection_no_timeout_and_a_notice() {
+    let mut m = machine();
+    prompt(&mut m, "go");
+    feed(&mut m, end_turn());
+    // `a` timed out once; a skipped round between two timeouts is not a second one.
+    feed(&mut m, hook_reply("a", Hook::Stop, HookReply::TimedOut));
+    feed(&mut m, say("b", Hook::Stop, ""));
+    prompt(&mut m, "again");
+    feed(&mut m, end_turn());
+    let skipped = HookReply::Skipped {
+        reason: "it is restarting".into(),
+    };
+    let effects = feed(&mut m, hook_reply("a", Hook::Stop, skipped));
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Notify {
+            notice: Notice::HookSkipped { server, reason, .. }
+        } if server.as_str() == "a" && reason == "it is restarting"
+    )));
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::KillServer { .. }))
+    );
+    let effects = feed(&mut m, say("b", Hook::Stop, ""));
+    assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+    assert_eq!(m.counters().objections, 0);
+    assert_eq!(
+        m.counters().consecutive_timeouts.get(&server("a")),
+        Some(&1)
+    );
 }
 
 #[test]

@@ -313,8 +313,8 @@ pub struct HostOptions {
     pub restart_backoff: Duration,
     /// The longest wait between restarts. Default 10 s.
     pub max_restart_backoff: Duration,
-    /// A life that lasted this long before it ended badly starts a new streak of bad lives
-    /// instead of extending the last one. Default 60 s.
+    /// A life that answered a call and lasted this long before it ended badly starts a new
+    /// streak of bad lives instead of extending the last one. Default 60 s.
     pub healthy_after: Duration,
 }
 

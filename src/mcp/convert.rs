@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 use serde_json::{Value, json};
 
-use crate::hooks::{self, ServerName};
+use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Content, HookReply, ToolInfo, ToolOutput};
 use crate::mcp::{HostOptions, McpError};
 
@@ -15,6 +15,9 @@ pub(crate) const MAX_QUALIFIED_NAME: usize = 64;
 
 /// Checks a server's tools. A tool whose name no provider would accept is skipped with a
 /// warning; one bad tool never fails the session. Two tools of one name fail the server.
+///
+/// Hooks never reach a provider, so the provider's length limit does not apply to them: a
+/// server with a long name keeps its hooks.
 pub(crate) fn tools_from_server(
     server: &ServerName,
     tools: Vec<Tool>,
@@ -25,7 +28,8 @@ pub(crate) fn tools_from_server(
     for tool in tools {
         let name = tool.name.as_ref();
         let qualified = hooks::qualify(server.as_str(), name);
-        if !valid_tool_name(name) || qualified.len() > MAX_QUALIFIED_NAME {
+        let too_long = !hooks::is_hook(name) && qualified.len() > MAX_QUALIFIED_NAME;
+        if !valid_tool_name(name) || too_long {
             tracing::warn!(
                 %server, tool = name,
                 "skipping a tool whose name is not 1 to {MAX_QUALIFIED_NAME} characters of \
@@ -103,8 +107,14 @@ fn cut_description(text: &str, max: usize) -> String {
     out
 }
 
+/// The most bytes of binary content (images, blobs, as their base64 text) one tool result
+/// passes to the model; a block past it is replaced by a description. One screenshot must not
+/// fill the context window.
+pub(crate) const MAX_BINARY_BYTES: usize = 1024 * 1024;
+
 /// A tool result as the model sees it: text, images and embedded resources kept, the text
-/// capped at `max_text` bytes in total (the middle of a longer text elided), `isError` kept.
+/// capped at `max_text` bytes in total (the middle of a longer text elided), binary content
+/// capped at [`MAX_BINARY_BYTES`] in total, `isError` kept.
 pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput {
     let is_error = result.is_error.unwrap_or(false);
     let mut budget = max_text;
@@ -114,6 +124,15 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
         budget = budget.saturating_sub(text.len());
         text
     };
+    let mut binary_budget = MAX_BINARY_BYTES;
+    // Whether a binary block of `len` bytes still fits, spending the budget if it does.
+    let mut binary_fits = |len: usize| {
+        let fits = len <= binary_budget;
+        if fits {
+            binary_budget -= len;
+        }
+        fits
+    };
     let mut content = Vec::with_capacity(result.content.len().max(1));
     let push_text = |content: &mut Vec<Content>, text: String| {
         content.push(Content::Text { text });
@@ -121,10 +140,17 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
     for block in result.content {
         match block {
             ContentBlock::Text(t) => push_text(&mut content, cap(&t.text)),
-            ContentBlock::Image(image) => content.push(Content::Image {
-                mime_type: image.mime_type,
-                data: image.data,
-            }),
+            ContentBlock::Image(image) => {
+                if binary_fits(image.data.len()) {
+                    content.push(Content::Image {
+                        mime_type: image.mime_type,
+                        data: image.data,
+                    });
+                } else {
+                    let said = binary_left_out("an image", &image.mime_type, image.data.len());
+                    push_text(&mut content, cap(&said));
+                }
+            }
             ContentBlock::Audio(audio) => push_text(
                 &mut content,
                 cap(&format!("[audio of type {} left out]", audio.mime_type)),
@@ -148,12 +174,20 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
                     mime_type,
                     blob,
                     ..
-                } => content.push(Content::Resource {
-                    uri,
-                    mime_type,
-                    text: None,
-                    blob: Some(blob),
-                }),
+                } => {
+                    if binary_fits(blob.len()) {
+                        content.push(Content::Resource {
+                            uri,
+                            mime_type,
+                            text: None,
+                            blob: Some(blob),
+                        });
+                    } else {
+                        let kind = mime_type.as_deref().unwrap_or("unknown");
+                        let said = binary_left_out(&format!("the blob {uri}"), kind, blob.len());
+                        push_text(&mut content, cap(&said));
+                    }
+                }
                 // A resource kind newer than this engine: say so rather than drop it silently.
                 _ => push_text(
                     &mut content,
@@ -175,14 +209,52 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
     ToolOutput { content, is_error }
 }
 
+/// The text that stands in for binary content over [`MAX_BINARY_BYTES`].
+fn binary_left_out(what: &str, mime_type: &str, len: usize) -> String {
+    format!(
+        "[{what} of type {mime_type} ({len} bytes as base64) left out: binary content of one \
+         tool result is capped at {MAX_BINARY_BYTES} bytes]"
+    )
+}
+
 /// A hook's result: its text blocks joined and capped, or an error result.
-pub(crate) fn hook_reply(result: CallToolResult, max_text: usize) -> HookReply {
-    let output = tool_output(result, max_text);
-    let text = output.joined_text();
-    if output.is_error {
+///
+/// Only text objects or injects: an image, a resource link or a block of a kind this engine
+/// does not know says nothing a hook could mean as an objection, so it is logged and ignored
+/// rather than turned into placeholder text that would count as one.
+pub(crate) fn hook_reply(
+    server: &ServerName,
+    hook: Hook,
+    result: CallToolResult,
+    max_text: usize,
+) -> HookReply {
+    let mut texts = Vec::with_capacity(result.content.len());
+    for block in &result.content {
+        match block {
+            ContentBlock::Text(t) => texts.push(t.text.as_str()),
+            other => tracing::warn!(
+                %server, %hook, kind = block_kind(other),
+                "ignoring a non-text block in a hook's answer: only text objects or injects"
+            ),
+        }
+    }
+    let text = hooks::cap_middle(&texts.join("\n"), max_text);
+    if result.is_error.unwrap_or(false) {
         HookReply::ErrorResult { text }
     } else {
         HookReply::Text { text }
+    }
+}
+
+/// A content block's kind, for logs.
+fn block_kind(block: &ContentBlock) -> &'static str {
+    match block {
+        ContentBlock::Text(_) => "text",
+        ContentBlock::Image(_) => "image",
+        ContentBlock::Audio(_) => "audio",
+        ContentBlock::Resource(_) => "embedded resource",
+        ContentBlock::ResourceLink(_) => "resource link",
+        _ => "unknown",
     }
 }
 
@@ -219,6 +291,19 @@ mod tests {
         let out = tools_from_server(&server(), tools, &HostOptions::default()).unwrap();
         let names: Vec<_> = out.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["good", "_Stop"]);
+    }
+
+    #[test]
+    fn the_name_length_limit_skips_long_model_facing_tools_but_keeps_hooks() {
+        let server = ServerName::new("s".repeat(58)).unwrap();
+        let tools = vec![
+            tool("search", "d", json!({"type": "object"})),
+            tool("_PostCompact", "hook", json!({"type": "object"})),
+            tool("_Stop", "hook", json!({"type": "object"})),
+        ];
+        let out = tools_from_server(&server, tools, &HostOptions::default()).unwrap();
+        let names: Vec<_> = out.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["_PostCompact", "_Stop"]);
     }
 
     #[test]
@@ -278,17 +363,93 @@ mod tests {
     }
 
     #[test]
+    fn binary_content_past_the_cap_is_replaced_by_a_description() {
+        let small = "a".repeat(1000);
+        let big = "b".repeat(MAX_BINARY_BYTES);
+        let result = CallToolResult::success(vec![
+            ContentBlock::Image(ImageContent::new(small.clone(), "image/png")),
+            // Fits alone, but not after the first: the cap is per result.
+            ContentBlock::Image(ImageContent::new(big.clone(), "image/jpeg")),
+            ContentBlock::Resource(EmbeddedResource::new(
+                ResourceContents::BlobResourceContents {
+                    uri: "file:///blob".into(),
+                    mime_type: Some("application/zip".into()),
+                    blob: big,
+                    meta: None,
+                },
+            )),
+        ]);
+        let output = tool_output(result, 50_000);
+        assert_eq!(
+            output.content[0],
+            Content::Image {
+                mime_type: "image/png".into(),
+                data: small
+            }
+        );
+        let Content::Text { text } = &output.content[1] else {
+            panic!("a description, not the image: {:?}", output.content[1])
+        };
+        assert!(
+            text.contains("image/jpeg") && text.contains("left out"),
+            "{text}"
+        );
+        let Content::Text { text } = &output.content[2] else {
+            panic!("a description, not the blob")
+        };
+        assert!(
+            text.contains("file:///blob") && text.contains("application/zip"),
+            "{text}"
+        );
+        let binary: usize = output
+            .content
+            .iter()
+            .map(|c| match c {
+                Content::Image { data, .. } => data.len(),
+                Content::Resource { blob, .. } => blob.as_ref().map_or(0, String::len),
+                Content::Text { .. } => 0,
+            })
+            .sum();
+        assert!(binary <= MAX_BINARY_BYTES);
+    }
+
+    #[test]
+    fn a_hook_answer_without_text_blocks_says_nothing() {
+        let link = rmcp::model::Resource::new("file:///report", "report");
+        let result = CallToolResult::success(vec![
+            ContentBlock::resource_link(link),
+            ContentBlock::Image(ImageContent::new("aGk=", "image/png")),
+        ]);
+        assert_eq!(
+            hook_reply(&server(), Hook::Stop, result, 100),
+            HookReply::Text {
+                text: String::new()
+            }
+        );
+        let mixed = CallToolResult::success(vec![
+            ContentBlock::Image(ImageContent::new("aGk=", "image/png")),
+            ContentBlock::text("2 open"),
+        ]);
+        assert_eq!(
+            hook_reply(&server(), Hook::Stop, mixed, 100),
+            HookReply::Text {
+                text: "2 open".into()
+            }
+        );
+    }
+
+    #[test]
     fn hook_replies_keep_text_and_errors() {
         let ok = CallToolResult::success(vec![ContentBlock::text("a"), ContentBlock::text("b")]);
         assert_eq!(
-            hook_reply(ok, 100),
+            hook_reply(&server(), Hook::Stop, ok, 100),
             HookReply::Text {
                 text: "a\nb".into()
             }
         );
         let err = CallToolResult::error(vec![ContentBlock::text("boom")]);
         assert_eq!(
-            hook_reply(err, 100),
+            hook_reply(&server(), Hook::Stop, err, 100),
             HookReply::ErrorResult {
                 text: "boom".into()
             }

@@ -52,8 +52,20 @@ pub trait ToolHost: Send + Sync {
     /// Calls one hook on one server with arguments `{}`.
     fn call_hook(&self, call: &HookCall) -> impl Future<Output = HookReply> + Send;
 
-    /// Kills a server; it may come back through a lazy restart.
+    /// Kills a server; it comes back if its supervision orders a restart.
     fn kill_server(&self, server: &ServerName) -> impl Future<Output = ()> + Send;
+
+    /// The supervision facts and orders since the last call, oldest first, for the driver to
+    /// show its observers (a transcript records them). None for a host without supervision.
+    fn take_supervision(&self) -> Vec<crate::supervisor::Event> {
+        Vec::new()
+    }
+
+    /// The restart policy of the host's supervisor, for transcript headers; `None` for a host
+    /// without supervision.
+    fn supervision_policy(&self) -> Option<crate::supervisor::SupervisorPolicy> {
+        None
+    }
 }
 
 /// Why the MCP host could not start, or could not reach a server.

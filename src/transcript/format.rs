@@ -5,7 +5,12 @@
 //! {"at_ms":0,"fact":{"fact":"catalog_changed","catalog":{...}}}
 //! {"at_ms":0,"fact":{"fact":"prompted","text":"Finish the feature."}}
 //! {"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":...}}
+//! {"at_ms":812,"supervision":{"fact":"server_exited","server":"todo","at_ms":790,...}}
+//! {"at_ms":812,"supervision":{"order":"start_server","server":"todo","after_ms":143}}
 //! ```
+//!
+//! `supervision` records are the MCP host's [`Supervisor`](crate::supervisor::Supervisor): its
+//! facts carry their own `at_ms` on the host's clock; the record's is the driver's.
 //!
 //! Field order is the order of the structs below, so a transcript diffs cleanly under review.
 
@@ -16,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::machine::{Catalog, Effect, Input, Policy};
+use crate::supervisor::{self, SupervisorPolicy};
 use crate::transcript::TranscriptError;
 use crate::transcript::redact::Redaction;
 
@@ -43,6 +49,10 @@ pub struct Header {
     pub servers: Vec<ServerEntry>,
     /// Every server's tools, hooks included, when recording started.
     pub catalog: Catalog,
+    /// The restart policy of the host's supervisor, when the host has one: with it a replay
+    /// checks the recorded supervision orders too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervision: Option<SupervisorPolicy>,
 }
 
 impl Header {
@@ -66,6 +76,7 @@ impl Header {
             },
             servers: Vec::new(),
             catalog: Catalog::default(),
+            supervision: None,
         }
     }
 
@@ -73,6 +84,13 @@ impl Header {
     #[must_use]
     pub fn with_catalog(mut self, catalog: Catalog) -> Self {
         self.catalog = catalog;
+        self
+    }
+
+    /// The same header with this supervision policy.
+    #[must_use]
+    pub fn with_supervision(mut self, policy: Option<SupervisorPolicy>) -> Self {
+        self.supervision = policy;
         self
     }
 
@@ -135,13 +153,15 @@ pub struct Record {
     pub event: Event,
 }
 
-/// What crossed the machine's boundary.
+/// What crossed the machine's boundary, or the supervisor's.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// An order the machine emitted.
     Effect(Effect),
     /// A fact fed to the machine.
     Fact(Input),
+    /// A fact fed to the host's supervisor, or an order it gave (written as `supervision`).
+    Supervision(supervisor::Event),
 }
 
 impl Record {
@@ -160,6 +180,14 @@ impl Record {
             event: Event::Fact(fact),
         }
     }
+
+    /// A supervision fact or order at `at_ms`.
+    pub fn supervision(at_ms: u64, event: supervisor::Event) -> Self {
+        Self {
+            at_ms,
+            event: Event::Supervision(event),
+        }
+    }
 }
 
 /// A record as it is written: borrowed, so the recorder serialises without cloning.
@@ -170,23 +198,38 @@ pub(crate) struct RecordRef<'a> {
     pub(crate) effect: Option<&'a Effect>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fact: Option<&'a Input>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) supervision: Option<&'a supervisor::Event>,
+}
+
+impl RecordRef<'_> {
+    /// A record of nothing, at 0: the base the recorder fills in.
+    pub(crate) const EMPTY: Self = Self {
+        at_ms: 0,
+        effect: None,
+        fact: None,
+        supervision: None,
+    };
 }
 
 impl<'a> From<&'a Record> for RecordRef<'a> {
     fn from(record: &'a Record) -> Self {
-        let (effect, fact) = match &record.event {
-            Event::Effect(effect) => (Some(effect), None),
-            Event::Fact(fact) => (None, Some(fact)),
-        };
-        Self {
+        let mut line = Self {
             at_ms: record.at_ms,
-            effect,
-            fact,
+            effect: None,
+            fact: None,
+            supervision: None,
+        };
+        match &record.event {
+            Event::Effect(effect) => line.effect = Some(effect),
+            Event::Fact(fact) => line.fact = Some(fact),
+            Event::Supervision(event) => line.supervision = Some(event),
         }
+        line
     }
 }
 
-/// A record as it is read: exactly one of `effect` and `fact`.
+/// A record as it is read: exactly one of `effect`, `fact` and `supervision`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RecordLine {
@@ -195,6 +238,8 @@ struct RecordLine {
     effect: Option<Effect>,
     #[serde(default)]
     fact: Option<Input>,
+    #[serde(default)]
+    supervision: Option<supervisor::Event>,
 }
 
 impl Serialize for Record {
@@ -206,17 +251,18 @@ impl Serialize for Record {
 impl<'de> Deserialize<'de> for Record {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let line = RecordLine::deserialize(deserializer)?;
-        let event = match (line.effect, line.fact) {
-            (Some(effect), None) => Event::Effect(effect),
-            (None, Some(fact)) => Event::Fact(fact),
-            (Some(_), Some(_)) => {
+        let event = match (line.effect, line.fact, line.supervision) {
+            (Some(effect), None, None) => Event::Effect(effect),
+            (None, Some(fact), None) => Event::Fact(fact),
+            (None, None, Some(event)) => Event::Supervision(event),
+            (None, None, None) => {
                 return Err(serde::de::Error::custom(
-                    "a record holds an effect or a fact, not both",
+                    "a record needs an `effect`, a `fact` or a `supervision`",
                 ));
             }
-            (None, None) => {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
                 return Err(serde::de::Error::custom(
-                    "a record needs an `effect` or a `fact`",
+                    "a record holds one of an effect, a fact and a supervision, not several",
                 ));
             }
         };

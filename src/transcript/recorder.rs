@@ -11,6 +11,7 @@ use crate::driver::{Observer, Session};
 use crate::llm::LlmClient;
 use crate::machine::{Effect, Input, Phase, Purpose};
 use crate::mcp::ToolHost;
+use crate::supervisor;
 use crate::transcript::format::{RecordRef, write_line};
 use crate::transcript::{Header, Redaction, TranscriptError};
 
@@ -132,22 +133,18 @@ impl Recorder {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn record(&self, at: Duration, effect: Option<&Effect>, fact: Option<&Input>) {
+    fn record(&self, at: Duration, event: RecordRef<'_>) {
         let mut shared = self.lock();
         if shared.failed.is_some() {
             return;
         }
-        let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+        let event = RecordRef {
+            at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
+            ..event
+        };
         let mut line = std::mem::take(&mut shared.line);
         line.clear();
-        write_line(
-            &mut line,
-            &RecordRef {
-                at_ms,
-                effect,
-                fact,
-            },
-        );
+        write_line(&mut line, &event);
         shared.line = line;
         match shared.flush_line() {
             Ok(()) => shared.records += 1,
@@ -176,11 +173,33 @@ impl Shared {
 
 impl Observer for Recorder {
     fn on_effect(&mut self, at: Duration, effect: &Effect) {
-        self.record(at, Some(effect), None);
+        self.record(
+            at,
+            RecordRef {
+                effect: Some(effect),
+                ..RecordRef::EMPTY
+            },
+        );
     }
 
     fn on_fact(&mut self, at: Duration, fact: &Input) {
-        self.record(at, None, Some(fact));
+        self.record(
+            at,
+            RecordRef {
+                fact: Some(fact),
+                ..RecordRef::EMPTY
+            },
+        );
+    }
+
+    fn on_supervision(&mut self, at: Duration, event: &supervisor::Event) {
+        self.record(
+            at,
+            RecordRef {
+                supervision: Some(event),
+                ..RecordRef::EMPTY
+            },
+        );
     }
 }
 
@@ -265,7 +284,9 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     pub fn transcript_header(&self) -> Header {
         let machine = self.machine();
         let system = machine.request(Purpose::Turn).system.map(str::to_owned);
-        Header::from_parts(machine.policy().clone(), system).with_catalog(self.host().catalog())
+        Header::from_parts(machine.policy().clone(), system)
+            .with_catalog(self.host().catalog())
+            .with_supervision(self.host().supervision_policy())
     }
 
     /// Records this session into a new transcript file at `path`. Call it before the first

@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::machine::{Counters, Effect, FinishReason, Input, Machine, MachineError, Phase};
+use crate::supervisor::{self, Supervisor};
 use crate::transcript::diff::line_diff;
 use crate::transcript::{Event, Header, Record, Transcript, TranscriptError, Truncation};
 
@@ -48,6 +49,9 @@ impl Transcript {
 #[derive(Debug)]
 pub struct Replayer {
     machine: Machine,
+    /// Rebuilt when the header has the supervision policy; supervision records are then
+    /// checked like the machine's, else skipped.
+    supervisor: Option<Supervisor>,
     records: usize,
     facts: usize,
     effects: usize,
@@ -59,8 +63,12 @@ impl Replayer {
     /// A machine built from the header's configuration, before any record.
     pub fn new(header: &Header) -> Self {
         let config = &header.config;
+        let servers = header.catalog.servers.iter().map(|s| s.server.clone());
         Self {
             machine: Machine::new(config.policy.clone(), config.system_prompt.clone()),
+            supervisor: header
+                .supervision
+                .map(|policy| Supervisor::new(policy, servers)),
             records: 0,
             facts: 0,
             effects: 0,
@@ -120,6 +128,19 @@ impl Replayer {
                 }
                 self.facts += 1;
             }
+            Event::Supervision(event) => {
+                if let Some(supervisor) = &mut self.supervisor {
+                    check_supervision(supervisor, event).map_err(|problem| {
+                        Divergence::new(
+                            phase,
+                            DivergenceKind::SupervisionMismatch {
+                                recorded: event.clone(),
+                                problem,
+                            },
+                        )
+                    })?;
+                }
+            }
         }
         self.records += 1;
         self.last_at_ms = record.at_ms;
@@ -160,6 +181,29 @@ impl Replayer {
     /// The machine as the records so far left it.
     pub fn machine(&self) -> &Machine {
         &self.machine
+    }
+}
+
+/// Feeds a recorded supervision fact, or checks a recorded order against the supervisor's next.
+fn check_supervision(supervisor: &mut Supervisor, event: &supervisor::Event) -> Result<(), String> {
+    match event {
+        supervisor::Event::Fact(fact) => {
+            if let Some(order) = supervisor.poll_order() {
+                return Err(format!(
+                    "the supervisor gave an order the record does not have: {}",
+                    pretty(&order)
+                ));
+            }
+            supervisor.handle(fact.clone()).map_err(|e| e.to_string())
+        }
+        supervisor::Event::Order(recorded) => match supervisor.poll_order() {
+            Some(order) if order == *recorded => Ok(()),
+            Some(order) => Err(format!(
+                "the supervisor gave another order: {}",
+                pretty(&order)
+            )),
+            None => Err("the supervisor gave no order here".to_owned()),
+        },
     }
 }
 
@@ -263,6 +307,12 @@ pub enum DivergenceKind {
     },
     /// The machine refused a recorded fact.
     FactRefused { fact: Input, error: MachineError },
+    /// The supervisor refused a recorded supervision fact, or its orders differ from the
+    /// record's.
+    SupervisionMismatch {
+        recorded: supervisor::Event,
+        problem: String,
+    },
 }
 
 impl Divergence {
@@ -290,7 +340,9 @@ impl Divergence {
             }
             DivergenceKind::MissingEffect { expected } => (pretty(expected), String::new()),
             DivergenceKind::UnrecordedEffect { actual, .. } => (String::new(), pretty(actual)),
-            DivergenceKind::FactRefused { .. } => return String::new(),
+            DivergenceKind::FactRefused { .. } | DivergenceKind::SupervisionMismatch { .. } => {
+                return String::new();
+            }
         };
         line_diff(&expected, &actual)
     }
@@ -327,6 +379,13 @@ impl fmt::Display for Divergence {
                     f,
                     "the machine refused the recorded fact: {error}\n{}",
                     indent(&pretty(fact))
+                );
+            }
+            DivergenceKind::SupervisionMismatch { recorded, problem } => {
+                return write!(
+                    f,
+                    "the supervisor does not match the record: {problem}\n{}",
+                    indent(&pretty(recorded))
                 );
             }
         }

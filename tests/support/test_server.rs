@@ -13,14 +13,16 @@
 //! | `TS_PID_FILE` | append this process's pid at start |
 //! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
 //! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
-//! | `TS_STARTUP` | `fail` (exit at once) or `hang` (never answer) |
+//! | `TS_STARTUP` | `fail` (exit at once), `hang` (never answer) or `slow:MS` (wait first) |
 //! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
 //! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
-//! `isError` result), `rpcerror` (a JSON-RPC error), `big` (1 MiB of text), `slow:MS:TEXT`.
+//! `isError` result), `rpcerror` (a JSON-RPC error), `big` (1 MiB of text), `slow:MS:TEXT`,
+//! `link` (a lone resource link), `image` (a lone image).
 //!
-//! Tools: `echo` (its arguments back), `big`, `image`, `fail` (`isError`), `crash`, `hang`,
+//! Tools: `echo` (its arguments back), `big`, `image`, `big_image` (2 MiB of base64 and a
+//! small image after it), `fail` (`isError`), `crash`, `hang`,
 //! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`).
 
 use std::io::Write;
@@ -136,6 +138,17 @@ impl TestServer {
             "error" => Ok(CallToolResult::error(vec![ContentBlock::text(rest)]).into()),
             "rpcerror" => Err(ErrorData::internal_error("scripted failure", None)),
             "big" => Ok(text("b".repeat(1 << 20))),
+            "link" => Ok(CallToolResult::success(vec![ContentBlock::resource_link(
+                rmcp::model::Resource::new("file:///report.txt", "report"),
+            )])
+            .into()),
+            "image" => Ok(
+                CallToolResult::success(vec![ContentBlock::Image(ImageContent::new(
+                    "aGVsbG8=",
+                    "image/png",
+                ))])
+                .into(),
+            ),
             "slow" => {
                 let (ms, said) = rest.split_once(':').unwrap_or((rest, ""));
                 let ms: u64 = ms.parse().expect("slow:MS:TEXT");
@@ -148,7 +161,15 @@ impl TestServer {
 
     fn tool_names(&self) -> Vec<String> {
         let mut names: Vec<String> = [
-            "echo", "big", "image", "fail", "crash", "hang", "slow", "add_tool",
+            "echo",
+            "big",
+            "image",
+            "big_image",
+            "fail",
+            "crash",
+            "hang",
+            "slow",
+            "add_tool",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -241,6 +262,11 @@ impl ServerHandler for TestServer {
                 ))])
                 .into(),
             ),
+            "big_image" => Ok(CallToolResult::success(vec![
+                ContentBlock::Image(ImageContent::new("A".repeat(2 << 20), "image/png")),
+                ContentBlock::Image(ImageContent::new("aGVsbG8=", "image/png")),
+            ])
+            .into()),
             "fail" => Ok(CallToolResult::error(vec![ContentBlock::text("it failed")]).into()),
             "crash" => std::process::exit(3),
             "hang" => Err(hang(&context).await),
@@ -287,6 +313,10 @@ fn main() {
             std::process::exit(1);
         }
         Some("hang") => std::thread::sleep(Duration::from_secs(3600)),
+        Some(slow) if slow.starts_with("slow:") => {
+            let ms: u64 = slow["slow:".len()..].parse().expect("TS_STARTUP=slow:MS");
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         _ => {}
     }
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -244,11 +244,58 @@ async fn killed_servers_restart_until_the_budget_is_spent() {
     assert_ne!(host.catalog_generation(), before);
     assert!(host.catalog().servers.is_empty());
     assert!(host.call_tool(&echo).await.is_error);
-    assert!(matches!(
+    assert_eq!(
         host.call_hook(&stop_call(1000)).await,
-        HookReply::Failed { .. }
-    ));
+        HookReply::Skipped {
+            reason: "it ran out of restarts".into()
+        }
+    );
     assert_eq!(probe.lives.load(Ordering::SeqCst), 3);
+    // Every decision went through the supervisor, and was recorded.
+    let orders: Vec<_> = host
+        .take_supervision()
+        .into_iter()
+        .filter_map(|event| match event {
+            supervisor::Event::Order(order) => Some(order),
+            supervisor::Event::Fact(_) => None,
+        })
+        .collect();
+    assert!(matches!(
+        orders.as_slice(),
+        [
+            supervisor::Order::StartServer { .. },
+            supervisor::Order::StartServer { .. },
+            supervisor::Order::RetireServer { bad_ends: 3, .. }
+        ]
+    ));
+}
+
+#[tokio::test]
+async fn a_server_between_lives_sits_a_hook_round_out() {
+    let probe = Probe::default();
+    lock(&probe.stop).push("2 open");
+    let (host, _) = McpHost::duplex(
+        vec![("p", serve(&probe))],
+        HostOptions {
+            restart_backoff: Duration::from_secs(2),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    host.kill_server(&ServerName::new("p").unwrap()).await;
+    let started = Instant::now();
+    assert_eq!(
+        host.call_hook(&stop_call(5000)).await,
+        HookReply::Skipped {
+            reason: "it is restarting".into()
+        }
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "no wait for the restart"
+    );
+    assert_eq!(probe.lives.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

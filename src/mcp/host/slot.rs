@@ -1,0 +1,648 @@
+//! Supervision: each configured server lives in a [`Slot`]. A slot's current *life* is one
+//! connection (and, for stdio, one process group). The slot performs the
+//! [`Supervisor`]'s orders — start a life after a wait, retire the server — and reports what
+//! happened to its lives as facts; every decision about restarts is the supervisor's.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    ProtocolVersion, ServerNotification, SubscriptionFilter,
+};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, NotificationContext, Peer, RoleClient,
+    RunningService, ServiceError, Subscription, serve_client_with_lifecycle,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::hooks::ServerName;
+use crate::machine::ToolInfo;
+use crate::mcp::child::ChildGroup;
+use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
+use crate::mcp::{McpError, convert};
+use crate::supervisor::{self, Fact, HookTurn, Jitter, Order, Supervisor};
+
+/// Supervision records kept for [`ToolHost::take_supervision`](crate::mcp::ToolHost) before the
+/// oldest are dropped: a host nobody drains must not grow without bound.
+const MAX_PENDING_RECORDS: usize = 1024;
+
+/// What every slot of one host shares.
+pub(super) struct Shared {
+    pub(super) options: HostOptions,
+    /// Bumped on every change of what the catalog returns.
+    pub(super) generation: AtomicU64,
+    /// Tools across all servers, kept under [`HostOptions::max_tools`].
+    pub(super) tool_count: Mutex<usize>,
+    /// Every restart decision. Never locked while a slot's state is.
+    pub(super) supervisor: Mutex<Supervisor>,
+    /// The supervisor's clock: its facts carry milliseconds since this instant.
+    pub(super) clock: Instant,
+    /// Set when the host is dropped: no life starts after it.
+    pub(super) closed: AtomicBool,
+    /// Facts and orders not yet taken by the driver.
+    pub(super) records: Mutex<VecDeque<supervisor::Event>>,
+}
+
+impl Shared {
+    pub(super) fn catalog_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn record(&self, event: supervisor::Event) {
+        let mut records = lock(&self.records);
+        if records.len() == MAX_PENDING_RECORDS {
+            records.pop_front();
+        }
+        records.push_back(event);
+    }
+}
+
+/// How a server is reached.
+pub(super) enum Launch {
+    Config(ServerConfig),
+    /// A connection made by a test: an in-memory duplex to a server in this process.
+    #[cfg(test)]
+    Duplex(MakeDuplex),
+}
+
+/// Makes the in-memory connection of one life.
+#[cfg(test)]
+pub(super) type MakeDuplex = Box<dyn Fn() -> tokio::io::DuplexStream + Send + Sync>;
+
+/// One configured server and its current life.
+pub(super) struct Slot {
+    pub(super) name: ServerName,
+    launch: Launch,
+    pub(super) shared: Arc<Shared>,
+    state: Mutex<SlotState>,
+    /// Woken whenever the life changes, for tool calls waiting on a restart.
+    changed: Notify,
+}
+
+pub(super) struct SlotState {
+    pub(super) life: Life,
+    pub(super) tools: Vec<ToolInfo>,
+    next_life: u64,
+}
+
+pub(super) enum Life {
+    Live(Arc<Conn>),
+    /// Between lives: a start is ordered or under way.
+    Down,
+    /// Out of restarts; its tools have left the catalog.
+    Retired,
+}
+
+/// One life of a server: its rmcp client and, for stdio, its process group.
+pub(super) struct Conn {
+    life: u64,
+    service: RunningService<RoleClient, Handler>,
+    pub(super) child: Option<Mutex<ChildGroup>>,
+    /// Whether any call of this life got an answer.
+    answered: AtomicBool,
+}
+
+impl Conn {
+    /// Which life of its server this is.
+    pub(super) fn life(&self) -> u64 {
+        self.life
+    }
+
+    /// Kills the process group and stops the client. In-flight calls fail at once.
+    pub(super) fn shut_down(&self) {
+        if let Some(child) = &self.child {
+            lock(child).kill();
+        }
+        self.service.cancellation_token().cancel();
+    }
+}
+
+impl Slot {
+    pub(super) fn new(name: ServerName, launch: Launch, shared: Arc<Shared>) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            launch,
+            shared,
+            state: Mutex::new(SlotState {
+                life: Life::Down,
+                tools: Vec::new(),
+                next_life: 0,
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, SlotState> {
+        lock(&self.state)
+    }
+
+    /// Starts the first life; the supervisor learns of it once the host has its servers.
+    pub(super) async fn first_life(self: &Arc<Self>) -> Result<(), McpError> {
+        let (conn, tools) = self.open().await?;
+        let mut state = self.lock();
+        state.tools = tools;
+        state.life = Life::Live(conn);
+        Ok(())
+    }
+
+    /// The current life for a tool call, waiting for a restart under way.
+    pub(super) async fn live_for_tool(self: &Arc<Self>) -> Result<Arc<Conn>, McpError> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is read, so a change in between is not missed.
+            changed.as_mut().enable();
+            let closed = match &self.lock().life {
+                Life::Live(conn) if !conn.service.is_closed() => return Ok(Arc::clone(conn)),
+                Life::Live(conn) => Some(conn.life),
+                Life::Retired => return Err(self.retired()),
+                Life::Down => None,
+            };
+            match closed {
+                Some(life) => self.end_life(life, "its connection closed"),
+                None => changed.await,
+            }
+        }
+    }
+
+    /// The current life for a hook call that starts now, or why the server sits this round
+    /// out. Never waits for a restart: restart time is not the hook's.
+    pub(super) fn live_for_hook(self: &Arc<Self>) -> Result<Arc<Conn>, String> {
+        if let HookTurn::Skip { reason } = lock(&self.shared.supervisor).hook_turn(&self.name) {
+            return Err(reason);
+        }
+        let closed = match &self.lock().life {
+            Life::Live(conn) if !conn.service.is_closed() => return Ok(Arc::clone(conn)),
+            Life::Live(conn) => conn.life,
+            Life::Down => return Err("it is restarting".to_owned()),
+            Life::Retired => return Err("it ran out of restarts".to_owned()),
+        };
+        self.end_life(closed, "its connection closed");
+        Err("its connection closed; it is restarting".to_owned())
+    }
+
+    /// Calls a tool on `conn`; a broken transport ends the life.
+    pub(super) async fn call(
+        self: &Arc<Self>,
+        conn: &Conn,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        match conn.service.peer().call_tool(params).await {
+            Ok(result) => {
+                conn.answered.store(true, Ordering::Release);
+                Ok(result)
+            }
+            Err(error) => {
+                let reason = error.to_string();
+                if breaks_transport(&error) {
+                    self.end_life(conn.life, &reason);
+                }
+                Err(McpError::Unavailable {
+                    server: self.name.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Ends the current life, if it is still `life` (reports about an earlier life are stale
+    /// and ignored), and tells the supervisor.
+    pub(super) fn end_life(self: &Arc<Self>, life: u64, reason: &str) {
+        let conn = {
+            let mut state = self.lock();
+            match &state.life {
+                Life::Live(conn) if conn.life == life => {}
+                Life::Live(_) | Life::Down | Life::Retired => return,
+            }
+            match std::mem::replace(&mut state.life, Life::Down) {
+                Life::Live(conn) => conn,
+                // Matched as `Live` just above, under the same lock.
+                Life::Down | Life::Retired => return,
+            }
+        };
+        tracing::warn!(server = %self.name, life, reason, "server marked dead");
+        conn.shut_down();
+        self.feed(Fact::ServerExited {
+            server: self.name.clone(),
+            at_ms: self.shared.now_ms(),
+            answered: conn.answered.load(Ordering::Acquire),
+            reason: reason.to_owned(),
+            jitter: jitter(),
+        });
+    }
+
+    /// Feeds a fact to the supervisor and performs its orders.
+    pub(super) fn feed(self: &Arc<Self>, fact: Fact) {
+        // Recorded under the supervisor's lock, so that the records keep the order in which
+        // it handled them, each fact followed by its orders.
+        let orders: Vec<Order> = {
+            let mut supervisor = lock(&self.shared.supervisor);
+            let recorded = supervisor::Event::Fact(fact.clone());
+            if let Err(error) = supervisor.handle(fact) {
+                tracing::error!(%error, "supervision fact refused");
+                return;
+            }
+            self.shared.record(recorded);
+            let orders: Vec<Order> = std::iter::from_fn(|| supervisor.poll_order()).collect();
+            for order in &orders {
+                self.shared.record(supervisor::Event::Order(order.clone()));
+            }
+            orders
+        };
+        for order in orders {
+            self.perform(order);
+        }
+    }
+
+    fn perform(self: &Arc<Self>, order: Order) {
+        match order {
+            Order::StartServer { server, after_ms } => {
+                debug_assert_eq!(server, self.name, "orders answer the slot's own facts");
+                let slot = Arc::downgrade(self);
+                tokio::spawn(restart(slot, Duration::from_millis(after_ms)));
+            }
+            Order::RetireServer { server, bad_ends } => {
+                debug_assert_eq!(server, self.name, "orders answer the slot's own facts");
+                let options = &self.shared.options;
+                tracing::warn!(
+                    server = %self.name,
+                    "server ended badly {bad_ends} times in a row, past its restart budget of \
+                     {}; its tools leave the catalog",
+                    options.restart_budget
+                );
+                let mut state = self.lock();
+                state.life = Life::Retired;
+                *lock(&self.shared.tool_count) -= state.tools.len();
+                drop(state);
+                self.shared.catalog_changed();
+                self.changed.notify_waiters();
+            }
+        }
+    }
+
+    fn retired(&self) -> McpError {
+        McpError::Unavailable {
+            server: self.name.clone(),
+            reason: "it ran out of restarts".into(),
+        }
+    }
+
+    /// Replaces the server's tools after a restart or a `list_changed`, keeping the old ones
+    /// if the new ones would break the session's tool limit.
+    fn set_tools(&self, tools: Vec<ToolInfo>) {
+        let mut state = self.lock();
+        if state.tools == tools {
+            return;
+        }
+        let mut count = lock(&self.shared.tool_count);
+        let new_count = *count - state.tools.len() + tools.len();
+        if new_count > self.shared.options.max_tools {
+            tracing::warn!(
+                server = %self.name,
+                "the server's new tool list would bring the session to {new_count} tools, more \
+                 than the limit of {}; keeping its old list",
+                self.shared.options.max_tools
+            );
+            return;
+        }
+        *count = new_count;
+        state.tools = tools;
+        drop(count);
+        drop(state);
+        self.shared.catalog_changed();
+    }
+
+    /// Starts a life: connect, negotiate, list the tools; all within the start-up timeout.
+    async fn open(self: &Arc<Self>) -> Result<(Arc<Conn>, Vec<ToolInfo>), McpError> {
+        let life = {
+            let mut state = self.lock();
+            state.next_life += 1;
+            state.next_life
+        };
+        let timeout = self.shared.options.startup_timeout;
+        tokio::time::timeout(timeout, self.open_inner(life))
+            .await
+            .unwrap_or_else(|_| {
+                Err(McpError::StartupTimeout {
+                    server: self.name.clone(),
+                    secs: timeout.as_secs(),
+                })
+            })
+    }
+
+    async fn open_inner(
+        self: &Arc<Self>,
+        life: u64,
+    ) -> Result<(Arc<Conn>, Vec<ToolInfo>), McpError> {
+        let failed = |reason: String| McpError::Startup {
+            server: self.name.clone(),
+            reason,
+        };
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::LATEST],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        };
+        let (service, child) = match self.handshake(life, lifecycle).await {
+            Ok(connected) => connected,
+            // A server that answers `server/discover` with something other than a discovery
+            // result or a "legacy" error is still often a good `initialize` server: try that
+            // once. A broken transport (a dead process, an auth refusal) is not retried.
+            Err(Handshake::Init(error)) if falls_back(&error) => {
+                tracing::debug!(server = %self.name, %error, "discovery failed; trying initialize");
+                self.handshake(life, ClientLifecycleMode::Initialize)
+                    .await
+                    .map_err(|e| e.into_error(&self.name))?
+            }
+            Err(error) => return Err(error.into_error(&self.name)),
+        };
+        let conn = Arc::new(Conn {
+            life,
+            service,
+            child,
+            answered: AtomicBool::new(false),
+        });
+        let tools = match conn.service.peer().list_all_tools().await {
+            Ok(tools) => tools,
+            Err(e) => {
+                conn.shut_down();
+                return Err(failed(format!("tools/list failed: {e}")));
+            }
+        };
+        match convert::tools_from_server(&self.name, tools, &self.shared.options) {
+            Ok(tools) => {
+                let peer = conn.service.peer().clone();
+                let version = peer.peer_info().map(|i| i.protocol_version.to_string());
+                tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, "server started");
+                if let Some(subscription) = subscribe_tool_list(&peer).await {
+                    tokio::spawn(watch_tool_list(
+                        Arc::downgrade(self),
+                        peer,
+                        life,
+                        subscription,
+                    ));
+                }
+                Ok((conn, tools))
+            }
+            Err(error) => {
+                conn.shut_down();
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Slot {
+    /// Connects and negotiates one life with `lifecycle`.
+    async fn handshake(
+        self: &Arc<Self>,
+        life: u64,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Connected, Handshake> {
+        let handler = Handler {
+            slot: Arc::downgrade(self),
+            life,
+        };
+        match &self.launch {
+            Launch::Config(ServerConfig::Stdio(config)) => {
+                let (child, stdout, stdin) =
+                    ChildGroup::spawn(&self.name, config).map_err(|e| {
+                        Handshake::Spawn(format!("could not run {:?}: {e}", config.command))
+                    })?;
+                // If the handshake fails or times out, dropping `child` kills the group.
+                let service = serve_client_with_lifecycle(handler, (stdout, stdin), lifecycle)
+                    .await
+                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                Ok((service, Some(Mutex::new(child))))
+            }
+            Launch::Config(ServerConfig::Http(config)) => {
+                let transport = StreamableHttpClientTransport::from_config(
+                    http_config(config).map_err(Handshake::Spawn)?,
+                );
+                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
+                    .await
+                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                Ok((service, None))
+            }
+            #[cfg(test)]
+            Launch::Duplex(make) => {
+                let (read, write) = tokio::io::split(make());
+                let service = serve_client_with_lifecycle(handler, (read, write), lifecycle)
+                    .await
+                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                Ok((service, None))
+            }
+        }
+    }
+}
+
+/// A negotiated connection and, for stdio, its process group.
+type Connected = (
+    RunningService<RoleClient, Handler>,
+    Option<Mutex<ChildGroup>>,
+);
+
+/// Why a handshake failed.
+enum Handshake {
+    /// The server could not be started or reached at all.
+    Spawn(String),
+    /// The MCP handshake failed.
+    Init(Box<ClientInitializeError>),
+}
+
+impl Handshake {
+    fn into_error(self, server: &ServerName) -> McpError {
+        let reason = match self {
+            Self::Spawn(reason) => reason,
+            Self::Init(error) => error.to_string(),
+        };
+        McpError::Startup {
+            server: server.clone(),
+            reason,
+        }
+    }
+}
+
+/// Whether a failed discovery is worth an `initialize` handshake: a protocol-level answer the
+/// client did not expect, as opposed to a transport that broke (or refused authorization).
+fn falls_back(error: &ClientInitializeError) -> bool {
+    matches!(
+        error,
+        ClientInitializeError::ExpectedInitResponse(_)
+            | ClientInitializeError::ExpectedInitResult(_)
+            | ClientInitializeError::ConflictInitResponseId(..)
+            | ClientInitializeError::UncorrelatedErrorResponse { .. }
+            | ClientInitializeError::JsonRpcError(_)
+            | ClientInitializeError::NoCompatibleProtocolVersion { .. }
+    )
+}
+
+/// Performs [`Order::StartServer`]: waits, starts a life, and reports how it went. Holds the
+/// slot weakly, so a dropped host starts nothing.
+async fn restart(slot: Weak<Slot>, after: Duration) {
+    tokio::time::sleep(after).await;
+    let Some(slot) = slot.upgrade() else { return };
+    if slot.shared.closed.load(Ordering::Acquire) {
+        return;
+    }
+    match slot.open().await {
+        Ok((conn, tools)) => {
+            if slot.shared.closed.load(Ordering::Acquire) {
+                conn.shut_down();
+                return;
+            }
+            tracing::info!(server = %slot.name, life = conn.life, "server restarted");
+            // The supervisor hears of the life before anyone can end it.
+            slot.feed(Fact::ServerStarted {
+                server: slot.name.clone(),
+                at_ms: slot.shared.now_ms(),
+            });
+            slot.set_tools(tools);
+            slot.lock().life = Life::Live(conn);
+            slot.changed.notify_waiters();
+        }
+        Err(error) => {
+            tracing::warn!(server = %slot.name, %error, "server failed to restart");
+            slot.feed(Fact::StartFailed {
+                server: slot.name.clone(),
+                at_ms: slot.shared.now_ms(),
+                error: error.to_string(),
+                jitter: jitter(),
+            });
+        }
+    }
+}
+
+/// The jitter of the next backoff: the one random draw of supervision, made here so the
+/// supervisor stays deterministic.
+fn jitter() -> Jitter {
+    Jitter(fastrand::u16(0..=Jitter::MAX))
+}
+
+fn http_config(config: &HttpConfig) -> Result<StreamableHttpClientTransportConfig, String> {
+    let mut headers = HashMap::with_capacity(config.headers.len());
+    for (name, value) in &config.headers {
+        let name = http::HeaderName::try_from(name.as_str())
+            .map_err(|e| format!("invalid header name {name:?}: {e}"))?;
+        let value = http::HeaderValue::try_from(value.as_str())
+            .map_err(|e| format!("invalid value for header {name}: {e}"))?;
+        headers.insert(name, value);
+    }
+    Ok(StreamableHttpClientTransportConfig::with_uri(config.url.as_str()).custom_headers(headers))
+}
+
+/// Whether an rmcp error means the connection is gone (rather than the server refusing one
+/// request).
+fn breaks_transport(error: &ServiceError) -> bool {
+    matches!(
+        error,
+        ServiceError::TransportClosed | ServiceError::TransportSend(_)
+    )
+}
+
+/// The client side of one life: answers the server's notifications.
+pub(super) struct Handler {
+    slot: Weak<Slot>,
+    life: u64,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("hookloop", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let Some(slot) = self.slot.upgrade() else {
+            return;
+        };
+        // Listing needs the connection's reader, which is busy delivering this notification:
+        // list from a task of its own.
+        tokio::spawn(refresh_tools(slot, context.peer, self.life));
+    }
+}
+
+/// Lists a server's tools again after it said they changed, and replaces its catalog entry,
+/// unless the life that said so has ended since.
+async fn refresh_tools(slot: Arc<Slot>, peer: Peer<RoleClient>, life: u64) {
+    match peer.list_all_tools().await {
+        Ok(tools) => {
+            let current = matches!(&slot.lock().life, Life::Live(c) if c.life == life);
+            if !current {
+                return;
+            }
+            match convert::tools_from_server(&slot.name, tools, &slot.shared.options) {
+                Ok(tools) => slot.set_tools(tools),
+                Err(error) => {
+                    tracing::warn!(server = %slot.name, %error, "keeping the old tool list")
+                }
+            }
+        }
+        Err(error) => {
+            tracing::warn!(server = %slot.name, %error, "tools/list after list_changed failed")
+        }
+    }
+}
+
+/// On the stateless protocol (2026-07-28 on), a server sends `list_changed` only on a
+/// subscription the client opened. Opens one when the server offers the notification; the
+/// subscription is open once this returns, so no change after start-up is missed.
+async fn subscribe_tool_list(peer: &Peer<RoleClient>) -> Option<Subscription> {
+    let info = peer.peer_info()?;
+    let offers = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|tools| tools.list_changed)
+        .unwrap_or(false);
+    if info.protocol_version.has_initialize() || !offers {
+        return None;
+    }
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    match peer.listen(filter).await {
+        Ok(subscription) => Some(subscription),
+        Err(error) => {
+            tracing::debug!(%error, "the server refused a list_changed subscription");
+            None
+        }
+    }
+}
+
+/// Refreshes the catalog from a `list_changed` subscription until the life ends.
+async fn watch_tool_list(
+    slot: Weak<Slot>,
+    peer: Peer<RoleClient>,
+    life: u64,
+    mut subscription: Subscription,
+) {
+    while let Ok(Some(notification)) = subscription.next().await {
+        if matches!(
+            notification,
+            ServerNotification::ToolListChangedNotification(_)
+        ) {
+            let Some(slot) = slot.upgrade() else { return };
+            refresh_tools(slot, peer.clone(), life).await;
+        }
+    }
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here only moves values; a panic inside one cannot leave the data
+    // half-updated, so a poisoned lock is still consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
