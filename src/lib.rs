@@ -77,7 +77,6 @@
 
 pub mod acp;
 pub mod config;
-pub mod demo;
 pub mod driver;
 pub mod hooks;
 pub mod llm;

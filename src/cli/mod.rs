@@ -4,6 +4,7 @@
 pub mod acp;
 pub mod demo;
 pub mod run;
+pub mod script;
 mod wire;
 
 use std::fmt;
