@@ -85,6 +85,7 @@ pub mod mcp;
 pub mod progress;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod text;
 pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};

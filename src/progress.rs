@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::driver::Observer;
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
+use crate::text::one_line;
 
 /// One thing worth showing, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -143,15 +144,6 @@ impl Event {
                 format!("! server {server} killed after two hook timeouts in a row")
             }
         })
-    }
-}
-
-/// `text` on one line, cut to about `max` characters.
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
     }
 }
 
@@ -435,7 +427,6 @@ mod tests {
             event.describe().unwrap(),
             "✓ todo__complete (3 ms): done: #1"
         );
-        assert_eq!(one_line(&"é".repeat(10), 4), "éééé…");
         assert!(Event::Thinking { summary: false }.describe().is_none());
     }
 

@@ -25,12 +25,13 @@ use reqwest::header::HeaderName;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::http::{Endpoint, Transport, truncate};
+use crate::llm::http::{Endpoint, Transport};
 use crate::llm::turns::{self, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
     CallId, Content, LlmReply, StopReason, ToolCall, ToolOutput, ToolSpec, Usage,
 };
+use crate::text::{Cut, cut};
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -187,7 +188,11 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
     let response: MessagesResponse = serde_json::from_slice(body).map_err(|e| {
         LlmError::InvalidResponse(format!(
             "not a message: {e}; the answer began: {:?}",
-            truncate(&String::from_utf8_lossy(body), 200)
+            cut(
+                &String::from_utf8_lossy(body),
+                200,
+                Cut::Chars { total: true }
+            )
         ))
     })?;
     if response.kind.as_deref() == Some("error") || response.error.is_some() {
@@ -199,7 +204,7 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
             .unwrap_or("no message");
         return Err(LlmError::InvalidResponse(format!(
             "the provider reported an error: {}",
-            truncate(message, 512)
+            cut(message, 512, Cut::Chars { total: true })
         )));
     }
     let Some(content) = response.content else {

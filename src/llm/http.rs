@@ -10,6 +10,7 @@ use reqwest::{StatusCode, Url};
 
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::LlmReply;
+use crate::text::{Cut, cut};
 
 /// The most bytes of an answer the client reads; a longer one is an error.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -470,15 +471,7 @@ pub(crate) fn error_message(body: &[u8]) -> String {
     if text.is_empty() {
         return "(empty answer)".to_owned();
     }
-    truncate(&text, MAX_ERROR_CHARS)
-}
-
-/// At most `max` characters of `text`, marked when cut.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        None => text.to_owned(),
-        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
-    }
+    cut(&text, MAX_ERROR_CHARS, Cut::Chars { total: true })
 }
 
 /// An error and its causes on one line: reqwest's own message alone rarely says what failed.

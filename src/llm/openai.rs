@@ -24,10 +24,11 @@ use reqwest::header::AUTHORIZATION;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::http::{Endpoint, Transport, truncate};
+use crate::llm::http::{Endpoint, Transport};
 use crate::llm::turns::{self, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, ToolSpec, Usage};
+use crate::text::{Cut, cut};
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -192,14 +193,18 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|e| {
         LlmError::InvalidResponse(format!(
             "not a chat completion: {e}; the answer began: {:?}",
-            truncate(&String::from_utf8_lossy(body), 200)
+            cut(
+                &String::from_utf8_lossy(body),
+                200,
+                Cut::Chars { total: true }
+            )
         ))
     })?;
     let Some(choice) = response.choices.into_iter().next() else {
         return Err(LlmError::InvalidResponse(match response.error {
             Some(error) => format!(
                 "the provider reported an error: {}",
-                truncate(&error_text(&error), 512)
+                cut(&error_text(&error), 512, Cut::Chars { total: true })
             ),
             None => "the answer has no choices".to_owned(),
         }));

@@ -1085,7 +1085,7 @@ fn finish_reason(stop: StopReason) -> FinishReason {
 fn invalid_arguments_text(name: &str, arguments: &Value) -> String {
     let got = match arguments {
         Value::String(raw) => {
-            let shown = hooks::cap_middle(raw, 200);
+            let shown = crate::text::cut(raw, 200, crate::text::Cut::Middle);
             return format!("invalid arguments for {name}: not a JSON object: {shown:?}");
         }
         Value::Null => "null",

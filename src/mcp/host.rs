@@ -31,6 +31,7 @@ use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolInfo, ToolOu
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HostOptions, HttpConfig, McpServers, ServerConfig};
 use crate::mcp::{HookCall, McpError, ToolHost, convert};
+use crate::text::lock;
 
 /// The `_meta` key of the session id on every hook call.
 pub const META_SESSION: &str = "hookloop/session";
@@ -155,7 +156,7 @@ impl McpHost {
             Value::String(raw) => Err(format!(
                 "the arguments of {} must be a JSON object; got text that is not one: {}",
                 call.name,
-                hooks::cap_middle(raw, 200)
+                crate::text::cut(raw, 200, crate::text::Cut::Middle)
             )),
             other => Err(format!(
                 "the arguments of {} must be a JSON object; got {}",
@@ -759,14 +760,6 @@ async fn watch_tool_list(
             refresh_tools(slot, peer.clone(), life).await;
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here only moves values; a panic inside one cannot leave the data
-    // half-updated, so a poisoned lock is still consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
