@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use hookloop::progress::{Event, ProgressObserver};
+use hookloop::text::for_terminal;
 use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -104,6 +105,10 @@ pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
             "{}",
             serde_json::json!({"event": "error", "message": e.to_string()})
         ),
+        // Text a model wrote could drive a terminal with escape sequences; piped, it stays exact.
+        (_, Ok(_)) if !answer.is_empty() && std::io::stdout().is_terminal() => {
+            writeln!(stdout, "{}", for_terminal(&answer))
+        }
         (_, Ok(_)) if !answer.is_empty() => writeln!(stdout, "{answer}"),
         (_, Ok(_)) => Ok(()),
         (_, Err(e)) => {
@@ -200,6 +205,8 @@ async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mo
             }
             Mode::Lines | Mode::Spinner => {
                 if let Some(line) = event.describe() {
+                    // Descriptions quote model and tool text: people read them, so no escapes.
+                    let line = for_terminal(&line);
                     let _ = writeln!(stderr, "[{:>6.1}s] {line}", at.as_secs_f64());
                 }
             }

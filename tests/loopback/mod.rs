@@ -195,3 +195,66 @@ pub fn after_tool(request: &Value) -> bool {
 pub fn hookloop() -> &'static str {
     env!("CARGO_BIN_EXE_hookloop")
 }
+
+/// A pseudo-terminal, so a test can run the binary with a terminal as its stdout or stderr
+/// and read what a person would see, as it is written.
+pub struct Pty {
+    master: std::fs::File,
+    slave: std::fs::File,
+}
+
+impl Pty {
+    /// Opens a new pseudo-terminal pair.
+    pub fn open() -> Self {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        // SAFETY: plain libc calls on a descriptor this function owns; each result is checked.
+        unsafe {
+            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            assert!(master >= 0, "posix_openpt failed");
+            let master = std::fs::File::from_raw_fd(master);
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&master);
+            assert_eq!(libc::grantpt(fd), 0, "grantpt failed");
+            assert_eq!(libc::unlockpt(fd), 0, "unlockpt failed");
+            let mut name = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+            let path = std::ffi::CStr::from_ptr(name.as_ptr())
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let slave = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)
+                .unwrap();
+            Self { master, slave }
+        }
+    }
+
+    /// The terminal's side, for a child's stdout or stderr.
+    pub fn stdio(&self) -> std::process::Stdio {
+        std::process::Stdio::from(self.slave.try_clone().unwrap())
+    }
+
+    /// Starts reading what the terminal shows; call after spawning the child. Everything read
+    /// so far is in the returned buffer; the reader ends when the child closes the terminal.
+    pub fn reader(self) -> Arc<Mutex<Vec<u8>>> {
+        // Our copy of the child's side must go, or the reader never sees the end.
+        drop(self.slave);
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&shown);
+        let mut master = self.master;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // A read fails (EIO) once the last holder of the other side closes it.
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        shown
+    }
+}
