@@ -435,3 +435,30 @@ async fn compaction_sends_a_summary_request_then_the_post_compact_pair() {
     assert!(bodies[1].get("tools").is_none());
     insta::assert_snapshot!("compaction", support::pretty_all(&server.requests()));
 }
+
+#[tokio::test]
+async fn a_turn_without_tools_keeps_hook_pairs_native_with_tool_choice_none() {
+    // The only server steers (`_Stop`, no ordinary tool): the model is offered nothing, yet
+    // the objection must reach it as a tool result. The dialect refuses tool blocks without a
+    // tool list, so the request declares the called hook and forbids tool use this turn.
+    let server = Loopback::start([text("Done."), text("Still done.")]).await;
+    let host = InProcessHost::new().hook("gate", Hook::Stop, [HookStep::Say("lint fails".into())]);
+    let mut session = Session::new(config().build().unwrap(), client(&server), host);
+    assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
+    let bodies = checked(&server);
+    assert!(bodies[0].get("tools").is_none());
+    assert!(bodies[0].get("tool_choice").is_none());
+    assert_eq!(bodies[1]["tool_choice"], json!({"type": "none"}));
+    assert_eq!(
+        bodies[1]["tools"],
+        json!([{"name": "gate___Stop", "input_schema": {"type": "object"}}])
+    );
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(messages[1]["content"][1]["type"], "tool_use");
+    assert_eq!(messages[2]["content"][0]["type"], "tool_result");
+    assert!(!bodies[1].to_string().contains("[result of"));
+    insta::assert_snapshot!(
+        "hook_pair_without_tools",
+        support::pretty(&server.requests()[1].body)
+    );
+}

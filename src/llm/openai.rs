@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::http::{Endpoint, Transport};
-use crate::llm::turns::{self, Turn, UserPart};
+use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, ToolSpec, Usage};
 use crate::text::{Cut, cut};
@@ -148,7 +148,9 @@ pub fn request_body(
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
         messages.push(ChatMessage::System { content: system });
     }
-    for turn in turns::turns(request) {
+    // The dialect takes tool messages in a request without tools, so hook pairs stay native
+    // even when a server only steers and the model is offered nothing.
+    for turn in turns::turns(request, ToolBlocks::Native) {
         match turn {
             Turn::User(parts) => {
                 let mut texts: Vec<Cow<'_, str>> = Vec::new();
