@@ -252,7 +252,9 @@ async fn a_slow_answer_past_the_timeout_is_a_timeout() {
     let server = Loopback::start([text("late").after(Duration::from_secs(5))]).await;
     let client = Anthropic::new(
         "test-model",
-        &endpoint(&server).timeout(Duration::from_millis(300)),
+        &endpoint(&server)
+            .timeout(Duration::from_millis(300))
+            .stream_timeouts(Duration::from_millis(300), Duration::from_millis(300)),
     )
     .unwrap();
     let messages = [Message::user("Go.")];
@@ -386,6 +388,10 @@ async fn a_non_object_input_gets_an_error_result_and_goes_back_as_an_empty_objec
         ("HOOKLOOP_MODEL", "test-model".to_owned()),
         ("ANTHROPIC_BASE_URL", server.url()),
         ("ANTHROPIC_API_KEY", "sk-test-key".to_owned()),
+        (
+            "HOOKLOOP_STREAM",
+            u8::from(support::streaming()).to_string(),
+        ),
     ];
     let llm = LlmConfig::from_lookup(|var| {
         Ok(vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.clone()))

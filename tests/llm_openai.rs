@@ -330,7 +330,9 @@ async fn a_slow_answer_past_the_timeout_is_a_timeout() {
     let server = Loopback::start([text("late").after(Duration::from_secs(5))]).await;
     let client = OpenAi::new(
         "test-model",
-        &endpoint(&server).timeout(Duration::from_millis(300)),
+        &endpoint(&server)
+            .timeout(Duration::from_millis(300))
+            .stream_timeouts(Duration::from_millis(300), Duration::from_millis(300)),
     )
     .unwrap();
     let messages = [Message::user("Go.")];
@@ -391,6 +393,10 @@ async fn malformed_arguments_get_an_error_result_and_go_back_as_sent() {
         ("HOOKLOOP_MODEL", "test-model".to_owned()),
         ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
         ("OPENAI_API_KEY", "sk-test-key".to_owned()),
+        (
+            "HOOKLOOP_STREAM",
+            u8::from(support::streaming()).to_string(),
+        ),
     ];
     let llm = LlmConfig::from_lookup(|var| {
         Ok(vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.clone()))

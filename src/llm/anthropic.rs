@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::http::{Endpoint, Transport};
+use crate::llm::stream::{self, AnthropicDecoder, Decoder, OnDelta};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
@@ -98,7 +99,8 @@ impl Anthropic {
         self.prompt_caching
     }
 
-    /// The exact body [`complete`](LlmClient::complete) sends for `request`.
+    /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
+    /// `"stream":true` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
         request_body(&self.model, self.prompt_caching, request)
     }
@@ -106,9 +108,32 @@ impl Anthropic {
 
 impl LlmClient for Anthropic {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        self.stream(request, &mut |_| {}).await
+    }
+
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
         let body = self.request_body(&request)?;
+        if !self.transport.streams() {
+            return self
+                .transport
+                .exchange(&self.model, &request, body, parse_response)
+                .await;
+        }
+        let body = stream::with_stream_fields(body, stream::ANTHROPIC_STREAM_FIELDS)?;
+        let decoder = || -> Box<dyn Decoder> { Box::<AnthropicDecoder>::default() };
         self.transport
-            .exchange(&self.model, &request, body, parse_response)
+            .exchange_stream(
+                &self.model,
+                &request,
+                body,
+                parse_response,
+                decoder,
+                on_delta,
+            )
             .await
     }
 }

@@ -6,6 +6,8 @@ pub mod anthropic;
 pub mod config;
 pub mod http;
 pub mod openai;
+pub mod sse;
+pub mod stream;
 mod turns;
 
 use std::future::Future;
@@ -14,6 +16,7 @@ pub use self::anthropic::Anthropic;
 pub use self::config::{LlmConfig, Provider};
 pub use self::http::{ApiKey, Endpoint, RetryPolicy};
 pub use self::openai::OpenAi;
+pub use self::stream::{Delta, OnDelta};
 pub use self::turns::HISTORY_CUT_NOTE;
 use crate::machine::LlmReply;
 pub use crate::machine::LlmRequest;
@@ -30,6 +33,18 @@ pub trait LlmClient: Send + Sync {
         &self,
         request: LlmRequest<'_>,
     ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send;
+
+    /// Sends one request and returns the model's reply, handing pieces of it to `on_delta` as
+    /// they arrive, for people watching. The reply is the same [`complete`](Self::complete)
+    /// would return; the deltas are progress, never facts. The default streams nothing.
+    fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        let _ = on_delta;
+        self.complete(request)
+    }
 }
 
 /// Why a model request failed. Messages never carry API keys.
@@ -93,6 +108,17 @@ impl LlmClient for AnyLlm {
         match self {
             Self::OpenAi(client) => client.complete(request).await,
             Self::Anthropic(client) => client.complete(request).await,
+        }
+    }
+
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
+        match self {
+            Self::OpenAi(client) => client.stream(request, on_delta).await,
+            Self::Anthropic(client) => client.stream(request, on_delta).await,
         }
     }
 }

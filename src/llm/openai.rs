@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::http::{Endpoint, Transport};
+use crate::llm::stream::{self, Decoder, OnDelta, OpenAiDecoder};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, ToolSpec, Usage};
@@ -76,7 +77,8 @@ impl OpenAi {
         self.transport.url()
     }
 
-    /// The exact body [`complete`](LlmClient::complete) sends for `request`.
+    /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
+    /// `"stream":true,"stream_options":{"include_usage":true}` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
         request_body(&self.model, self.max_tokens_field, request)
     }
@@ -84,9 +86,32 @@ impl OpenAi {
 
 impl LlmClient for OpenAi {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        self.stream(request, &mut |_| {}).await
+    }
+
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
         let body = self.request_body(&request)?;
+        if !self.transport.streams() {
+            return self
+                .transport
+                .exchange(&self.model, &request, body, parse_response)
+                .await;
+        }
+        let body = stream::with_stream_fields(body, stream::OPENAI_STREAM_FIELDS)?;
+        let decoder = || -> Box<dyn Decoder> { Box::<OpenAiDecoder>::default() };
         self.transport
-            .exchange(&self.model, &request, body, parse_response)
+            .exchange_stream(
+                &self.model,
+                &request,
+                body,
+                parse_response,
+                decoder,
+                on_delta,
+            )
             .await
     }
 }
