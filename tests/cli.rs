@@ -355,3 +355,67 @@ fn run_strips_terminal_escapes_from_what_it_shows_and_keeps_them_when_piped_or_j
     let last: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["text"], reply);
 }
+
+#[test]
+fn run_shows_the_first_words_on_a_terminal_before_the_reply_ends() {
+    let pieces: Vec<String> = ["The ", "answer ", "is ", "42."]
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect();
+    let stream = pieces.clone();
+    let provider = FakeProvider::start(move |_| {
+        Reply::Stream(stream.clone(), std::time::Duration::from_millis(400))
+    });
+    let pty = loopback::Pty::open();
+    let mut command = hookloop(&["run", "go"]);
+    with_provider(&mut command, &provider);
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(pty.stdio())
+        .spawn()
+        .unwrap();
+    let shown = pty.reader();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let seen = text(&shown.lock().unwrap());
+        if seen.contains("model: The") {
+            // The first words are on the terminal; the reply has not ended.
+            assert!(!seen.contains("42."), "{seen:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // The answer on stdout is exactly the reply's text, streamed or not.
+    assert_eq!(text(&out.stdout), "The answer is 42.\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let seen = loop {
+        let seen = text(&shown.lock().unwrap());
+        if seen.contains("42.") || std::time::Instant::now() > deadline {
+            break seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // Shown once, as it streamed: no second line repeating it.
+    assert_eq!(seen.matches("The answer is 42.").count(), 1, "{seen:?}");
+
+    // --json: delta events, then the answer.
+    let mut command = hookloop(&["run", "--json", "go"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "delta" && e["kind"] == "text")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, pieces);
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "answer");
+    assert_eq!(last["text"], "The answer is 42.");
+}

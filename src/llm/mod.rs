@@ -36,7 +36,8 @@ pub trait LlmClient: Send + Sync {
 
     /// Sends one request and returns the model's reply, handing pieces of it to `on_delta` as
     /// they arrive, for people watching. The reply is the same [`complete`](Self::complete)
-    /// would return; the deltas are progress, never facts. The default streams nothing.
+    /// would return; the deltas are progress, never facts. The default streams nothing, so a
+    /// client that wraps another must forward this method too.
     fn stream(
         &self,
         request: LlmRequest<'_>,

@@ -20,6 +20,9 @@ pub enum Reply {
     Tools(Vec<(String, Value)>),
     /// No answer until the client gives up (the test cancels).
     Hang,
+    /// Text that ends the turn, streamed in these pieces with a pause before each when the
+    /// request asks for a stream (else sent whole after the pauses).
+    Stream(Vec<String>, Duration),
 }
 
 impl Reply {
@@ -100,7 +103,22 @@ fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) 
         seen.lock().unwrap().push(request.clone());
         call += 1;
         let reply = answer(&request);
+        if let Reply::Stream(pieces, pause) = &reply
+            && request["stream"] == true
+        {
+            if stream_sse(&mut stream, id, pieces, *pause).is_err() {
+                return;
+            }
+            continue;
+        }
         let message = match reply {
+            Reply::Stream(pieces, pause) => {
+                std::thread::sleep(pause * u32::try_from(pieces.len()).unwrap_or(1));
+                (
+                    json!({"role": "assistant", "content": pieces.concat()}),
+                    "stop",
+                )
+            }
             Reply::Hang => {
                 // Hold the connection until the client drops it.
                 std::thread::sleep(Duration::from_secs(600));
@@ -143,6 +161,40 @@ fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) 
             return;
         }
     }
+}
+
+/// A streamed Chat Completions answer: a chunk per piece, each after `pause`, then `[DONE]`.
+fn stream_sse(
+    stream: &mut TcpStream,
+    id: u64,
+    pieces: &[String],
+    pause: Duration,
+) -> std::io::Result<()> {
+    stream.write_all(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+    )?;
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = json!({"id": format!("chatcmpl-{id}"), "object": "chat.completion.chunk",
+            "created": 0, "model": "loopback",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    let mut write_chunk = |text: &str| -> std::io::Result<()> {
+        stream.write_all(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes())?;
+        stream.flush()
+    };
+    write_chunk(&chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    ))?;
+    for piece in pieces {
+        std::thread::sleep(pause);
+        write_chunk(&chunk(json!({"content": piece}), Value::Null))?;
+    }
+    write_chunk(&chunk(json!({}), json!("stop")))?;
+    write_chunk("data: [DONE]\n\n")?;
+    stream.write_all(b"0\r\n\r\n")?;
+    stream.flush()
 }
 
 /// The text of a message's content: a string, or the text parts of an array.
