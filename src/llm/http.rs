@@ -9,8 +9,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
-use crate::llm::sse::SseParser;
-use crate::llm::stream::{Decoder, OnDelta};
+use crate::llm::stream::{Assembler, Decoder, OnDelta};
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
@@ -392,7 +391,7 @@ impl Transport {
         &self,
         body: bytes::Bytes,
         parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
-        mut decoder: Box<dyn Decoder>,
+        decoder: Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
     ) -> Result<LlmReply, Failure> {
         let fail = |error: LlmError| Failure {
@@ -434,8 +433,7 @@ impl Transport {
             tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
             return parse(&answer).map_err(fail);
         }
-        let mut parser = SseParser::new();
-        let mut events = Vec::new();
+        let mut decoder = Assembler::new(decoder);
         let mut read = 0usize;
         let mut first = true;
         while !decoder.complete() {
@@ -467,14 +465,7 @@ impl Transport {
                 ))));
             }
             tracing::trace!(chunk = %String::from_utf8_lossy(&chunk), "answer chunk");
-            parser
-                .push(&chunk, &mut events)
-                .map_err(|e| fail(LlmError::InvalidResponse(e.to_string())))?;
-            for event in events.drain(..) {
-                decoder
-                    .event(&event.event, &event.data, on_delta)
-                    .map_err(fail)?;
-            }
+            decoder.feed(&chunk, on_delta).map_err(fail)?;
         }
         if !decoder.complete() && !decoder.ended_complete() {
             let error = LlmError::Transport(format!(

@@ -12,7 +12,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::llm::{LlmError, anthropic, openai};
+use crate::llm::sse::{SseEvent, SseParser};
+use crate::llm::{LlmError, Provider, anthropic, openai};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
 
@@ -50,6 +51,83 @@ pub(crate) trait Decoder: Send {
 
     /// The reply, once [`complete`](Self::complete).
     fn finish(self: Box<Self>) -> Result<LlmReply, LlmError>;
+}
+
+/// Parses a whole streamed answer of `provider`'s dialect, arriving in `chunks`, as a client
+/// would: for tests and fuzzing. The same code reads streams off the network.
+pub fn parse_stream<'a>(
+    provider: Provider,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<LlmReply, LlmError> {
+    let decoder: Box<dyn Decoder> = match provider {
+        Provider::OpenAi => Box::<OpenAiDecoder>::default(),
+        Provider::Anthropic => Box::<AnthropicDecoder>::default(),
+    };
+    let mut assembler = Assembler::new(decoder);
+    for chunk in chunks {
+        if assembler.complete() {
+            break;
+        }
+        assembler.feed(chunk, &mut |_| {})?;
+    }
+    if !assembler.complete() && !assembler.ended_complete() {
+        return Err(LlmError::InvalidResponse(
+            "the stream ended before the reply was complete".into(),
+        ));
+    }
+    assembler.finish()
+}
+
+/// Bytes in, deltas out, and the reply at the end: the parser and a dialect's decoder.
+pub(crate) struct Assembler {
+    parser: SseParser,
+    events: Vec<SseEvent>,
+    decoder: Box<dyn Decoder>,
+}
+
+impl Assembler {
+    pub(crate) fn new(decoder: Box<dyn Decoder>) -> Self {
+        Self {
+            parser: SseParser::new(),
+            events: Vec::new(),
+            decoder,
+        }
+    }
+
+    /// Takes the next chunk of the body.
+    pub(crate) fn feed(
+        &mut self,
+        chunk: &[u8],
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<(), LlmError> {
+        self.parser
+            .push(chunk, &mut self.events)
+            .map_err(|e| LlmError::InvalidResponse(e.to_string()))?;
+        for event in self.events.drain(..) {
+            self.decoder.event(&event.event, &event.data, on_delta)?;
+        }
+        Ok(())
+    }
+
+    /// See [`Decoder::complete`].
+    pub(crate) fn complete(&self) -> bool {
+        self.decoder.complete()
+    }
+
+    /// See [`Decoder::ended_complete`].
+    pub(crate) fn ended_complete(&self) -> bool {
+        self.decoder.ended_complete()
+    }
+
+    /// See [`Decoder::has_content`].
+    pub(crate) fn has_content(&self) -> bool {
+        self.decoder.has_content()
+    }
+
+    /// The reply; only once complete.
+    pub(crate) fn finish(self) -> Result<LlmReply, LlmError> {
+        self.decoder.finish()
+    }
 }
 
 fn invalid_event(what: &str, data: &str, error: impl std::fmt::Display) -> LlmError {
@@ -634,6 +712,40 @@ mod tests {
             .event("", r#"{"error":{"message":"upstream died"}}"#, &mut |_| {})
             .unwrap_err();
         assert!(err.to_string().contains("upstream died"), "{err}");
+    }
+
+    #[test]
+    fn the_fuzz_seeds_parse_the_same_at_every_chunk_size() {
+        let seeds = [
+            (
+                Provider::OpenAi,
+                &include_bytes!("../../fuzz/seeds/provider_parse/openai_stream")[..],
+            ),
+            (
+                Provider::Anthropic,
+                &include_bytes!("../../fuzz/seeds/provider_parse/anthropic_stream")[..],
+            ),
+        ];
+        for (provider, seed) in seeds {
+            // The fuzz target's first byte picks the chunk size; the rest is the body.
+            let body = &seed[1..];
+            let whole = parse_stream(provider, [body]).unwrap();
+            assert_eq!(whole.text, "Hé");
+            assert_eq!(whole.stop, StopReason::ToolUse);
+            assert_eq!(whole.tool_calls[0].arguments, json!({"p": 1}));
+            for size in 1..=16 {
+                assert_eq!(parse_stream(provider, body.chunks(size)).unwrap(), whole);
+            }
+            // Cut before the model said it finished, a stream is an error, never a reply.
+            let finished = match provider {
+                Provider::OpenAi => r#""finish_reason": "tool_calls""#,
+                Provider::Anthropic => "event: message_stop",
+            };
+            let finished = String::from_utf8_lossy(body).find(finished).unwrap();
+            for cut in 0..finished {
+                assert!(parse_stream(provider, [&body[..cut]]).is_err(), "{cut}");
+            }
+        }
     }
 
     #[test]
