@@ -36,7 +36,7 @@ pub enum Reply {
     /// Close the connection without answering.
     Close,
     /// A `text/event-stream` answer: these events (`event:` name, data), one chunk each, with
-    /// a pause before each; then the body ends, after `cut` bytes of the last event if set.
+    /// a pause between two; then the body ends, after `cut` bytes of the last event if set.
     Events {
         events: Vec<(String, String)>,
         pause: Duration,
@@ -304,8 +304,8 @@ async fn write_reply(
     stream.shutdown().await
 }
 
-/// A chunked answer, each chunk flushed after `pause`. The body ends with the last chunk; the
-/// terminating zero chunk is sent, so the client sees a clean end.
+/// A chunked answer, each chunk flushed, `pause` between two. The body ends with the last
+/// chunk; the terminating zero chunk is sent, so the client sees a clean end.
 async fn write_chunked(
     stream: &mut TcpStream,
     status: u16,
@@ -320,8 +320,8 @@ async fn write_chunked(
     );
     stream.write_all(head.as_bytes()).await?;
     stream.flush().await?;
-    for chunk in chunks {
-        if !pause.is_zero() {
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        if i > 0 && !pause.is_zero() {
             tokio::time::sleep(pause).await;
         }
         stream
