@@ -8,7 +8,7 @@ use std::time::Duration;
 use hookloop::llm::Delta;
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::text::for_terminal;
-use hookloop::{Config, LlmClient, Observer, PromptStop, Session, ToolHost};
+use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -74,16 +74,6 @@ enum Shown {
     Delta(Duration, Delta),
 }
 
-/// Hands the reply's deltas to the renderer; the events come through a [`ProgressObserver`]
-/// into the same channel, so the order holds.
-struct Deltas(mpsc::UnboundedSender<Shown>);
-
-impl Observer for Deltas {
-    fn on_delta(&mut self, at: Duration, delta: &Delta) {
-        let _ = self.0.send(Shown::Delta(at, delta.clone()));
-    }
-}
-
 /// Runs one prompt with progress shown in `mode`, prints the answer, and says how it ended.
 pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
     mut session: Session<L, H>,
@@ -91,13 +81,19 @@ pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
     prompt: String,
 ) -> ExitCode {
     let (tx, rx) = mpsc::unbounded_channel();
-    if mode != Mode::Lines {
-        session.add_observer(Deltas(tx.clone()));
-    }
-    session.add_observer(ProgressObserver::new(move |at, event| {
+    // Every sender lives in the observer: the renderer ends when the session is dropped.
+    // Events and deltas share the channel, so the renderer sees them in order.
+    let deltas = (mode != Mode::Lines).then(|| tx.clone());
+    let progress = ProgressObserver::new(move |at, event| {
         // The renderer outlives the session; a send fails only if it panicked.
         let _ = tx.send(Shown::Event(at, event));
-    }));
+    });
+    session.add_observer(match deltas {
+        None => progress,
+        Some(deltas) => progress.with_deltas(move |at, delta| {
+            let _ = deltas.send(Shown::Delta(at, delta.clone()));
+        }),
+    });
     let renderer = tokio::spawn(render(rx, mode));
     let cancel = session.cancel_handle();
     let ctrl_c = tokio::spawn(async move {
