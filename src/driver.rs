@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::hooks::{Hook, ServerName};
-use crate::llm::{LlmClient, LlmError};
+use crate::llm::{Delta, LlmClient, LlmError};
 use crate::machine::{
     Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError, Message,
     Phase, Purpose, ToolCall,
@@ -41,6 +41,13 @@ pub trait Observer: Send {
     /// retired), as the driver learned of it.
     fn on_supervision(&mut self, at: Duration, event: &crate::supervisor::Event) {
         let _ = (at, event);
+    }
+
+    /// A piece of the model's reply as it streams in, before the reply is a fact. Progress
+    /// only: the machine never sees it, and the whole reply follows as
+    /// [`Input::LlmReplied`] (a reply that fails midway follows as `LlmFailed`).
+    fn on_delta(&mut self, at: Duration, delta: &Delta) {
+        let _ = (at, delta);
     }
 }
 
@@ -213,8 +220,20 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
 
     async fn perform_llm(&mut self, purpose: Purpose) -> Result<Option<Next>, SessionError> {
         let outcome = {
-            let request = self.boundary.machine.request(purpose);
-            let call = self.llm.complete(request);
+            let Boundary {
+                machine,
+                observers,
+                started,
+                ..
+            } = &mut self.boundary;
+            let request = machine.request(purpose);
+            let mut on_delta = |delta: Delta| {
+                let at = started.elapsed();
+                for observer in observers.iter_mut() {
+                    observer.on_delta(at, &delta);
+                }
+            };
+            let call = self.llm.stream(request, &mut on_delta);
             tokio::select! {
                 biased;
                 () = cancelled(&mut self.cancel_rx) => None,

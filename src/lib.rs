@@ -82,7 +82,6 @@
 
 pub mod acp;
 pub mod config;
-pub mod demo;
 pub mod driver;
 pub mod hooks;
 pub mod llm;
@@ -92,6 +91,7 @@ pub mod progress;
 pub mod supervisor;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod text;
 pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};

@@ -5,6 +5,11 @@
 //! started or finished (with its duration), a hook objected, the budget is spent, the history
 //! was compacted. Every front end renders the same events — the CLI as lines or JSON, the ACP
 //! agent as session updates, the demo as a story — so they never disagree about what happened.
+//!
+//! A streamed reply's pieces are not events (they are not facts, and the whole text follows as
+//! [`Event::ModelText`]); a front end that shows text as it arrives asks for them with
+//! [`ProgressObserver::with_deltas`]. Pieces of a compaction summary are never handed on: a
+//! summary is not something the model says to anyone.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,7 +19,9 @@ use serde_json::Value;
 
 use crate::driver::Observer;
 use crate::hooks::{Hook, ServerName};
+use crate::llm::Delta;
 use crate::machine::{CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
+use crate::text::one_line;
 
 /// One thing worth showing, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -166,20 +173,15 @@ impl Event {
     }
 }
 
-/// `text` on one line, cut to about `max` characters.
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
-}
+/// Receives the pieces of a reply as they stream in.
+type DeltaSink = Box<dyn FnMut(Duration, &Delta) + Send>;
 
 /// An [`Observer`] that hands each [`Event`] to `sink`, with the time since the session started.
 pub struct ProgressObserver<F> {
     sink: F,
     purpose: Purpose,
     running: HashMap<CallId, (String, Duration)>,
+    deltas: Option<DeltaSink>,
 }
 
 impl<F: FnMut(Duration, Event) + Send> ProgressObserver<F> {
@@ -189,7 +191,17 @@ impl<F: FnMut(Duration, Event) + Send> ProgressObserver<F> {
             sink,
             purpose: Purpose::Turn,
             running: HashMap::new(),
+            deltas: None,
         }
+    }
+
+    /// The same observer, also handing the pieces of each turn's reply to `sink` as they
+    /// stream in (never those of a compaction summary). The reply's whole text still follows
+    /// as [`Event::ModelText`]: a front end that showed the pieces need not show it again.
+    #[must_use]
+    pub fn with_deltas(mut self, sink: impl FnMut(Duration, &Delta) + Send + 'static) -> Self {
+        self.deltas = Some(Box::new(sink));
+        self
     }
 }
 
@@ -248,6 +260,12 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
             }
         };
         (self.sink)(at, event);
+    }
+
+    fn on_delta(&mut self, at: Duration, delta: &Delta) {
+        if let (Purpose::Turn, Some(sink)) = (self.purpose, self.deltas.as_mut()) {
+            sink(at, delta);
+        }
     }
 
     fn on_fact(&mut self, at: Duration, fact: &Input) {
@@ -463,6 +481,30 @@ mod tests {
     }
 
     #[test]
+    fn deltas_of_turns_are_handed_on_and_those_of_a_summary_are_not() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let mut observer = ProgressObserver::new(|_, _| {})
+            .with_deltas(move |_, delta| sink.lock().unwrap().push(delta.clone()));
+        let call = |purpose| Effect::CallLlm {
+            purpose,
+            messages: 1,
+            digest: 0,
+        };
+        let at = Duration::ZERO;
+        observer.on_effect(at, &call(Purpose::Turn));
+        observer.on_delta(at, &Delta::Text("turn".into()));
+        observer.on_effect(at, &call(Purpose::Summary { from: 0 }));
+        observer.on_delta(at, &Delta::Text("summary".into()));
+        observer.on_effect(at, &call(Purpose::Turn));
+        observer.on_delta(at, &Delta::Thinking("again".into()));
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [Delta::Text("turn".into()), Delta::Thinking("again".into())]
+        );
+    }
+
+    #[test]
     fn descriptions_are_single_lines() {
         let event = Event::ToolFinished {
             id: "c1".into(),
@@ -475,7 +517,6 @@ mod tests {
             event.describe().unwrap(),
             "✓ todo__complete (3 ms): done: #1"
         );
-        assert_eq!(one_line(&"é".repeat(10), 4), "éééé…");
         assert!(Event::Thinking { summary: false }.describe().is_none());
     }
 

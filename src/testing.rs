@@ -191,9 +191,7 @@ impl ScriptedLlm {
 
     fn lock(&self) -> MutexGuard<'_, Script> {
         // A panic while holding the lock is a test failure already; keep reading.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::text::lock(&self.inner)
     }
 }
 
@@ -348,9 +346,7 @@ impl InProcessHost {
     }
 
     fn lock(&self) -> MutexGuard<'_, HostState> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::text::lock(&self.inner)
     }
 }
 

@@ -347,3 +347,119 @@ fn a_recorded_run_replays_cleanly_and_acp_records_per_session() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(text(&out.stderr).contains("HOOKLOOP_RECORD_DIR"), "{out:?}");
 }
+
+#[test]
+fn run_strips_terminal_escapes_from_what_it_shows_and_keeps_them_when_piped_or_json() {
+    let reply = "Done \x1b[31mred\x1b[0m\x07 \x1b]0;title\x07\r.";
+    let provider = FakeProvider::start(move |_| Reply::text(reply));
+
+    // Progress lines are for people, even in a log: no control characters.
+    let mut command = hookloop(&["run", "go"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = text(&out.stderr);
+    // The one-line display turns the `\r` into a space; the escapes lose their ESC and BEL.
+    assert!(
+        stderr.contains("model: Done [31mred[0m ]0;title ."),
+        "{stderr:?}"
+    );
+    assert!(!stderr.contains(['\x1b', '\x07', '\r']), "{stderr:?}");
+    // A piped answer is exactly what the model wrote.
+    assert_eq!(text(&out.stdout), format!("{reply}\n"));
+
+    // An answer printed on a terminal loses its control characters.
+    let pty = loopback::Pty::open();
+    let mut command = hookloop(&["run", "go"]);
+    with_provider(&mut command, &provider);
+    let mut child = command
+        .stdout(pty.stdio())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let shown = pty.reader();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // The reader ends soon after the child closes the terminal.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let seen = loop {
+        let seen = text(&shown.lock().unwrap());
+        if seen.ends_with('\n') || std::time::Instant::now() > deadline {
+            break seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // The terminal turns each `\n` into `\r\n`; nothing else may carry a control character.
+    let shown_text = seen.replace("\r\n", "\n");
+    assert_eq!(shown_text, "Done [31mred[0m ]0;title.\n", "{seen:?}");
+
+    // --json keeps the exact text.
+    let mut command = hookloop(&["run", "--json", "go"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    let last: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["text"], reply);
+}
+
+#[test]
+fn run_shows_the_first_words_on_a_terminal_before_the_reply_ends() {
+    let pieces: Vec<String> = ["The ", "answer ", "is ", "42."]
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect();
+    let stream = pieces.clone();
+    let provider = FakeProvider::start(move |_| {
+        Reply::Stream(stream.clone(), std::time::Duration::from_millis(400))
+    });
+    let pty = loopback::Pty::open();
+    let mut command = hookloop(&["run", "go"]);
+    with_provider(&mut command, &provider);
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(pty.stdio())
+        .spawn()
+        .unwrap();
+    let shown = pty.reader();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let seen = text(&shown.lock().unwrap());
+        if seen.contains("model: The") {
+            // The first words are on the terminal; the reply has not ended.
+            assert!(!seen.contains("42."), "{seen:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // The answer on stdout is exactly the reply's text, streamed or not.
+    assert_eq!(text(&out.stdout), "The answer is 42.\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let seen = loop {
+        let seen = text(&shown.lock().unwrap());
+        if seen.contains("42.") || std::time::Instant::now() > deadline {
+            break seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // Shown once, as it streamed: no second line repeating it.
+    assert_eq!(seen.matches("The answer is 42.").count(), 1, "{seen:?}");
+
+    // --json: delta events, then the answer.
+    let mut command = hookloop(&["run", "--json", "go"]);
+    with_provider(&mut command, &provider);
+    let out = command.output().unwrap();
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "delta" && e["kind"] == "text")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, pieces);
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "answer");
+    assert_eq!(last["text"], "The answer is 42.");
+}

@@ -255,7 +255,9 @@ async fn a_slow_answer_past_the_timeout_is_a_timeout() {
     let server = Loopback::start([text("late").after(Duration::from_secs(5))]).await;
     let client = Anthropic::new(
         "test-model",
-        &endpoint(&server).timeout(Duration::from_millis(300)),
+        &endpoint(&server)
+            .timeout(Duration::from_millis(300))
+            .stream_timeouts(Duration::from_millis(300), Duration::from_millis(300)),
     )
     .unwrap();
     let messages = [Message::user("Go.")];
@@ -389,6 +391,10 @@ async fn a_non_object_input_gets_an_error_result_and_goes_back_as_an_empty_objec
         ("HOOKLOOP_MODEL", "test-model".to_owned()),
         ("ANTHROPIC_BASE_URL", server.url()),
         ("ANTHROPIC_API_KEY", "sk-test-key".to_owned()),
+        (
+            "HOOKLOOP_STREAM",
+            u8::from(support::streaming()).to_string(),
+        ),
     ];
     let llm = LlmConfig::from_lookup(|var| {
         Ok(vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.clone()))
@@ -464,4 +470,31 @@ async fn a_screenshot_costs_what_the_dialect_sends_and_forces_no_compaction() {
     let bodies = checked(&server);
     assert_eq!(bodies.len(), 2, "no summary request");
     assert!(bodies[1].to_string().contains(r#""type":"image""#));
+}
+
+#[tokio::test]
+async fn a_turn_without_tools_keeps_hook_pairs_native_with_tool_choice_none() {
+    // The only server steers (`_Stop`, no ordinary tool): the model is offered nothing, yet
+    // the objection must reach it as a tool result. The dialect refuses tool blocks without a
+    // tool list, so the request declares the called hook and forbids tool use this turn.
+    let server = Loopback::start([text("Done."), text("Still done.")]).await;
+    let host = InProcessHost::new().hook("gate", Hook::Stop, [HookStep::Say("lint fails".into())]);
+    let mut session = Session::new(config().build().unwrap(), client(&server), host);
+    assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
+    let bodies = checked(&server);
+    assert!(bodies[0].get("tools").is_none());
+    assert!(bodies[0].get("tool_choice").is_none());
+    assert_eq!(bodies[1]["tool_choice"], json!({"type": "none"}));
+    assert_eq!(
+        bodies[1]["tools"],
+        json!([{"name": "gate___Stop", "input_schema": {"type": "object"}}])
+    );
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(messages[1]["content"][1]["type"], "tool_use");
+    assert_eq!(messages[2]["content"][0]["type"], "tool_result");
+    assert!(!bodies[1].to_string().contains("[result of"));
+    insta::assert_snapshot!(
+        "hook_pair_without_tools",
+        support::pretty(&server.requests()[1].body)
+    );
 }

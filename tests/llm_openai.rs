@@ -330,7 +330,9 @@ async fn a_slow_answer_past_the_timeout_is_a_timeout() {
     let server = Loopback::start([text("late").after(Duration::from_secs(5))]).await;
     let client = OpenAi::new(
         "test-model",
-        &endpoint(&server).timeout(Duration::from_millis(300)),
+        &endpoint(&server)
+            .timeout(Duration::from_millis(300))
+            .stream_timeouts(Duration::from_millis(300), Duration::from_millis(300)),
     )
     .unwrap();
     let messages = [Message::user("Go.")];
@@ -391,6 +393,10 @@ async fn malformed_arguments_get_an_error_result_and_go_back_as_sent() {
         ("HOOKLOOP_MODEL", "test-model".to_owned()),
         ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
         ("OPENAI_API_KEY", "sk-test-key".to_owned()),
+        (
+            "HOOKLOOP_STREAM",
+            u8::from(support::streaming()).to_string(),
+        ),
     ];
     let llm = LlmConfig::from_lookup(|var| {
         Ok(vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.clone()))
@@ -457,15 +463,22 @@ async fn compaction_sends_a_summary_request_then_the_post_compact_pair() {
 }
 
 #[tokio::test]
-async fn a_turn_without_tools_carries_hook_pairs_as_text() {
-    // The only server has hooks and no tools: the model is offered none, yet the history holds
-    // the `_Stop` pair; it goes as text, which every server accepts without tool definitions.
+async fn a_turn_without_tools_keeps_hook_pairs_as_tool_messages() {
+    // The only server steers (`_Stop`, no ordinary tool): the model is offered no tools, yet
+    // the objection must reach it as a tool result, which the dialect takes without a tool list.
     let server = Loopback::start([text("Done."), text("Still done.")]).await;
     let host = InProcessHost::new().hook("todo", Hook::Stop, [HookStep::Say("one more".into())]);
     let mut session = Session::new(config().build().unwrap(), client(&server), host);
     assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
     let bodies = checked(&server);
     assert!(bodies[1].get("tools").is_none());
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[2]["tool_calls"][0]["function"]["name"],
+        "todo___Stop"
+    );
+    assert_eq!(messages[3]["role"], "tool");
+    assert!(!bodies[1].to_string().contains("[result of"));
     insta::assert_snapshot!(
         "hook_pair_without_tools",
         support::pretty(&server.requests()[1].body)

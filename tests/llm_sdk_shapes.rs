@@ -1,4 +1,5 @@
-//! Every request body the snapshot tests pin, and the answers the loopback tests send, checked
+//! Every request body the snapshot tests pin (as sent whole and as sent streamed), the answers
+//! the loopback tests send, and the stream events the loopback server makes of them, checked
 //! against the official OpenAI and Anthropic SDKs' type definitions (Python, pydantic).
 //!
 //! Runs when `HOOKLOOP_SDK_PYTHON` names a Python with the `openai` and `anthropic` packages;
@@ -134,13 +135,36 @@ fn request_and_answer_shapes_match_the_official_sdks() {
             continue;
         };
         for (i, body) in snapshot_bodies(&path).into_iter().enumerate() {
+            let mut streamed = body.clone();
+            streamed["stream"] = json!(true);
+            if dialect == "openai" {
+                streamed["stream_options"] = json!({"include_usage": true});
+            }
             cases.push(json!({"dialect": dialect, "kind": "request",
                               "name": format!("{name} #{}", i + 1), "body": body}));
+            cases.push(json!({"dialect": dialect, "kind": "stream_request",
+                              "name": format!("{name} #{} streamed", i + 1), "body": streamed}));
         }
     }
     let requests = cases.len();
     assert!(requests >= 15, "only {requests} request bodies found");
     for (dialect, name, body) in answers() {
+        let events = match dialect {
+            "openai" => support::loopback::openai_events(&body),
+            _ => support::loopback::anthropic_events(&body),
+        };
+        for (i, (event, data)) in events.into_iter().enumerate() {
+            // The SDKs stop at `[DONE]` and skip `ping` before parsing; so does the client.
+            if data == "[DONE]" || event == "ping" {
+                continue;
+            }
+            let data: Value = serde_json::from_str(&data).unwrap();
+            if !event.is_empty() {
+                assert_eq!(data["type"], event, "the event name is the data's type");
+            }
+            cases.push(json!({"dialect": dialect, "kind": "event",
+                              "name": format!("{name} event {i}"), "body": data}));
+        }
         cases.push(json!({"dialect": dialect, "kind": "answer", "name": name, "body": body}));
     }
 

@@ -5,7 +5,8 @@
 
 use arbitrary::Arbitrary;
 use hookloop::Hook;
-use hookloop::hooks::{HookBody, MAX_HOOK_TEXT_BYTES, cap_middle, encode_hook_body};
+use hookloop::hooks::{HookBody, MAX_HOOK_TEXT_BYTES, encode_hook_body};
+use hookloop::text::{Cut, cut};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -32,7 +33,7 @@ fuzz_target!(|input: Input| {
     if text.len() <= MAX_HOOK_TEXT_BYTES {
         assert_eq!(parsed.text, text, "a short answer reaches the model whole");
     } else {
-        assert_eq!(parsed.text, cap_middle(&text, MAX_HOOK_TEXT_BYTES));
+        assert_eq!(parsed.text, cut(&text, MAX_HOOK_TEXT_BYTES, Cut::Middle));
     }
     assert_eq!(
         serde_json::to_string(&parsed).expect("serialises"),
@@ -41,7 +42,7 @@ fuzz_target!(|input: Input| {
     );
 
     let max = usize::from(input.max);
-    let capped = cap_middle(&input.text, max);
+    let capped = cut(&input.text, max, Cut::Middle);
     if input.text.len() <= max {
         assert_eq!(capped, input.text);
     } else {

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::schema::{
@@ -55,6 +55,7 @@ use crate::llm::LlmClient;
 use crate::machine::SkipReason;
 use crate::mcp::ToolHost;
 use crate::progress::{Event, ProgressObserver};
+use crate::text::lock;
 
 /// JSON-RPC error codes used here.
 mod code {
@@ -669,13 +670,6 @@ fn respond_error<T: agent_client_protocol::JsonRpcResponse>(
     if let Err(e) = responder.respond_with_error(error(code, message)) {
         tracing::debug!(error = %e, "could not send an error reply");
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The maps hold no invariant a panicking holder could break halfway.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The incoming side: frames as lines for the protocol crate, oversized frames answered here.

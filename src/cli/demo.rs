@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use hookloop::demo::{Act, DemoModel, Narrator};
+use super::script::{Act, DemoModel, Narrator};
 use hookloop::machine::{FinishReason, SkipReason};
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::{Config, Hook, HookServers, PromptStop, ServerName, Session};
@@ -49,7 +49,7 @@ async fn run() -> Result<(), Failure> {
     say("hookloop demo")?;
     say("=============")?;
     say(
-        "The model in this demo is SCRIPTED: a short deterministic program (hookloop::demo::DemoModel)",
+        "The model in this demo is SCRIPTED: a short deterministic program (DemoModel, in the binary)",
     )?;
     say(
         "stands in for the LLM, so nothing here needs an API key or the network. Everything else is",

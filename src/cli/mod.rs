@@ -4,6 +4,7 @@
 pub mod acp;
 pub mod demo;
 pub mod run;
+pub mod script;
 mod wire;
 
 use std::fmt;
@@ -17,8 +18,10 @@ Environment (an invalid value stops start-up with a message naming it, exit stat
   OPENAI_API_KEY, ANTHROPIC_API_KEY  the provider's key; optional with a custom base URL
   OPENAI_BASE_URL                    default https://api.openai.com/v1
   ANTHROPIC_BASE_URL                 default https://api.anthropic.com
-  HOOKLOOP_LLM_TIMEOUT_SECS          per model request attempt, default 120
+  HOOKLOOP_LLM_TIMEOUT_SECS          per model request attempt not streamed, default 120
   HOOKLOOP_LLM_MAX_RETRIES           retries on 408, 429, 5xx and connection errors, default 3
+  HOOKLOOP_STREAM                    0 = whole replies instead of streamed ones, default 1
+  HOOKLOOP_LLM_IDLE_TIMEOUT_SECS     streamed: longest silence between two pieces, default 60
   MCP_HOOK_SERVERS                   servers whose hooks run: unset = none, * = all, or a,b
   SPROUT_AGENT_HOOK_TIMEOUT_MS       per hook call, default 2500
   SPROUT_AGENT_STOP_MAX_REJECTIONS   _Stop objections per session, default 3 (0 = never ask)

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use hookloop::llm::Delta;
 use hookloop::progress::{Event, ProgressObserver};
+use hookloop::text::for_terminal;
 use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -58,12 +60,19 @@ async fn run(
 /// How progress is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// A spinner while the model thinks, and a line per event, on stderr.
+    /// A spinner while the model thinks, its text as it streams in, and a line per event, on
+    /// stderr.
     Spinner,
     /// A line per event on stderr.
     Lines,
-    /// One JSON object per line on stdout.
+    /// One JSON object per line on stdout, deltas included.
     Json,
+}
+
+/// What the renderer is handed, in the order the session produced it.
+enum Shown {
+    Event(Duration, Event),
+    Delta(Duration, Delta),
 }
 
 /// Runs one prompt with progress shown in `mode`, prints the answer, and says how it ended.
@@ -73,10 +82,19 @@ pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
     prompt: String,
 ) -> ExitCode {
     let (tx, rx) = mpsc::unbounded_channel();
-    session.add_observer(ProgressObserver::new(move |at, event| {
+    // Every sender lives in the observer: the renderer ends when the session is dropped.
+    // Events and deltas share the channel, so the renderer sees them in order.
+    let deltas = (mode != Mode::Lines).then(|| tx.clone());
+    let progress = ProgressObserver::new(move |at, event| {
         // The renderer outlives the session; a send fails only if it panicked.
-        let _ = tx.send((at, event));
-    }));
+        let _ = tx.send(Shown::Event(at, event));
+    });
+    session.add_observer(match deltas {
+        None => progress,
+        Some(deltas) => progress.with_deltas(move |at, delta| {
+            let _ = deltas.send(Shown::Delta(at, delta.clone()));
+        }),
+    });
     let renderer = tokio::spawn(render(rx, mode));
     let cancel = session.cancel_handle();
     let ctrl_c = tokio::spawn(async move {
@@ -109,6 +127,10 @@ pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
             "{}",
             serde_json::json!({"event": "error", "message": e.to_string()})
         ),
+        // Text a model wrote could drive a terminal with escape sequences; piped, it stays exact.
+        (_, Ok(_)) if !answer.is_empty() && std::io::stdout().is_terminal() => {
+            writeln!(stdout, "{}", for_terminal(&answer))
+        }
         (_, Ok(_)) if !answer.is_empty() => writeln!(stdout, "{answer}"),
         (_, Ok(_)) => Ok(()),
         (_, Err(e)) => {
@@ -161,8 +183,10 @@ struct JsonLine<'a> {
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// Shows events until the session is gone; returns the model's last text, the answer.
-async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mode) -> String {
+async fn render(mut events: mpsc::UnboundedReceiver<Shown>, mode: Mode) -> String {
     let mut answer = String::new();
+    // Whether the model's text is being shown as it streams: its line is open.
+    let mut streaming = false;
     // When the model started thinking, by this task's clock: the spinner shows the wait.
     let mut thinking_since: Option<tokio::time::Instant> = None;
     let mut frame = 0usize;
@@ -171,7 +195,7 @@ async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mo
     let mut stderr = std::io::stderr();
     loop {
         let spinning = mode == Mode::Spinner && thinking_since.is_some();
-        let (at, event) = tokio::select! {
+        let shown = tokio::select! {
             next = events.recv() => match next {
                 Some(next) => next,
                 None => break,
@@ -184,8 +208,24 @@ async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mo
                 continue;
             }
         };
+        let (at, event) = match shown {
+            Shown::Event(at, event) => (at, event),
+            Shown::Delta(at, delta) => {
+                show_delta(mode, at, &delta, &mut streaming, &mut thinking_since);
+                continue;
+            }
+        };
         if mode == Mode::Spinner && thinking_since.take().is_some() {
             let _ = write!(stderr, "\r\x1b[2K");
+        }
+        if streaming {
+            // The streamed text was the reply's; its event would repeat it.
+            streaming = false;
+            let _ = writeln!(stderr);
+            if let Event::ModelText { text } = &event {
+                answer.clone_from(text);
+                continue;
+            }
         }
         if let Event::ModelText { text } = &event {
             answer.clone_from(text);
@@ -207,6 +247,8 @@ async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mo
             }
             Mode::Lines | Mode::Spinner => {
                 if let Some(line) = event.describe() {
+                    // Descriptions quote model and tool text: people read them, so no escapes.
+                    let line = for_terminal(&line);
                     let _ = writeln!(stderr, "[{:>6.1}s] {line}", at.as_secs_f64());
                 }
             }
@@ -215,5 +257,51 @@ async fn render(mut events: mpsc::UnboundedReceiver<(Duration, Event)>, mode: Mo
     if mode == Mode::Spinner && thinking_since.is_some() {
         let _ = write!(stderr, "\r\x1b[2K");
     }
+    if streaming {
+        let _ = writeln!(stderr);
+    }
     answer
+}
+
+/// Shows one piece of a streaming reply: as a JSON line, or, on a terminal, at once after the
+/// reply's text so far (the spinner gives way to it).
+fn show_delta(
+    mode: Mode,
+    at: Duration,
+    delta: &Delta,
+    streaming: &mut bool,
+    thinking_since: &mut Option<tokio::time::Instant>,
+) {
+    match (mode, delta) {
+        (Mode::Json, Delta::Text(text) | Delta::Thinking(text)) => {
+            let kind = if matches!(delta, Delta::Text(_)) {
+                "text"
+            } else {
+                "thinking"
+            };
+            let line = serde_json::json!({
+                "at_ms": u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
+                "event": "delta",
+                "kind": kind,
+                "text": text,
+            });
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{line}");
+            let _ = stdout.flush();
+        }
+        (Mode::Spinner, Delta::Text(text)) => {
+            let mut stderr = std::io::stderr().lock();
+            if thinking_since.take().is_some() {
+                let _ = write!(stderr, "\r\x1b[2K");
+            }
+            if !*streaming {
+                *streaming = true;
+                let _ = write!(stderr, "[{:>6.1}s] model: ", at.as_secs_f64());
+            }
+            let _ = write!(stderr, "{}", for_terminal(text));
+            let _ = stderr.flush();
+        }
+        // Reasoning stays behind the spinner on a terminal; lines show events only.
+        (Mode::Spinner, Delta::Thinking(_)) | (Mode::Lines, _) => {}
+    }
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hookloop::acp::{ServerSpec, SessionSpec};
+use hookloop::llm::OnDelta;
 use hookloop::llm::{AnyLlm, LlmConfig, LlmRequest};
 use hookloop::machine::LlmReply;
 use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
@@ -26,6 +27,15 @@ pub struct SharedLlm(Arc<AnyLlm>);
 impl LlmClient for SharedLlm {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
         self.0.complete(request).await
+    }
+
+    // Forwarded, or the default would stream nothing.
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
+        self.0.stream(request, on_delta).await
     }
 }
 

@@ -9,6 +9,12 @@
 //!   dialect could not parse) is re-sent with input `{}`; its error result, which follows it,
 //!   quotes the raw text, so nothing the model sent is lost from view.
 //! - Empty text blocks are left out: the dialect rejects them.
+//! - The dialect rejects `tool_use` and `tool_result` blocks in a request that defines no tools.
+//!   A turn offers none when the only server steers (it exposes `_Stop` and no ordinary tool),
+//!   yet its history holds the hook pairs, which must stay tool results. Such a request
+//!   declares the tools its history called (name and an open object schema) with
+//!   `tool_choice: {"type": "none"}`, the dialect's own way to forbid tool use this turn. A
+//!   summary request offers no tools at all, so its calls and results go as plain text.
 //! - `stop_reason`: `end_turn` → end of turn, `stop_sequence` → stop sequence (an end of turn
 //!   to the machine), `max_tokens` and `model_context_window_exceeded` → output limit,
 //!   `tool_use` → tool use, `refusal` → refusal, `pause_turn` → pause (the machine asks again
@@ -26,12 +32,15 @@ use reqwest::header::HeaderName;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::http::{Endpoint, Transport, truncate};
-use crate::llm::turns::{self, Turn, UserPart};
+use crate::llm::http::{Endpoint, Transport};
+use crate::llm::stream::{self, AnthropicDecoder, Decoder, OnDelta};
+use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
-    CallId, Content, LlmReply, Media, StopReason, ToolCall, ToolOutput, ToolSpec, Usage,
+    CallId, Content, LlmReply, Media, Message, Purpose, StopReason, ToolCall, ToolOutput, ToolSpec,
+    Usage,
 };
+use crate::text::{Cut, cut};
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -96,7 +105,8 @@ impl Anthropic {
         self.prompt_caching
     }
 
-    /// The exact body [`complete`](LlmClient::complete) sends for `request`.
+    /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
+    /// `"stream":true` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
         request_body(&self.model, self.prompt_caching, request)
     }
@@ -104,9 +114,32 @@ impl Anthropic {
 
 impl LlmClient for Anthropic {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        self.stream(request, &mut |_| {}).await
+    }
+
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
         let body = self.request_body(&request)?;
+        if !self.transport.streams() {
+            return self
+                .transport
+                .exchange(&self.model, &request, body, parse_response)
+                .await;
+        }
+        let body = stream::with_stream_fields(body, stream::ANTHROPIC_STREAM_FIELDS)?;
+        let decoder = || -> Box<dyn Decoder> { Box::<AnthropicDecoder>::default() };
         self.transport
-            .exchange(&self.model, &request, body, parse_response)
+            .exchange_stream(
+                &self.model,
+                &request,
+                body,
+                parse_response,
+                decoder,
+                on_delta,
+            )
             .await
     }
 
@@ -128,7 +161,12 @@ pub fn request_body(
     prompt_caching: bool,
     request: &LlmRequest<'_>,
 ) -> Result<Vec<u8>, LlmError> {
-    let mut messages: Vec<WireMessage<'_>> = turns::turns(request)
+    // See the module docs: only a summary without tools flattens tool pairs to text.
+    let blocks = match (request.tools.is_empty(), request.purpose) {
+        (true, Purpose::Summary { .. }) => ToolBlocks::Text,
+        (false, _) | (true, Purpose::Turn) => ToolBlocks::Native,
+    };
+    let mut messages: Vec<WireMessage<'_>> = turns::turns(request, blocks)
         .into_iter()
         .map(|turn| match turn {
             Turn::User(parts) => {
@@ -183,12 +221,22 @@ pub fn request_body(
     if prompt_caching && let Some(block) = messages.last_mut().and_then(|m| m.content.last_mut()) {
         *block.cache_control() = Some(EPHEMERAL);
     }
+    let (tools, tool_choice) = match (request.tools.is_empty(), blocks) {
+        (false, _) => (request.tools.iter().map(wire_tool).collect(), None),
+        (true, ToolBlocks::Text) => (Vec::new(), None),
+        (true, ToolBlocks::Native) => {
+            let called = called_tools(request.messages);
+            let choice = (!called.is_empty()).then_some(ToolChoice { kind: "none" });
+            (called, choice)
+        }
+    };
     let body = MessagesRequest {
         model,
         max_tokens: request.max_output_tokens,
         system: request.system.filter(|s| !s.is_empty()),
         messages,
-        tools: request.tools.iter().map(wire_tool).collect(),
+        tools,
+        tool_choice,
     };
     serde_json::to_vec(&body)
         .map_err(|e| LlmError::Other(format!("cannot encode the request: {e}")))
@@ -199,7 +247,11 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
     let response: MessagesResponse = serde_json::from_slice(body).map_err(|e| {
         LlmError::InvalidResponse(format!(
             "not a message: {e}; the answer began: {:?}",
-            truncate(&String::from_utf8_lossy(body), 200)
+            cut(
+                &String::from_utf8_lossy(body),
+                200,
+                Cut::Chars { total: true }
+            )
         ))
     })?;
     if response.kind.as_deref() == Some("error") || response.error.is_some() {
@@ -211,7 +263,7 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
             .unwrap_or("no message");
         return Err(LlmError::InvalidResponse(format!(
             "the provider reported an error: {}",
-            truncate(message, 512)
+            cut(message, 512, Cut::Chars { total: true })
         )));
     }
     let Some(content) = response.content else {
@@ -322,11 +374,33 @@ fn tool_result<'a>(call_id: &'a CallId, output: &'a ToolOutput) -> Block<'a> {
     }
 }
 
+/// A definition for each tool the history called, in order of first call, for a request that
+/// offers no tools but must carry tool blocks. The schema accepts any object: the definition
+/// only names what the history used; `tool_choice: none` keeps the model from calling it.
+fn called_tools(messages: &[Message]) -> Vec<WireTool<'_>> {
+    let mut tools: Vec<WireTool<'_>> = Vec::new();
+    for message in messages {
+        let Message::Assistant { tool_calls, .. } = message else {
+            continue;
+        };
+        for call in tool_calls {
+            if !tools.iter().any(|tool| tool.name == call.name) {
+                tools.push(WireTool {
+                    name: &call.name,
+                    description: "",
+                    input_schema: Cow::Owned(serde_json::json!({"type": "object"})),
+                });
+            }
+        }
+    }
+    tools
+}
+
 fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
     WireTool {
         name: &tool.name,
         description: &tool.description,
-        input_schema: &tool.input_schema,
+        input_schema: Cow::Borrowed(&tool.input_schema),
     }
 }
 
@@ -339,6 +413,15 @@ struct MessagesRequest<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice>,
+}
+
+/// How the model may use the tools; only `none` is sent (see [`called_tools`]).
+#[derive(Serialize)]
+struct ToolChoice {
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 #[derive(Serialize)]
@@ -412,7 +495,7 @@ struct WireTool<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
-    input_schema: &'a Value,
+    input_schema: Cow<'a, Value>,
 }
 
 #[derive(Deserialize)]

@@ -28,6 +28,8 @@ pub mod vars {
     pub const ANTHROPIC_PROMPT_CACHING: &str = "HOOKLOOP_ANTHROPIC_PROMPT_CACHING";
     pub const TIMEOUT_SECS: &str = "HOOKLOOP_LLM_TIMEOUT_SECS";
     pub const MAX_RETRIES: &str = "HOOKLOOP_LLM_MAX_RETRIES";
+    pub const STREAM: &str = "HOOKLOOP_STREAM";
+    pub const IDLE_TIMEOUT_SECS: &str = "HOOKLOOP_LLM_IDLE_TIMEOUT_SECS";
 }
 
 /// A model provider's dialect.
@@ -137,8 +139,10 @@ impl LlmConfig {
     /// | `ANTHROPIC_API_KEY` | required for the default base URL | sent as `x-api-key` |
     /// | `ANTHROPIC_BASE_URL` | `https://api.anthropic.com` | any Messages server |
     /// | `HOOKLOOP_ANTHROPIC_PROMPT_CACHING` | `true` | `false` drops the cache breakpoint |
-    /// | `HOOKLOOP_LLM_TIMEOUT_SECS` | 120 | per attempt, from sending to the last byte, at least 1 |
+    /// | `HOOKLOOP_LLM_TIMEOUT_SECS` | 120 | per attempt not streamed, from sending to the last byte, at least 1 |
     /// | `HOOKLOOP_LLM_MAX_RETRIES` | 3 | retries on 408, 429, 5xx and connection failures |
+    /// | `HOOKLOOP_STREAM` | `1` | `0` asks for whole replies instead of streamed ones |
+    /// | `HOOKLOOP_LLM_IDLE_TIMEOUT_SECS` | 60 | streamed: the longest silence between two pieces, at least 1 |
     ///
     /// A key is optional when the base URL is not the provider's own, since local servers
     /// (Ollama, llama.cpp, vLLM) usually need none; an empty key counts as unset.
@@ -208,6 +212,13 @@ impl LlmConfig {
                 ..config.endpoint.retry
             };
         }
+        if let Some(value) = lookup(vars::STREAM)? {
+            config.endpoint.stream = parse_switch(vars::STREAM, value)?;
+        }
+        if let Some(secs) = crate::config::parse_number::<u64>(&lookup, vars::IDLE_TIMEOUT_SECS, 1)?
+        {
+            config.endpoint.idle_timeout = Duration::from_secs(secs);
+        }
         if provider == Provider::OpenAi
             && let Some(value) = lookup(vars::OPENAI_MAX_TOKENS_FIELD)?
         {
@@ -221,17 +232,7 @@ impl LlmConfig {
         if provider == Provider::Anthropic
             && let Some(value) = lookup(vars::ANTHROPIC_PROMPT_CACHING)?
         {
-            config.prompt_caching = match value.trim().to_ascii_lowercase().as_str() {
-                "true" | "1" | "on" | "yes" => true,
-                "false" | "0" | "off" | "no" => false,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: vars::ANTHROPIC_PROMPT_CACHING,
-                        value,
-                        reason: "expected true or false".into(),
-                    });
-                }
-            };
+            config.prompt_caching = parse_switch(vars::ANTHROPIC_PROMPT_CACHING, value)?;
         }
         Ok(config)
     }
@@ -251,6 +252,19 @@ impl LlmConfig {
                     .with_prompt_caching(self.prompt_caching),
             ),
         })
+    }
+}
+
+/// An on/off setting: `true`/`1`/`on`/`yes` or `false`/`0`/`off`/`no`.
+fn parse_switch(var: &'static str, value: String) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "on" | "yes" => Ok(true),
+        "false" | "0" | "off" | "no" => Ok(false),
+        _ => Err(ConfigError::Invalid {
+            var,
+            value,
+            reason: "expected true or false".into(),
+        }),
     }
 }
 
@@ -281,8 +295,34 @@ mod tests {
         assert_eq!(config.endpoint.retry.max_retries, 3);
         assert_eq!(config.endpoint.api_key, Some(ApiKey::new("sk-1")));
         assert_eq!(config.max_tokens_field, None);
+        assert!(config.endpoint.stream);
+        assert_eq!(config.endpoint.first_byte_timeout, Duration::from_secs(60));
+        assert_eq!(config.endpoint.idle_timeout, Duration::from_secs(60));
         let client = config.client().unwrap();
         assert!(matches!(client, AnyLlm::OpenAi(_)));
+    }
+
+    #[test]
+    fn streaming_can_be_turned_off_and_its_idle_timeout_set() {
+        let base = [("HOOKLOOP_MODEL", "m"), ("OPENAI_API_KEY", "k")];
+        let config = from(&[
+            base[0],
+            base[1],
+            ("HOOKLOOP_STREAM", "0"),
+            ("HOOKLOOP_LLM_IDLE_TIMEOUT_SECS", "5"),
+        ])
+        .unwrap();
+        assert!(!config.endpoint.stream);
+        assert_eq!(config.endpoint.idle_timeout, Duration::from_secs(5));
+        for (var, value) in [
+            ("HOOKLOOP_STREAM", "maybe"),
+            ("HOOKLOOP_LLM_IDLE_TIMEOUT_SECS", "0"),
+        ] {
+            let err = from(&[base[0], base[1], (var, value)])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var), "{err}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The HTTP side both providers share: one POST of a JSON body, bounded in time and size, with
-//! retries on the failures that retrying can fix.
+//! retries on the failures that retrying can fix; the answer read whole, or streamed as
+//! server-sent events with a first-byte and an idle timeout instead of a whole-body one.
 
 use std::error::Error as _;
 use std::fmt;
@@ -8,8 +9,10 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
+use crate::llm::stream::{Assembler, Decoder, OnDelta};
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::LlmReply;
+use crate::text::{Cut, cut};
 
 /// The most bytes of an answer the client reads; a longer one is an error.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -89,15 +92,27 @@ pub struct Endpoint {
     pub base_url: Url,
     /// Sent as the provider's credential header when set.
     pub api_key: Option<ApiKey>,
-    /// Bounds each attempt, from sending to the answer's last byte. Default: 120 s.
+    /// Bounds each attempt that is not streamed, from sending to the answer's last byte.
+    /// Default: 120 s.
     pub timeout: Duration,
     /// When failed attempts are tried again.
     pub retry: RetryPolicy,
+    /// Whether replies are streamed (server-sent events). Default: yes.
+    pub stream: bool,
+    /// A streamed attempt: from sending to the answer's first byte. Default: 60 s.
+    pub first_byte_timeout: Duration,
+    /// A streamed attempt: the longest silence between two pieces of the answer, after the
+    /// first. A stream has no whole-body limit: a long reply that keeps coming completes.
+    /// Default: 60 s.
+    pub idle_timeout: Duration,
 }
 
 impl Endpoint {
     /// The default request timeout.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// The default first-byte and idle timeouts of a streamed request.
+    pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(60);
 
     /// An endpoint at `base_url` with no key and the default timeout and retries.
     pub fn new(base_url: Url) -> Self {
@@ -106,6 +121,9 @@ impl Endpoint {
             api_key: None,
             timeout: Self::DEFAULT_TIMEOUT,
             retry: RetryPolicy::default(),
+            stream: true,
+            first_byte_timeout: Self::DEFAULT_STREAM_TIMEOUT,
+            idle_timeout: Self::DEFAULT_STREAM_TIMEOUT,
         }
     }
 
@@ -132,6 +150,21 @@ impl Endpoint {
     #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// The same endpoint, streaming replies or not.
+    #[must_use]
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// The same endpoint with these first-byte and idle timeouts for streamed replies.
+    #[must_use]
+    pub fn stream_timeouts(mut self, first_byte: Duration, idle: Duration) -> Self {
+        self.first_byte_timeout = first_byte;
+        self.idle_timeout = idle;
         self
     }
 }
@@ -164,6 +197,9 @@ pub(crate) struct Transport {
     headers: HeaderMap,
     timeout: Duration,
     retry: RetryPolicy,
+    stream: bool,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl fmt::Debug for Transport {
@@ -231,7 +267,15 @@ impl Transport {
             headers,
             timeout: endpoint.timeout,
             retry: endpoint.retry,
+            stream: endpoint.stream,
+            first_byte_timeout: endpoint.first_byte_timeout,
+            idle_timeout: endpoint.idle_timeout,
         })
+    }
+
+    /// Whether replies are streamed.
+    pub(crate) fn streams(&self) -> bool {
+        self.stream
     }
 
     /// The URL requests go to, as errors show it.
@@ -270,33 +314,177 @@ impl Transport {
                 Ok(answer) => return Ok(answer),
                 Err(failure) => failure,
             };
-            let wait = match failure.retry {
-                Retry::No => return Err(failure.error),
-                Retry::Yes { .. } if retries >= self.retry.max_retries => {
-                    return Err(failure.error);
-                }
-                Retry::Yes { after: Some(after) } if after > self.retry.max_retry_after => {
-                    tracing::warn!(
-                        error = %failure.error,
-                        retry_after_ms = after.as_millis(),
-                        "the provider asked to wait longer than allowed; not retrying"
-                    );
-                    return Err(failure.error);
-                }
-                Retry::Yes { after } => {
-                    retries += 1;
-                    after.unwrap_or_else(|| self.retry.backoff(retries))
-                }
-            };
-            tracing::warn!(
-                error = %failure.error,
-                retry = retries,
-                of = self.retry.max_retries,
-                wait_ms = wait.as_millis(),
-                "model request failed; retrying"
-            );
+            let wait = self.retry_wait(failure, &mut retries)?;
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Sends one request body asking for a stream and assembles the reply with the decoder
+    /// `decoder` makes (one per attempt), handing each delta to `on_delta` as it arrives. A
+    /// server that answers whole instead (it ignored `stream`) is parsed with `parse`.
+    ///
+    /// A stream that breaks before any of the reply arrived is retried like a failed request;
+    /// one that breaks after is a failure: a half-reply is never taken as complete.
+    pub(crate) async fn exchange_stream(
+        &self,
+        model: &str,
+        request: &LlmRequest<'_>,
+        body: Vec<u8>,
+        parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+        decoder: fn() -> Box<dyn Decoder>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
+        tracing::debug!(
+            model,
+            purpose = ?request.purpose,
+            messages = request.messages.len(),
+            bytes = body.len(),
+            "model request, streamed"
+        );
+        tracing::trace!(body = %String::from_utf8_lossy(&body), "request body");
+        let body = bytes::Bytes::from(body);
+        let mut retries = 0;
+        loop {
+            let failure = match self
+                .attempt_stream(body.clone(), parse, decoder(), on_delta)
+                .await
+            {
+                Ok(reply) => return Ok(reply),
+                Err(failure) => failure,
+            };
+            let wait = self.retry_wait(failure, &mut retries)?;
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The wait before the next attempt after `failure`, or the error to give up with.
+    fn retry_wait(&self, failure: Failure, retries: &mut u32) -> Result<Duration, LlmError> {
+        let wait = match failure.retry {
+            Retry::No => return Err(failure.error),
+            Retry::Yes { .. } if *retries >= self.retry.max_retries => {
+                return Err(failure.error);
+            }
+            Retry::Yes { after: Some(after) } if after > self.retry.max_retry_after => {
+                tracing::warn!(
+                    error = %failure.error,
+                    retry_after_ms = after.as_millis(),
+                    "the provider asked to wait longer than allowed; not retrying"
+                );
+                return Err(failure.error);
+            }
+            Retry::Yes { after } => {
+                *retries += 1;
+                after.unwrap_or_else(|| self.retry.backoff(*retries))
+            }
+        };
+        tracing::warn!(
+            error = %failure.error,
+            retry = *retries,
+            of = self.retry.max_retries,
+            wait_ms = wait.as_millis(),
+            "model request failed; retrying"
+        );
+        Ok(wait)
+    }
+
+    async fn attempt_stream(
+        &self,
+        body: bytes::Bytes,
+        parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+        decoder: Box<dyn Decoder>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, Failure> {
+        let fail = |error: LlmError| Failure {
+            error,
+            retry: Retry::No,
+        };
+        let first_byte = tokio::time::Instant::now() + self.first_byte_timeout;
+        let timed_out = |limit: Duration| {
+            fail(LlmError::Timeout {
+                secs: limit.as_secs_f64().ceil() as u64,
+            })
+        };
+        let sent = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body)
+            .send();
+        let mut response = match tokio::time::timeout_at(first_byte, sent).await {
+            Err(_) => return Err(timed_out(self.first_byte_timeout)),
+            Ok(Err(e)) => return Err(self.transport_failure(e)),
+            Ok(Ok(response)) => response,
+        };
+        if !response.status().is_success() {
+            return Err(self.status_failure(response).await);
+        }
+        let is_stream = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if !is_stream {
+            // A server that ignores `stream` answers whole, within the whole-answer timeout.
+            let answer =
+                tokio::time::timeout(self.timeout, self.read_capped(response, MAX_RESPONSE_BYTES))
+                    .await
+                    .map_err(|_| timed_out(self.timeout))??;
+            tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
+            return parse(&answer).map_err(fail);
+        }
+        let mut decoder = Assembler::new(decoder);
+        let mut read = 0usize;
+        let mut first = true;
+        while !decoder.complete() {
+            let next = if first {
+                tokio::time::timeout_at(first_byte, response.chunk()).await
+            } else {
+                tokio::time::timeout(self.idle_timeout, response.chunk()).await
+            };
+            let chunk = match next {
+                Err(_) if first => return Err(timed_out(self.first_byte_timeout)),
+                Err(_) => return Err(timed_out(self.idle_timeout)),
+                Ok(Err(e)) if decoder.has_content() => {
+                    return Err(fail(LlmError::Transport(format!(
+                        "{}: the stream broke after the reply had begun; the partial reply is \
+                         not used: {}",
+                        self.shown_url,
+                        chain(&e.without_url())
+                    ))));
+                }
+                Ok(Err(e)) => return Err(self.transport_failure(e)),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            first = false;
+            read += chunk.len();
+            if read > MAX_RESPONSE_BYTES {
+                return Err(fail(LlmError::InvalidResponse(format!(
+                    "the streamed answer is over the limit of {MAX_RESPONSE_BYTES} bytes"
+                ))));
+            }
+            tracing::trace!(chunk = %String::from_utf8_lossy(&chunk), "answer chunk");
+            decoder.feed(&chunk, on_delta).map_err(fail)?;
+        }
+        if !decoder.complete() && !decoder.ended_complete() {
+            let error = LlmError::Transport(format!(
+                "{}: the stream ended before the reply was complete{}",
+                self.shown_url,
+                if decoder.has_content() {
+                    "; the partial reply is not used"
+                } else {
+                    ""
+                }
+            ));
+            let retry = if decoder.has_content() {
+                Retry::No
+            } else {
+                Retry::Yes { after: None }
+            };
+            return Err(Failure { error, retry });
+        }
+        decoder.finish().map_err(fail)
     }
 
     async fn attempt(&self, body: bytes::Bytes) -> Result<Vec<u8>, Failure> {
@@ -313,22 +501,7 @@ impl Transport {
             if status.is_success() {
                 return self.read_capped(response, MAX_RESPONSE_BYTES).await;
             }
-            let after = retry_after(response.headers(), SystemTime::now());
-            let text = read_prefix(response, ERROR_BODY_BYTES).await;
-            let mut message = error_message(&text);
-            if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
-                message = message.replace(secret, "[redacted]");
-            }
-            let error = LlmError::Status {
-                status: status.as_u16(),
-                message,
-            };
-            let retry = if retryable(status) {
-                Retry::Yes { after }
-            } else {
-                Retry::No
-            };
-            Err(Failure { error, retry })
+            Err(self.status_failure(response).await)
         };
         match tokio::time::timeout(self.timeout, send).await {
             Ok(outcome) => outcome,
@@ -343,6 +516,27 @@ impl Transport {
 }
 
 impl Transport {
+    /// An error status: its message, and whether another try may succeed.
+    async fn status_failure(&self, response: reqwest::Response) -> Failure {
+        let status = response.status();
+        let after = retry_after(response.headers(), SystemTime::now());
+        let text = read_prefix(response, ERROR_BODY_BYTES).await;
+        let mut message = error_message(&text);
+        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            message = message.replace(secret, "[redacted]");
+        }
+        let error = LlmError::Status {
+            status: status.as_u16(),
+            message,
+        };
+        let retry = if retryable(status) {
+            Retry::Yes { after }
+        } else {
+            Retry::No
+        };
+        Failure { error, retry }
+    }
+
     /// The connection could not be made, or broke: worth another try.
     fn transport_failure(&self, error: reqwest::Error) -> Failure {
         let retry = if error.is_builder() {
@@ -470,15 +664,7 @@ pub(crate) fn error_message(body: &[u8]) -> String {
     if text.is_empty() {
         return "(empty answer)".to_owned();
     }
-    truncate(&text, MAX_ERROR_CHARS)
-}
-
-/// At most `max` characters of `text`, marked when cut.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        None => text.to_owned(),
-        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
-    }
+    cut(&text, MAX_ERROR_CHARS, Cut::Chars { total: true })
 }
 
 /// An error and its causes on one line: reqwest's own message alone rarely says what failed.

@@ -6,6 +6,8 @@ pub mod anthropic;
 pub mod config;
 pub mod http;
 pub mod openai;
+pub mod sse;
+pub mod stream;
 mod turns;
 
 use std::future::Future;
@@ -14,6 +16,7 @@ pub use self::anthropic::Anthropic;
 pub use self::config::{LlmConfig, Provider};
 pub use self::http::{ApiKey, Endpoint, RetryPolicy};
 pub use self::openai::OpenAi;
+pub use self::stream::{Delta, OnDelta};
 pub use self::turns::HISTORY_CUT_NOTE;
 pub use crate::machine::LlmRequest;
 use crate::machine::{LlmReply, Media};
@@ -36,6 +39,19 @@ pub trait LlmClient: Send + Sync {
     /// and sends none; a client that sends images says which.
     fn media(&self) -> Media {
         Media::default()
+    }
+
+    /// Sends one request and returns the model's reply, handing pieces of it to `on_delta` as
+    /// they arrive, for people watching. The reply is the same [`complete`](Self::complete)
+    /// would return; the deltas are progress, never facts. The default streams nothing, so a
+    /// client that wraps another must forward this method too.
+    fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> impl Future<Output = Result<LlmReply, LlmError>> + Send {
+        let _ = on_delta;
+        self.complete(request)
     }
 }
 
@@ -107,6 +123,17 @@ impl LlmClient for AnyLlm {
         match self {
             Self::OpenAi(client) => client.media(),
             Self::Anthropic(client) => client.media(),
+        }
+    }
+
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
+        match self {
+            Self::OpenAi(client) => client.stream(request, on_delta).await,
+            Self::Anthropic(client) => client.stream(request, on_delta).await,
         }
     }
 }

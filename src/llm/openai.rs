@@ -25,10 +25,12 @@ use reqwest::header::AUTHORIZATION;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::http::{Endpoint, Transport, truncate};
-use crate::llm::turns::{self, Turn, UserPart};
+use crate::llm::http::{Endpoint, Transport};
+use crate::llm::stream::{self, Decoder, OnDelta, OpenAiDecoder};
+use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, ToolSpec, Usage};
+use crate::text::{Cut, cut};
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -76,7 +78,8 @@ impl OpenAi {
         self.transport.url()
     }
 
-    /// The exact body [`complete`](LlmClient::complete) sends for `request`.
+    /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
+    /// `"stream":true,"stream_options":{"include_usage":true}` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
         request_body(&self.model, self.max_tokens_field, request)
     }
@@ -84,9 +87,32 @@ impl OpenAi {
 
 impl LlmClient for OpenAi {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+        self.stream(request, &mut |_| {}).await
+    }
+
+    async fn stream(
+        &self,
+        request: LlmRequest<'_>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
         let body = self.request_body(&request)?;
+        if !self.transport.streams() {
+            return self
+                .transport
+                .exchange(&self.model, &request, body, parse_response)
+                .await;
+        }
+        let body = stream::with_stream_fields(body, stream::OPENAI_STREAM_FIELDS)?;
+        let decoder = || -> Box<dyn Decoder> { Box::<OpenAiDecoder>::default() };
         self.transport
-            .exchange(&self.model, &request, body, parse_response)
+            .exchange_stream(
+                &self.model,
+                &request,
+                body,
+                parse_response,
+                decoder,
+                on_delta,
+            )
             .await
     }
 }
@@ -148,7 +174,9 @@ pub fn request_body(
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
         messages.push(ChatMessage::System { content: system });
     }
-    for turn in turns::turns(request) {
+    // The dialect takes tool messages in a request without tools, so hook pairs stay native
+    // even when a server only steers and the model is offered nothing.
+    for turn in turns::turns(request, ToolBlocks::Native) {
         match turn {
             Turn::User(parts) => {
                 let mut texts: Vec<Cow<'_, str>> = Vec::new();
@@ -193,14 +221,18 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|e| {
         LlmError::InvalidResponse(format!(
             "not a chat completion: {e}; the answer began: {:?}",
-            truncate(&String::from_utf8_lossy(body), 200)
+            cut(
+                &String::from_utf8_lossy(body),
+                200,
+                Cut::Chars { total: true }
+            )
         ))
     })?;
     let Some(choice) = response.choices.into_iter().next() else {
         return Err(LlmError::InvalidResponse(match response.error {
             Some(error) => format!(
                 "the provider reported an error: {}",
-                truncate(&error_text(&error), 512)
+                cut(&error_text(&error), 512, Cut::Chars { total: true })
             ),
             None => "the answer has no choices".to_owned(),
         }));

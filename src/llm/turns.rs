@@ -6,10 +6,12 @@
 //! - Anthropic rejects a first message that is not the user's, and several local servers'
 //!   chat templates reject roles that do not alternate. A summary request, or a history
 //!   compacted by dropping old turns, may begin with an assistant message.
-//! - Anthropic rejects tool blocks in a request that defines no tools, and local servers'
-//!   templates are unreliable there too. A summary request offers no tools, and a turn offers
-//!   none when the only tools are hooks, yet the history holds tool calls (hook pairs
-//!   included). Such a request carries the calls and results as plain text instead.
+//! - Hook output reaches the model as a tool result, with the lower trust that carries, so tool
+//!   pairs stay native blocks wherever the dialect allows them ([`ToolBlocks::Native`]). A turn
+//!   whose only server steers (`_Stop`, no ordinary tool) offers no tools, yet its history holds
+//!   the hook pairs: Chat Completions takes tool messages without a tool list; Messages needs a
+//!   tool list, which it gets (see `anthropic`). Only a Messages summary request, which offers
+//!   no tools at all, carries calls and results as plain text ([`ToolBlocks::Text`]).
 //! - Consecutive user messages happen (a compacted context is [summary, prompt]; the summary
 //!   instruction follows a tool result) and are merged; an assistant message with neither text
 //!   nor calls says nothing and is dropped.
@@ -45,9 +47,18 @@ pub(crate) enum UserPart<'a> {
     },
 }
 
+/// How tool calls and results are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ToolBlocks {
+    /// As the dialect's own tool messages or blocks.
+    Native,
+    /// As plain text in the assistant and user turns, for a request that cannot carry them.
+    Text,
+}
+
 /// Normalises a request's messages and instruction. See the module docs for the rules.
-pub(crate) fn turns<'a>(request: &LlmRequest<'a>) -> Vec<Turn<'a>> {
-    let flatten = request.tools.is_empty();
+pub(crate) fn turns<'a>(request: &LlmRequest<'a>, blocks: ToolBlocks) -> Vec<Turn<'a>> {
+    let flatten = blocks == ToolBlocks::Text;
     let mut names: HashMap<&CallId, &str> = HashMap::new();
     let mut turns: Vec<Turn<'a>> = Vec::with_capacity(request.messages.len() + 2);
     for message in request.messages {
@@ -282,7 +293,7 @@ mod tests {
             Message::user("more"),
         ];
         let tools = spec();
-        let turns = turns(&request(&messages, &tools, None));
+        let turns = turns(&request(&messages, &tools, None), ToolBlocks::Native);
         assert_eq!(
             shape(&turns),
             "U[t:summary,t:prompt] A[|a,b] U[r:a,r:b,t:more]"
@@ -311,7 +322,7 @@ mod tests {
             },
         ];
         let tools = spec();
-        let turns = turns(&request(&messages, &tools, None));
+        let turns = turns(&request(&messages, &tools, None), ToolBlocks::Native);
         assert_eq!(shape(&turns), "U[t:go] A[one,two|a] U[r:a]");
     }
 
@@ -321,7 +332,7 @@ mod tests {
             text: "earlier".into(),
             tool_calls: vec![],
         }];
-        let turns = turns(&request(&messages, &[], Some("sum up")));
+        let turns = turns(&request(&messages, &[], Some("sum up")), ToolBlocks::Native);
         assert_eq!(
             shape(&turns),
             format!("U[t:{HISTORY_CUT_NOTE}] A[earlier|] U[t:sum up]")
@@ -329,7 +340,7 @@ mod tests {
     }
 
     #[test]
-    fn without_tools_calls_and_results_become_text() {
+    fn as_text_calls_and_results_become_text() {
         let messages = vec![
             Message::user("go"),
             Message::Assistant {
@@ -345,7 +356,7 @@ mod tests {
                 output: ToolOutput::error("no such file"),
             },
         ];
-        let turns = turns(&request(&messages, &[], Some("sum up")));
+        let turns = turns(&request(&messages, &[], Some("sum up")), ToolBlocks::Text);
         assert_eq!(
             shape(&turns),
             "U[t:go] A[reading,[tool call fs__read (id a) with arguments {oops]|] \

@@ -935,7 +935,7 @@ impl Core {
                     "tool": call.name,
                     "arguments": call.arguments,
                     "isError": is_error,
-                    "output": hooks::cap_middle(&text, hooks::MAX_HOOK_TEXT_BYTES),
+                    "output": crate::text::cut(&text, hooks::MAX_HOOK_TEXT_BYTES, crate::text::Cut::Middle),
                 })
             })
             .collect();
@@ -1204,7 +1204,7 @@ impl Core {
         for (_, server, text) in round.said() {
             self.summary_instruction.push_str(&format!(
                 "\n\nThe summary must also keep what server {server} asks for:\n{}",
-                hooks::cap_middle(&text, hooks::MAX_HOOK_TEXT_BYTES)
+                crate::text::cut(&text, hooks::MAX_HOOK_TEXT_BYTES, crate::text::Cut::Middle)
             ));
             context.notify(Notice::HookInjected {
                 hook: Hook::PreCompact,
@@ -1289,7 +1289,7 @@ fn finish_reason(stop: &StopReason) -> FinishReason {
 fn invalid_arguments_text(name: &str, arguments: &Value) -> String {
     let got = match arguments {
         Value::String(raw) => {
-            let shown = hooks::cap_middle(raw, 200);
+            let shown = crate::text::cut(raw, 200, crate::text::Cut::Middle);
             return format!("invalid arguments for {name}: not a JSON object: {shown:?}");
         }
         Value::Null => "null",

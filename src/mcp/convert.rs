@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Content, HookReply, ToolInfo, ToolOutput};
 use crate::mcp::{HostOptions, McpError};
+use crate::text::{self, Cut};
 
 /// The longest qualified tool name: the limit model providers put on tool names.
 pub(crate) const MAX_QUALIFIED_NAME: usize = 64;
@@ -45,7 +46,13 @@ pub(crate) fn tools_from_server(
             });
         }
         let description = tool.description.as_deref().unwrap_or_default();
-        let description = cut_description(description, options.max_description_bytes);
+        let description = text::cut(
+            description,
+            options.max_description_bytes,
+            Cut::Head {
+                marker: DESCRIPTION_MARKER,
+            },
+        );
         let schema = Value::Object((*tool.input_schema).clone());
         let input_schema = if json_len(&schema) > options.max_schema_bytes {
             tracing::warn!(
@@ -93,20 +100,6 @@ fn valid_tool_name(name: &str) -> bool {
 
 const DESCRIPTION_MARKER: &str = " [description truncated]";
 
-fn cut_description(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max.saturating_sub(DESCRIPTION_MARKER.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out = String::with_capacity(end + DESCRIPTION_MARKER.len());
-    out.push_str(&text[..end]);
-    out.push_str(DESCRIPTION_MARKER);
-    out
-}
-
 /// The most bytes of binary content (images, blobs, as their base64 text) one tool result
 /// passes to the model; a block past it is replaced by a description. One screenshot must not
 /// fill the context window.
@@ -120,7 +113,7 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
     let mut budget = max_text;
     // Caps each text to what is left of the budget, and spends it.
     let mut cap = |text: &str| {
-        let text = hooks::cap_middle(text, budget);
+        let text = text::cut(text, budget, Cut::Middle);
         budget = budget.saturating_sub(text.len());
         text
     };
@@ -238,7 +231,7 @@ pub(crate) fn hook_reply(
             ),
         }
     }
-    let text = hooks::cap_middle(&texts.join("\n"), max_text);
+    let text = crate::text::cut(&texts.join("\n"), max_text, crate::text::Cut::Middle);
     if result.is_error.unwrap_or(false) {
         HookReply::ErrorResult { text }
     } else {

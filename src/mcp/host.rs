@@ -18,12 +18,13 @@ use tokio::time::Instant;
 
 #[cfg(test)]
 use self::slot::MakeDuplex;
-use self::slot::{Launch, Life, Shared, Slot, lock};
+use self::slot::{Launch, Life, Shared, Slot};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
 use crate::mcp::config::{HostOptions, McpServers};
 use crate::mcp::{HookCall, McpError, ToolHost, convert};
 use crate::supervisor::{self, Fact, Supervisor, SupervisorPolicy};
+use crate::text::lock;
 
 /// The `_meta` key of the session id on every hook call.
 pub const META_SESSION: &str = "hookloop/session";
@@ -162,7 +163,7 @@ impl McpHost {
             Value::String(raw) => Err(format!(
                 "the arguments of {} must be a JSON object; got text that is not one: {}",
                 call.name,
-                hooks::cap_middle(raw, 200)
+                crate::text::cut(raw, 200, crate::text::Cut::Middle)
             )),
             other => Err(format!(
                 "the arguments of {} must be a JSON object; got {}",

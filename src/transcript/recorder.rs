@@ -128,9 +128,7 @@ impl Recorder {
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
         // A panic while writing leaves at worst a cut-short line, which readers handle.
-        self.shared
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::text::lock(&self.shared)
     }
 
     fn record(&self, at: Duration, event: RecordRef<'_>) {

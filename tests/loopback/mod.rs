@@ -22,6 +22,9 @@ pub enum Reply {
     Hang,
     /// Text with this `finish_reason`.
     Stopped(String, &'static str),
+    /// Text that ends the turn, streamed in these pieces with a pause before each when the
+    /// request asks for a stream (else sent whole after the pauses).
+    Stream(Vec<String>, Duration),
 }
 
 impl Reply {
@@ -102,7 +105,22 @@ fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) 
         seen.lock().unwrap().push(request.clone());
         call += 1;
         let reply = answer(&request);
+        if let Reply::Stream(pieces, pause) = &reply
+            && request["stream"] == true
+        {
+            if stream_sse(&mut stream, id, pieces, *pause).is_err() {
+                return;
+            }
+            continue;
+        }
         let message = match reply {
+            Reply::Stream(pieces, pause) => {
+                std::thread::sleep(pause * u32::try_from(pieces.len()).unwrap_or(1));
+                (
+                    json!({"role": "assistant", "content": pieces.concat()}),
+                    "stop",
+                )
+            }
             Reply::Hang => {
                 // Hold the connection until the client drops it.
                 std::thread::sleep(Duration::from_secs(600));
@@ -146,6 +164,40 @@ fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) 
             return;
         }
     }
+}
+
+/// A streamed Chat Completions answer: a chunk per piece, each after `pause`, then `[DONE]`.
+fn stream_sse(
+    stream: &mut TcpStream,
+    id: u64,
+    pieces: &[String],
+    pause: Duration,
+) -> std::io::Result<()> {
+    stream.write_all(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+    )?;
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = json!({"id": format!("chatcmpl-{id}"), "object": "chat.completion.chunk",
+            "created": 0, "model": "loopback",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    let mut write_chunk = |text: &str| -> std::io::Result<()> {
+        stream.write_all(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes())?;
+        stream.flush()
+    };
+    write_chunk(&chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    ))?;
+    for piece in pieces {
+        std::thread::sleep(pause);
+        write_chunk(&chunk(json!({"content": piece}), Value::Null))?;
+    }
+    write_chunk(&chunk(json!({}), json!("stop")))?;
+    write_chunk("data: [DONE]\n\n")?;
+    stream.write_all(b"0\r\n\r\n")?;
+    stream.flush()
 }
 
 /// The text of a message's content: a string, or the text parts of an array.
@@ -197,4 +249,67 @@ pub fn after_tool(request: &Value) -> bool {
 /// The hookloop binary built for these tests.
 pub fn hookloop() -> &'static str {
     env!("CARGO_BIN_EXE_hookloop")
+}
+
+/// A pseudo-terminal, so a test can run the binary with a terminal as its stdout or stderr
+/// and read what a person would see, as it is written.
+pub struct Pty {
+    master: std::fs::File,
+    slave: std::fs::File,
+}
+
+impl Pty {
+    /// Opens a new pseudo-terminal pair.
+    pub fn open() -> Self {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        // SAFETY: plain libc calls on a descriptor this function owns; each result is checked.
+        unsafe {
+            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            assert!(master >= 0, "posix_openpt failed");
+            let master = std::fs::File::from_raw_fd(master);
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&master);
+            assert_eq!(libc::grantpt(fd), 0, "grantpt failed");
+            assert_eq!(libc::unlockpt(fd), 0, "unlockpt failed");
+            let mut name = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+            let path = std::ffi::CStr::from_ptr(name.as_ptr())
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let slave = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)
+                .unwrap();
+            Self { master, slave }
+        }
+    }
+
+    /// The terminal's side, for a child's stdout or stderr.
+    pub fn stdio(&self) -> std::process::Stdio {
+        std::process::Stdio::from(self.slave.try_clone().unwrap())
+    }
+
+    /// Starts reading what the terminal shows; call after spawning the child. Everything read
+    /// so far is in the returned buffer; the reader ends when the child closes the terminal.
+    pub fn reader(self) -> Arc<Mutex<Vec<u8>>> {
+        // Our copy of the child's side must go, or the reader never sees the end.
+        drop(self.slave);
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&shown);
+        let mut master = self.master;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // A read fails (EIO) once the last holder of the other side closes it.
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        shown
+    }
 }

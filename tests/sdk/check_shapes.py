@@ -1,7 +1,10 @@
 """Validates request and answer bodies against the official OpenAI and Anthropic Python SDKs'
 type definitions: each request must validate as the SDK's create-params type *and* read back
 unchanged (so no key the SDK does not know), each answer must validate as the SDK's response
-model. Input: JSON lines {"dialect", "kind", "name", "body"} on stdin."""
+model, each stream event as the SDK's stream event type (`ChatCompletionChunk`,
+`RawMessageStreamEvent`; the SDKs skip `ping` and stop at `[DONE]` before parsing, and so do
+the callers). Input: JSON lines {"dialect", "kind", "name", "body"} on stdin; kind is
+`request`, `stream_request`, `answer` or `event`."""
 
 import collections.abc
 import json
@@ -11,14 +14,22 @@ from pydantic import BaseModel, TypeAdapter
 
 import anthropic
 import openai
-from anthropic.types import Message, message_create_params
-from openai.types.chat import ChatCompletion, completion_create_params
+from anthropic.types import Message, RawMessageStreamEvent, message_create_params
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, completion_create_params
 
 REQUESTS = {
     "openai": TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming),
     "anthropic": TypeAdapter(message_create_params.MessageCreateParamsNonStreaming),
 }
+STREAM_REQUESTS = {
+    "openai": TypeAdapter(completion_create_params.CompletionCreateParamsStreaming),
+    "anthropic": TypeAdapter(message_create_params.MessageCreateParamsStreaming),
+}
 ANSWERS = {"openai": ChatCompletion, "anthropic": Message}
+EVENTS = {
+    "openai": TypeAdapter(ChatCompletionChunk),
+    "anthropic": TypeAdapter(RawMessageStreamEvent),
+}
 
 
 def force(value):
@@ -49,14 +60,17 @@ def force(value):
 
 def check(case):
     dialect, kind, body = case["dialect"], case["kind"], case["body"]
-    if kind == "request":
-        validated = force(REQUESTS[dialect].validate_python(body))
+    if kind in ("request", "stream_request"):
+        types = REQUESTS if kind == "request" else STREAM_REQUESTS
+        validated = force(types[dialect].validate_python(body))
         if validated != body:
             raise ValueError(
                 "keys the SDK does not know, or values it rewrote:\n"
                 f"sent:      {json.dumps(body, sort_keys=True)}\n"
                 f"validated: {json.dumps(validated, sort_keys=True)}"
             )
+    elif kind == "event":
+        EVENTS[dialect].validate_python(body)
     else:
         ANSWERS[dialect].model_validate(body)
 

@@ -34,11 +34,14 @@ pub fn turn<'a>(messages: &'a [Message], tools: &'a [ToolSpec]) -> LlmRequest<'a
     }
 }
 
+/// Streamed unless `HOOKLOOP_STREAM=0`, so every provider test runs in both modes.
 pub fn endpoint(base_url: &str) -> Endpoint {
     Endpoint::parse(base_url)
         .unwrap()
         .api_key(ApiKey::new("sk-test-key"))
         .timeout(Duration::from_secs(10))
+        .stream(streaming())
+        .stream_timeouts(Duration::from_secs(10), Duration::from_secs(10))
         .retry(RetryPolicy {
             max_retries: 3,
             initial_backoff: Duration::from_millis(10),
@@ -237,6 +240,7 @@ pub fn check_anthropic_shape(body: &Value) {
 /// snapshot pins the exact body (only whitespace is added, outside strings).
 pub fn pretty(body: &[u8]) -> String {
     let text = std::str::from_utf8(body).expect("the body is UTF-8");
+    let text = without_stream_fields(text);
     let mut out = String::with_capacity(text.len() * 2);
     let mut depth = 0usize;
     let mut in_string = false;
@@ -289,11 +293,36 @@ pub fn pretty(body: &[u8]) -> String {
     }
     // Only whitespace was added: the layout reads back as the very same JSON.
     let back: Value = serde_json::from_str(&out).expect("the layout is JSON");
-    assert_eq!(back, serde_json::from_slice::<Value>(body).unwrap());
+    assert_eq!(back, serde_json::from_str::<Value>(&text).unwrap());
     out
 }
 
 /// Several bodies for one snapshot, numbered.
+/// Whether the provider tests stream (`HOOKLOOP_STREAM` is not `0`).
+pub fn streaming() -> bool {
+    std::env::var("HOOKLOOP_STREAM").map_or(true, |v| v.trim() != "0")
+}
+
+/// A body without the fields that ask for a stream, so snapshots are the same in both modes;
+/// when streaming, the fields must be there, first, exactly.
+fn without_stream_fields(text: &str) -> String {
+    const OPENAI: &str = r#"{"stream":true,"stream_options":{"include_usage":true},"#;
+    const ANTHROPIC: &str = r#"{"stream":true,"#;
+    let stripped = [OPENAI, ANTHROPIC]
+        .iter()
+        .find_map(|prefix| text.strip_prefix(prefix));
+    match stripped {
+        Some(rest) => {
+            assert!(streaming(), "a stream asked for with HOOKLOOP_STREAM=0");
+            format!("{{{rest}")
+        }
+        None => {
+            assert!(!streaming(), "no stream asked for: {text}");
+            text.to_owned()
+        }
+    }
+}
+
 pub fn pretty_all(requests: &[loopback::Captured]) -> String {
     requests
         .iter()

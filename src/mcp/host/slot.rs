@@ -28,6 +28,7 @@ use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
 use crate::mcp::{McpError, convert};
 use crate::supervisor::{self, Fact, HookTurn, Jitter, Order, Supervisor};
+use crate::text::lock;
 
 /// Supervision records kept for [`ToolHost::take_supervision`](crate::mcp::ToolHost) before the
 /// oldest are dropped: a host nobody drains must not grow without bound.
@@ -637,12 +638,4 @@ async fn watch_tool_list(
             refresh_tools(slot, peer.clone(), life).await;
         }
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here only moves values; a panic inside one cannot leave the data
-    // half-updated, so a poisoned lock is still consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

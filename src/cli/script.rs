@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::hooks;
-use crate::llm::{LlmClient, LlmError, LlmRequest};
-use crate::machine::{CallId, LlmReply, Message, Purpose, SUMMARY_PREFIX, StopReason, ToolCall};
-use crate::progress::Event;
+use hookloop::hooks;
+use hookloop::llm::{LlmClient, LlmError, LlmRequest};
+use hookloop::machine::{CallId, LlmReply, Message, Purpose, SUMMARY_PREFIX, StopReason, ToolCall};
+use hookloop::progress::Event;
 
 /// Which behaviour the scripted model follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,8 +337,8 @@ impl<W: Write> Narrator<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::Hook;
-    use crate::machine::ToolOutput;
+    use hookloop::hooks::Hook;
+    use hookloop::machine::ToolOutput;
 
     fn request(messages: &[Message]) -> LlmRequest<'_> {
         LlmRequest {

@@ -1,0 +1,201 @@
+//! Text helpers every part of the crate shares: shortening text for a limit or a display
+//! ([`cut`], [`one_line`]), making untrusted text safe for a terminal ([`for_terminal`]), and
+//! taking a lock whatever a panicking holder left behind ([`lock`]).
+
+use std::borrow::Cow;
+use std::sync::{Mutex, MutexGuard};
+
+/// How [`cut`] shortens a text that is over its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// At most `max` **bytes**, marker included: head and tail kept, the middle replaced by
+    /// `[... N bytes elided ...]` on a line of its own. For text a reader needs both ends of (a
+    /// hook's answer, a tool result). A `max` too small for the marker keeps only the head.
+    Middle,
+    /// At most `max` **bytes**, marker included: the head, then `marker`. A `max` too small for
+    /// the marker keeps only the head that fits.
+    Head {
+        /// Appended to a cut text, within the limit.
+        marker: &'static str,
+    },
+    /// At most `max` **characters** of the head, then `…`, and with `total` the original size
+    /// (`… (N bytes in all)`). For quoting untrusted text in a message or a display line.
+    Chars {
+        /// Whether the marker says how long the text was.
+        total: bool,
+    },
+}
+
+/// `text` within `max` (bytes or characters, per `how`), cut on a character boundary and
+/// marked as [`Cut`] says; unchanged when it fits.
+pub fn cut(text: &str, max: usize, how: Cut) -> String {
+    match how {
+        Cut::Middle => cut_middle(text, max),
+        Cut::Head { marker } => {
+            if text.len() <= max {
+                return text.to_owned();
+            }
+            if max < marker.len() {
+                return text[..floor_char_boundary(text, max)].to_owned();
+            }
+            let end = floor_char_boundary(text, max - marker.len());
+            let mut out = String::with_capacity(end + marker.len());
+            out.push_str(&text[..end]);
+            out.push_str(marker);
+            out
+        }
+        Cut::Chars { total } => match text.char_indices().nth(max) {
+            None => text.to_owned(),
+            Some((end, _)) if total => format!("{}… ({} bytes in all)", &text[..end], text.len()),
+            Some((end, _)) => format!("{}…", &text[..end]),
+        },
+    }
+}
+
+/// `text` on one line (runs of whitespace, newlines included, become one space), cut to `max`
+/// characters.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    cut(&flat, max, Cut::Chars { total: false })
+}
+
+/// `text` with every control character but newline and tab removed, so that text a model or
+/// a tool wrote cannot move the cursor, recolour, retitle or clear a person's terminal (ANSI
+/// escape sequences start with ESC, a control character; what follows it is printable and
+/// shows as harmless text). Borrowed when there is nothing to remove.
+pub fn for_terminal(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if text.contains(unsafe_char) {
+        Cow::Owned(text.chars().filter(|&c| !unsafe_char(c)).collect())
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Locks `mutex`, taking the data even if a holder panicked. Callers hold a lock only to move
+/// values in or out, so a panic inside cannot leave the data half-updated.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn cut_middle(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    // The marker's length depends on the count it prints; reserve room for the widest.
+    let reserve = elision_marker(usize::MAX).len();
+    if max < reserve {
+        return text[..floor_char_boundary(text, max)].to_owned();
+    }
+    let keep = max - reserve;
+    let head_end = floor_char_boundary(text, keep / 2);
+    let tail_start = ceil_char_boundary(text, text.len() - (keep - keep / 2));
+    let elided = tail_start - head_end;
+    let mut out = String::with_capacity(max);
+    out.push_str(&text[..head_end]);
+    out.push_str(&elision_marker(elided));
+    out.push_str(&text[tail_start..]);
+    out
+}
+
+fn elision_marker(elided: usize) -> String {
+    format!("\n[... {elided} bytes elided ...]\n")
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_middle_cut_keeps_both_ends_within_the_byte_limit() {
+        let text = format!("{}{}", "a".repeat(20_000), "é".repeat(5_000));
+        let capped = cut(&text, 16 * 1024, Cut::Middle);
+        assert!(capped.len() <= 16 * 1024);
+        assert!(capped.starts_with("aaaa"));
+        assert!(capped.ends_with("éé"));
+        assert!(capped.contains("bytes elided"));
+        assert_eq!(cut("short", 5, Cut::Middle), "short");
+    }
+
+    #[test]
+    fn a_middle_cut_too_small_for_the_marker_keeps_the_head_within_it() {
+        // Found by the `hook_body` fuzz target: the marker alone used to exceed the cap.
+        assert_eq!(cut("/", 0, Cut::Middle), "");
+        assert_eq!(cut("abcdef", 3, Cut::Middle), "abc");
+        assert_eq!(cut("éé", 3, Cut::Middle), "é");
+        let text = "x".repeat(100);
+        let reserve = elision_marker(usize::MAX).len();
+        for max in 0..100 {
+            let capped = cut(&text, max, Cut::Middle);
+            assert!(capped.len() <= max, "{max}: {capped:?}");
+            assert_eq!(
+                capped.contains("elided"),
+                max >= reserve,
+                "{max}: {capped:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_head_cut_ends_with_its_marker_within_the_byte_limit() {
+        let how = Cut::Head { marker: " [cut]" };
+        assert_eq!(cut("abcdefghij", 10, how), "abcdefghij");
+        assert_eq!(cut("abcdefghijk", 10, how), "abcd [cut]");
+        // The cut falls before a character it would split.
+        assert_eq!(cut("abé_______", 9, how), "ab [cut]");
+        assert_eq!(cut("abcdefghijk", 3, how), "abc");
+    }
+
+    #[test]
+    fn a_character_cut_counts_characters_and_may_say_the_size() {
+        let text = "é".repeat(10);
+        assert_eq!(cut(&text, 4, Cut::Chars { total: false }), "éééé…");
+        assert_eq!(
+            cut(&text, 4, Cut::Chars { total: true }),
+            "éééé… (20 bytes in all)"
+        );
+        assert_eq!(cut(&text, 10, Cut::Chars { total: true }), text);
+    }
+
+    #[test]
+    fn one_line_flattens_whitespace_and_cuts() {
+        assert_eq!(one_line("done:\n  #1", 100), "done: #1");
+        assert_eq!(one_line(&"é".repeat(10), 4), "éééé…");
+    }
+
+    #[test]
+    fn terminal_text_loses_control_characters_but_newlines_and_tabs() {
+        assert_eq!(
+            for_terminal("\x1b[2J\x1b]0;pwned\x07red\r\n\tok\u{9b}31m\u{7f}"),
+            "[2J]0;pwnedred\n\tok31m"
+        );
+        assert!(matches!(for_terminal("plain\ttext\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_gives_its_data() {
+        let mutex = Mutex::new(1);
+        let _ = std::panic::catch_unwind(|| {
+            let _guard = mutex.lock().unwrap();
+            panic!("poison");
+        });
+        assert!(mutex.is_poisoned());
+        assert_eq!(*lock(&mutex), 1);
+    }
+}
