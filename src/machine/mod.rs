@@ -40,6 +40,7 @@
 //! Every sovereignty rule of the spec is a guard on one of these transitions; the unit tests at
 //! the end of this file are named after the rules.
 
+mod digest;
 mod effect;
 mod history;
 mod input;
@@ -52,6 +53,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use statig::prelude::*;
 
+pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::{BYTES_PER_TOKEN, History};
 pub use self::input::{
@@ -123,26 +125,7 @@ impl Machine {
     /// The request an [`Effect::CallLlm`] with this purpose stands for, borrowed from the
     /// machine's history so that building it costs nothing at any history length.
     pub fn request(&self, purpose: Purpose) -> LlmRequest<'_> {
-        let core = self.sm.inner();
-        let all = core.history.messages();
-        match purpose {
-            Purpose::Turn => LlmRequest {
-                purpose,
-                system: core.system_prompt.as_deref(),
-                messages: all,
-                tools: &core.tools.model,
-                instruction: None,
-                max_output_tokens: core.policy.max_output_tokens,
-            },
-            Purpose::Summary { from } => LlmRequest {
-                purpose,
-                system: core.system_prompt.as_deref(),
-                messages: &all[from.min(all.len())..],
-                tools: &[],
-                instruction: Some(SUMMARY_INSTRUCTION),
-                max_output_tokens: core.policy.max_output_tokens,
-            },
-        }
+        self.sm.inner().request(purpose)
     }
 
     /// Where the machine is.
@@ -325,6 +308,8 @@ struct Tools {
     stop_servers: Vec<ServerName>,
     post_compact_servers: Vec<ServerName>,
     bytes: usize,
+    /// The digest of `model`, for the requests that offer it.
+    digest: Digest,
 }
 
 impl Tools {
@@ -362,6 +347,7 @@ impl Tools {
                 }
             }
         }
+        tools.digest = Digest::of_tools(&tools.model);
         tools
     }
 }
@@ -723,11 +709,48 @@ impl Core {
         }
     }
 
+    /// The request an [`Effect::CallLlm`] with this purpose stands for.
+    fn request(&self, purpose: Purpose) -> LlmRequest<'_> {
+        let all = self.history.messages();
+        match purpose {
+            Purpose::Turn => LlmRequest {
+                purpose,
+                system: self.system_prompt.as_deref(),
+                messages: all,
+                tools: &self.tools.model,
+                instruction: None,
+                max_output_tokens: self.policy.max_output_tokens,
+            },
+            Purpose::Summary { from } => LlmRequest {
+                purpose,
+                system: self.system_prompt.as_deref(),
+                messages: &all[from.min(all.len())..],
+                tools: &[],
+                instruction: Some(SUMMARY_INSTRUCTION),
+                max_output_tokens: self.policy.max_output_tokens,
+            },
+        }
+    }
+
+    /// The order to send `request(purpose)`, pinning every part of it.
     fn call_llm(&self, purpose: Purpose) -> Effect {
+        let request = self.request(purpose);
+        // The offered tools' digest is kept with the catalog; a summary offers none.
+        let tools = if request.tools.is_empty() {
+            Digest::of_tools(&[])
+        } else {
+            self.tools.digest
+        };
         Effect::CallLlm {
             purpose,
             messages: self.history.len(),
-            digest: self.history.digest(),
+            digest: RequestDigest::of(
+                request.system,
+                self.history.digest(),
+                tools,
+                request.instruction,
+                request.max_output_tokens,
+            ),
         }
     }
 

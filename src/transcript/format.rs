@@ -1,10 +1,10 @@
-//! The transcript format, version 1: JSON Lines, one header line and then one line per event.
+//! The transcript format, version 2: JSON Lines, one header line and then one line per event.
 //!
 //! ```text
-//! {"format":"hookloop-transcript","version":1,"engine":"0.1.0","config":{...},"catalog":{...}}
+//! {"format":"hookloop-transcript","version":2,"engine":"0.1.0","config":{...},"catalog":{...}}
 //! {"at_ms":0,"fact":{"fact":"catalog_changed","catalog":{...}}}
 //! {"at_ms":0,"fact":{"fact":"prompted","text":"Finish the feature."}}
-//! {"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":...}}
+//! {"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":{"system":"…","messages":"…",…}}}
 //! ```
 //!
 //! Field order is the order of the structs below, so a transcript diffs cleanly under review.
@@ -23,7 +23,7 @@ use crate::transcript::redact::Redaction;
 pub const FORMAT: &str = "hookloop-transcript";
 
 /// The format version this engine writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The first line of a transcript: what the session was, before anything happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -413,7 +413,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machine::{FinishReason, HookReply, LlmReply, Purpose};
+    use crate::machine::{Digest, FinishReason, HookReply, LlmReply, Purpose, RequestDigest};
     use crate::{Hook, ServerName};
 
     fn sample() -> Transcript {
@@ -427,7 +427,13 @@ mod tests {
                     Effect::CallLlm {
                         purpose: Purpose::Turn,
                         messages: 1,
-                        digest: 42,
+                        digest: RequestDigest {
+                            system: Digest(1),
+                            messages: Digest(2),
+                            tools: Digest(3),
+                            instruction: Digest(4),
+                            limits: Digest(5),
+                        },
                     },
                 ),
                 Record::fact(
@@ -473,7 +479,7 @@ mod tests {
             lines
                 .next()
                 .unwrap()
-                .starts_with(r#"{"format":"hookloop-transcript","version":1,"engine":""#)
+                .starts_with(r#"{"format":"hookloop-transcript","version":2,"engine":""#)
         );
         assert_eq!(
             lines.next().unwrap(),
@@ -481,7 +487,12 @@ mod tests {
         );
         assert_eq!(
             lines.next().unwrap(),
-            r#"{"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":42}}"#
+            concat!(
+                r#"{"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"#,
+                r#""digest":{"system":"0000000000000001","messages":"0000000000000002","#,
+                r#""tools":"0000000000000003","instruction":"0000000000000004","#,
+                r#""limits":"0000000000000005"}}}"#
+            )
         );
     }
 
@@ -523,19 +534,42 @@ mod tests {
     }
 
     #[test]
-    fn another_version_is_refused_with_its_number() {
+    fn a_newer_version_is_refused_with_its_number() {
         let mut header = serde_json::to_value(&sample().header).unwrap();
-        header["version"] = json!(2);
+        header["version"] = json!(3);
         header["renamed_field"] = json!(true);
         let text = format!("{header}\n");
         let error = Transcript::parse(&text).unwrap_err();
         assert!(matches!(
             error,
-            TranscriptError::UnsupportedVersion { found: 2 }
+            TranscriptError::UnsupportedVersion { found: 3 }
         ));
         assert_eq!(
             error.to_string(),
-            "transcript format version 2 is not supported: this engine reads version 1"
+            "transcript format version 3 is not supported: this engine reads version 2 \
+             (it was written by a newer engine)"
+        );
+    }
+
+    #[test]
+    fn a_version_1_transcript_is_refused_naming_both_versions() {
+        // Version 1 pinned a model request by its history alone: it cannot say whether the
+        // tools, instruction or limits were the same, so it is refused rather than replayed.
+        let v1 = concat!(
+            r#"{"format":"hookloop-transcript","version":1,"engine":"0.1.0","config":{"policy":{}},"catalog":{"servers":[]}}"#,
+            "\n",
+            r#"{"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":42}}"#,
+            "\n"
+        );
+        let error = Transcript::parse(v1).unwrap_err();
+        assert!(matches!(
+            error,
+            TranscriptError::UnsupportedVersion { found: 1 }
+        ));
+        assert_eq!(
+            error.to_string(),
+            "transcript format version 1 is not supported: this engine reads version 2 \
+             (older transcripts do not pin every part of a model request; record the session again)"
         );
     }
 

@@ -68,6 +68,17 @@ pub use self::replay::{
     Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, replay, replay_str,
 };
 
+/// What to do with a transcript of another version.
+fn version_advice(found: &u64) -> &'static str {
+    if *found < u64::from(VERSION) {
+        // Version 1 pinned only the history of each model request: replaying it would call a
+        // request "the same" without knowing its tools, instruction or limits.
+        " (older transcripts do not pin every part of a model request; record the session again)"
+    } else {
+        " (it was written by a newer engine)"
+    }
+}
+
 /// A transcript that cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
@@ -85,7 +96,8 @@ pub enum TranscriptError {
     NotATranscript { reason: String },
     /// A transcript of a format version this engine does not read.
     #[error(
-        "transcript format version {found} is not supported: this engine reads version {VERSION}"
+        "transcript format version {found} is not supported: this engine reads version {VERSION}{}",
+        version_advice(.found)
     )]
     UnsupportedVersion { found: u64 },
     /// The header is of this format and version but malformed.

@@ -281,6 +281,21 @@ impl Divergence {
         self
     }
 
+    /// For two model requests, the parts of the request that differ (`system`, `messages`,
+    /// `tools`, `instruction`, `limits`); empty otherwise.
+    pub fn request_parts(&self) -> Vec<&'static str> {
+        match &self.kind {
+            DivergenceKind::EffectMismatch {
+                expected: Effect::CallLlm { digest: a, .. },
+                actual: Effect::CallLlm { digest: b, .. },
+            } => a.differing_parts(b),
+            DivergenceKind::EffectMismatch { .. }
+            | DivergenceKind::MissingEffect { .. }
+            | DivergenceKind::UnrecordedEffect { .. }
+            | DivergenceKind::FactRefused { .. } => Vec::new(),
+        }
+    }
+
     /// The expected and actual sides, pretty-printed, as a line diff: `-` recorded only,
     /// `+` replayed only.
     pub fn diff(&self) -> String {
@@ -306,6 +321,10 @@ impl fmt::Display for Divergence {
         match &self.kind {
             DivergenceKind::EffectMismatch { .. } => {
                 f.write_str("the machine gave another order than recorded")?;
+                let parts = self.request_parts();
+                if !parts.is_empty() {
+                    write!(f, "; the model request differs in: {}", parts.join(", "))?;
+                }
             }
             DivergenceKind::MissingEffect { .. } => {
                 f.write_str("the record has an order the machine did not give")?;
