@@ -166,3 +166,133 @@ fn a_version_1_golden_is_refused_naming_both_versions() {
         "{message}"
     );
 }
+
+/// The text of a golden transcript.
+fn golden_text(name: &str) -> String {
+    std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/transcripts")
+            .join(format!("{name}.jsonl")),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_cut_short_record_replays_but_is_not_whole_and_counts_the_missing_orders() {
+    let text = golden_text("stop_objection_is_injected");
+    // Cut in the middle of the line of the first `call_hooks` order.
+    let at = text.find(r#""effect":"call_hooks""#).unwrap() + 10;
+    let report = hookloop::transcript::replay_str(&text[..at]).unwrap();
+    assert!(!report.is_whole());
+    assert_eq!(report.unrecorded_effects, 1);
+    let said = report.to_string();
+    assert!(said.contains("the record is cut short"), "{said}");
+    assert!(
+        said.contains("1 order(s) the machine gave after the last whole record"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_record_that_ends_mid_prompt_is_not_whole() {
+    let text = golden_text("stop_objection_is_injected");
+    // Whole lines up to the first `call_hooks` order: the record ends while `_Stop` runs.
+    let end = text
+        .find(r#"{"at_ms":0,"fact":{"fact":"hook_answered""#)
+        .unwrap();
+    let report = hookloop::transcript::replay_str(&text[..end]).unwrap();
+    assert!(!report.is_whole());
+    assert!(
+        report
+            .to_string()
+            .contains("the record ends mid-prompt, while the machine is awaiting _Stop"),
+        "{report}"
+    );
+    let whole = hookloop::transcript::replay_str(&text).unwrap();
+    assert!(whole.is_whole(), "{whole}");
+}
+
+#[tokio::test]
+async fn live_replay_checks_the_end_of_the_record() {
+    let text = golden_text("model_failure_ends_the_prompt");
+    let host = hookloop::testing::InProcessHost::new();
+    let transcript = Transcript::parse(&text).unwrap();
+    let report = hookloop::transcript::replay_live(&transcript, &host).await;
+    assert!(report.is_clean(), "{report}");
+    // Without its last order and the close, the record ends before the machine's `finish`.
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines[..lines.len() - 2].join("\n") + "\n";
+    let transcript = Transcript::parse(&cut).unwrap();
+    let report = hookloop::transcript::replay_live(&transcript, &host).await;
+    let divergence = report.divergence.as_ref().expect("a divergence at the end");
+    assert_eq!(divergence.index, transcript.records.len());
+    assert!(
+        report
+            .to_string()
+            .contains("the transcript ends, but the machine gave another order"),
+        "{report}"
+    );
+}
+
+/// Each write or flush: the thread that made it, and which it was.
+type WriteLog = std::sync::Arc<std::sync::Mutex<Vec<(std::thread::ThreadId, &'static str)>>>;
+
+/// A writer that notes which thread made each write and each flush.
+#[derive(Clone, Default)]
+struct ThreadNotingWriter {
+    log: WriteLog,
+}
+
+impl std::io::Write for ThreadNotingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let id = std::thread::current().id();
+        self.log.lock().unwrap().push((id, "write"));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let id = std::thread::current().id();
+        self.log.lock().unwrap().push((id, "flush"));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn records_are_written_and_flushed_line_by_line_off_the_session_thread() {
+    use hookloop::testing::{HookStep, InProcessHost, ScriptedLlm, Step};
+    use hookloop::transcript::Recorder;
+    use hookloop::{Config, Hook, HookServers, Session};
+
+    let llm = ScriptedLlm::new([Step::text("Done."), Step::text("Done, really.")]);
+    let host = InProcessHost::new().hook("todo", Hook::Stop, [HookStep::Say("1 open".into())]);
+    let config = Config::builder()
+        .hook_servers(HookServers::All)
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm, host);
+    let writer = ThreadNotingWriter::default();
+    let log = std::sync::Arc::clone(&writer.log);
+    let recorder =
+        Recorder::to_writer(writer, "the test writer", &session.transcript_header()).unwrap();
+    let header_ops = log.lock().unwrap().len();
+    session.record_with(recorder.clone()).unwrap();
+    session.prompt("Finish the feature.").await.unwrap();
+    let records = recorder.records();
+    assert!(records > 5, "{records}");
+    // Dropping the last clone waits for the writer: nothing queued is lost.
+    drop(session);
+    drop(recorder);
+
+    let session_thread = std::thread::current().id();
+    let log = log.lock().unwrap();
+    let after_header = &log[header_ops..];
+    assert!(
+        after_header.iter().all(|(id, _)| *id != session_thread),
+        "a record was written on the session's thread"
+    );
+    // One write and one flush per line, in that order.
+    assert_eq!(after_header.len() as u64, 2 * records);
+    for pair in after_header.chunks(2) {
+        assert_eq!((pair[0].1, pair[1].1), ("write", "flush"));
+    }
+}

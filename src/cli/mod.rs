@@ -86,13 +86,22 @@ impl From<hookloop::ConfigError> for Failure {
     }
 }
 
-/// `hookloop replay FILE`: replays a transcript and reports how it went.
-pub fn replay(file: &std::path::Path) -> ExitCode {
+/// `hookloop replay FILE`: replays a transcript and reports how it went. A record that is cut
+/// short or ends mid-prompt fails (exit 1) unless `allow_truncated`.
+pub fn replay(file: &std::path::Path, allow_truncated: bool) -> ExitCode {
     use hookloop::transcript::ReplayError;
     match hookloop::transcript::replay(file) {
-        Ok(report) => {
+        Ok(report) if report.is_whole() || allow_truncated => {
             println!("{report}");
             ExitCode::from(exit::OK)
+        }
+        Ok(report) => {
+            eprintln!(
+                "{}: the replay matched as far as the record goes, but it is not whole \
+                 (--allow-truncated accepts that)\n{report}",
+                file.display()
+            );
+            ExitCode::from(exit::FAILED)
         }
         Err(ReplayError::Diverged(divergence)) => {
             eprintln!("{}: the replay diverged\n{divergence}", file.display());
@@ -105,7 +114,11 @@ pub fn replay(file: &std::path::Path) -> ExitCode {
 }
 
 /// `hookloop replay --live-tools`: the record's model side against live servers.
-pub async fn replay_live(file: &std::path::Path, mcp_config: Option<&std::path::Path>) -> ExitCode {
+pub async fn replay_live(
+    file: &std::path::Path,
+    mcp_config: Option<&std::path::Path>,
+    allow_truncated: bool,
+) -> ExitCode {
     let transcript = match hookloop::transcript::Transcript::read(file) {
         Ok(transcript) => transcript,
         Err(e) => return Failure::usage(format!("{}: {e}", file.display())).report(),
@@ -118,7 +131,7 @@ pub async fn replay_live(file: &std::path::Path, mcp_config: Option<&std::path::
         Err(failure) => return failure.report(),
     };
     let report = hookloop::transcript::replay_live(&transcript, &host).await;
-    if report.is_clean() {
+    if report.is_clean() && (report.truncated.is_none() || allow_truncated) {
         println!("{report}");
         ExitCode::from(exit::OK)
     } else {

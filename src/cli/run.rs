@@ -39,11 +39,14 @@ async fn run(
     let servers = wire::load_mcp_config(mcp_config.as_deref())?;
     let host = wire::connect(servers).await?;
     let mut session = Session::new(config, llm, host);
-    if let Some(path) = record {
-        session
-            .record_to(&path)
-            .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?;
-    }
+    let recorder = match &record {
+        Some(path) => Some(
+            session
+                .record_to(path)
+                .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
     let mode = if json {
         Mode::Json
     } else if std::io::stderr().is_terminal() {
@@ -51,7 +54,18 @@ async fn run(
     } else {
         Mode::Lines
     };
-    Ok(drive(session, mode, prompt).await)
+    let code = drive(session, mode, prompt).await;
+    // A record cut short must not pass for a whole one: whatever the prompt did, the run failed
+    // to do what `--record` asked.
+    if let (Some(recorder), Some(path)) = (recorder, record) {
+        recorder.check().map_err(|e| {
+            Failure::failed(format!(
+                "--record {}: the transcript is incomplete: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(code)
 }
 
 /// How progress is shown.

@@ -188,6 +188,39 @@ pub struct ReplayReport {
     pub truncated: Option<Truncation>,
 }
 
+impl ReplayReport {
+    /// Whether the record covers the session to a resting point: no line was cut short and the
+    /// last record leaves the machine idle or closed. A record a crash or a write error ended
+    /// mid-prompt replays as far as it goes, but it is not a whole match.
+    pub fn is_whole(&self) -> bool {
+        self.incompleteness().is_none()
+    }
+
+    /// Why the record is not whole, in words; `None` when it is.
+    pub fn incompleteness(&self) -> Option<String> {
+        if let Some(truncated) = &self.truncated {
+            return Some(format!(
+                "the record is cut short: line {} ({} bytes) is incomplete and was skipped, and \
+                 {} order(s) the machine gave after the last whole record are not in it",
+                truncated.line, truncated.bytes, self.unrecorded_effects
+            ));
+        }
+        match self.phase {
+            Phase::Idle | Phase::Done => None,
+            Phase::Prompting
+            | Phase::RunningTools
+            | Phase::AwaitingStop
+            | Phase::Objected
+            | Phase::Summarizing
+            | Phase::PostCompacting => Some(format!(
+                "the record ends mid-prompt, while the machine is {}: the rest of the session \
+                 was not recorded",
+                self.phase
+            )),
+        }
+    }
+}
+
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -203,12 +236,8 @@ impl fmt::Display for ReplayReport {
             self.counters.compactions,
             self.phase,
         )?;
-        if let Some(truncated) = &self.truncated {
-            write!(
-                f,
-                "; line {} was cut short ({} bytes) and skipped",
-                truncated.line, truncated.bytes
-            )?;
+        if let Some(incomplete) = self.incompleteness() {
+            write!(f, "; {incomplete}")?;
         }
         Ok(())
     }
