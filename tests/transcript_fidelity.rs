@@ -296,3 +296,38 @@ async fn records_are_written_and_flushed_line_by_line_off_the_session_thread() {
         assert_eq!((pair[0].1, pair[1].1), ("write", "flush"));
     }
 }
+
+#[test]
+fn a_header_catalog_that_differs_from_the_first_catalog_fact_diverges() {
+    let mut transcript = golden("stop_objection_is_injected");
+    transcript.header.catalog.servers[0].tools.pop();
+    let error = transcript.replay().unwrap_err();
+    assert!(
+        matches!(
+            error.kind,
+            hookloop::transcript::DivergenceKind::HeaderCatalog { first: Some(_), .. }
+        ),
+        "{error}"
+    );
+    assert_eq!(error.index, 0);
+    assert!(
+        error
+            .to_string()
+            .contains("the header's catalog is not the one the first catalog_changed fact gave"),
+        "{error}"
+    );
+
+    // A header that lists tools no fact ever gave the machine.
+    let mut transcript = golden("model_failure_ends_the_prompt");
+    transcript.header.catalog = golden("stop_objection_is_injected").header.catalog;
+    transcript.records.remove(0);
+    transcript.lines.remove(0);
+    let error = transcript.replay().unwrap_err();
+    assert!(
+        matches!(
+            error.kind,
+            hookloop::transcript::DivergenceKind::HeaderCatalog { first: None, .. }
+        ),
+        "{error}"
+    );
+}

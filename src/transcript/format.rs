@@ -321,6 +321,7 @@ impl Transcript {
             }
             match serde_json::from_str::<Record>(line) {
                 Ok(record) => {
+                    check_known_fields(line, &record, number)?;
                     transcript.records.push(record);
                     transcript.lines.push(number);
                 }
@@ -405,7 +406,84 @@ fn parse_header(line: &str) -> Result<Header, TranscriptError> {
             ));
         }
     }
-    serde_json::from_str(line.trim()).map_err(|source| TranscriptError::Header { source })
+    let header: Header =
+        serde_json::from_str(line.trim()).map_err(|source| TranscriptError::Header { source })?;
+    check_known_fields(line.trim(), &header, 1)?;
+    Ok(header)
+}
+
+/// One rule for every level of a line: a field this engine does not know is refused, in the
+/// header, in a record, and inside any payload, so that nothing recorded is silently ignored
+/// by a replay that then calls itself a match. A field that holds its default (`null`,
+/// `false`, `[]`, `{}`) may be left out or written. The check compares the line with the
+/// value as this engine writes it back.
+fn check_known_fields(
+    line: &str,
+    read: &impl Serialize,
+    number: usize,
+) -> Result<(), TranscriptError> {
+    // The line parsed into `read`, so it parses as a `Value`; `read` is plain data.
+    let (Ok(original), Ok(written)) = (
+        serde_json::from_str::<serde_json::Value>(line),
+        serde_json::to_value(read),
+    ) else {
+        return Ok(());
+    };
+    let mut path = String::new();
+    if has_unknown_field(&original, &written, &mut path) {
+        Err(TranscriptError::UnknownField { line: number, path })
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether `read` has a field that `written` lacks; if so, `path` is left pointing at the first.
+fn has_unknown_field(
+    read: &serde_json::Value,
+    written: &serde_json::Value,
+    path: &mut String,
+) -> bool {
+    use serde_json::Value;
+    match (read, written) {
+        (Value::Object(read), Value::Object(written)) => {
+            for (key, value) in read {
+                let len = path.len();
+                path.push('.');
+                path.push_str(key);
+                let unknown = match written.get(key) {
+                    Some(known) => has_unknown_field(value, known, path),
+                    None => !is_default(value),
+                };
+                if unknown {
+                    return true;
+                }
+                path.truncate(len);
+            }
+            false
+        }
+        (Value::Array(read), Value::Array(written)) => {
+            for (index, (value, known)) in read.iter().zip(written).enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{index}]"));
+                if has_unknown_field(value, known, path) {
+                    return true;
+                }
+                path.truncate(len);
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
+fn is_default(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        Value::Bool(true) | Value::Number(_) | Value::String(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -596,5 +674,45 @@ mod tests {
             matches!(error, TranscriptError::NotUtf8 { line: 6 }),
             "{error}"
         );
+    }
+
+    #[test]
+    fn an_unknown_field_inside_a_payload_is_refused_naming_its_path() {
+        let text = sample().to_jsonl().replacen(
+            r#""reply":{"text":"done""#,
+            r#""reply":{"text":"done","mood":"happy""#,
+            1,
+        );
+        let error = Transcript::parse(&text).unwrap_err();
+        assert!(
+            matches!(&error, TranscriptError::UnknownField { line: 4, path } if path == ".fact.reply.mood"),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "line 4: unknown field `.fact.reply.mood`: this engine would ignore it, so it refuses it"
+        );
+    }
+
+    #[test]
+    fn an_unknown_field_inside_the_header_policy_is_refused() {
+        let text = sample()
+            .to_jsonl()
+            .replacen(r#""policy":{"#, r#""policy":{"turbo":true,"#, 1);
+        let error = Transcript::parse(&text).unwrap_err();
+        assert!(
+            matches!(&error, TranscriptError::UnknownField { line: 1, path } if path == ".config.policy.turbo"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_field_written_with_its_default_value_is_accepted() {
+        let text = sample().to_jsonl().replacen(
+            r#""reply":{"text":"done""#,
+            r#""reply":{"text":"done","tool_calls":[]"#,
+            1,
+        );
+        assert_eq!(Transcript::parse(&text).unwrap(), sample());
     }
 }

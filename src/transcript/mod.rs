@@ -109,6 +109,9 @@ pub enum TranscriptError {
         line: usize,
         source: serde_json::Error,
     },
+    /// A line holds a field this engine does not know (`path` is where, as `.a.b[0].c`).
+    #[error("line {line}: unknown field `{path}`: this engine would ignore it, so it refuses it")]
+    UnknownField { line: usize, path: String },
     /// A line is not valid UTF-8.
     #[error("line {line}: not valid UTF-8")]
     NotUtf8 { line: usize },

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::machine::{Counters, Effect, FinishReason, Input, Machine, MachineError, Phase};
+use crate::machine::{
+    Catalog, Counters, Effect, FinishReason, Input, Machine, MachineError, Phase,
+};
 use crate::transcript::diff::line_diff;
 use crate::transcript::{Event, Header, Record, Transcript, TranscriptError, Truncation};
 
@@ -48,6 +50,8 @@ impl Transcript {
 #[derive(Debug)]
 pub struct Replayer {
     machine: Machine,
+    /// The header's catalog, until the first fact is checked against it.
+    header_catalog: Option<Catalog>,
     records: usize,
     facts: usize,
     effects: usize,
@@ -61,6 +65,7 @@ impl Replayer {
         let config = &header.config;
         Self {
             machine: Machine::new(config.policy.clone(), config.system_prompt.clone()),
+            header_catalog: Some(header.catalog.clone()),
             records: 0,
             facts: 0,
             effects: 0,
@@ -100,6 +105,9 @@ impl Replayer {
                 }
             },
             Event::Fact(fact) => {
+                if let Some(header) = self.header_catalog.take() {
+                    check_header_catalog(phase, header, fact)?;
+                }
                 if let Some(actual) = self.machine.poll_effect() {
                     return Err(Divergence::new(
                         phase,
@@ -160,6 +168,41 @@ impl Replayer {
     /// The machine as the records so far left it.
     pub fn machine(&self) -> &Machine {
         &self.machine
+    }
+}
+
+/// The header's catalog is what the session knew when recording started: the session's first
+/// fact is the `catalog_changed` that hands it to the machine, or, with no tools at all, any
+/// fact. A header that says otherwise describes another session.
+fn check_header_catalog(
+    phase: Phase,
+    header: Catalog,
+    fact: &Input,
+) -> Result<(), Box<Divergence>> {
+    let first = match fact {
+        Input::CatalogChanged { catalog } => Some(catalog),
+        Input::Prompted { .. }
+        | Input::LlmReplied { .. }
+        | Input::LlmFailed { .. }
+        | Input::ToolFinished { .. }
+        | Input::HookAnswered { .. }
+        | Input::Cancelled
+        | Input::Closed => None,
+    };
+    let same = match first {
+        Some(catalog) => *catalog == header,
+        None => header.servers.is_empty(),
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(Divergence::new(
+            phase,
+            DivergenceKind::HeaderCatalog {
+                header,
+                first: first.cloned(),
+            },
+        ))
     }
 }
 
@@ -292,6 +335,12 @@ pub enum DivergenceKind {
     },
     /// The machine refused a recorded fact.
     FactRefused { fact: Input, error: MachineError },
+    /// The header's catalog is not the one the first fact gave the machine (`first` is `None`
+    /// when the first fact is no catalog change).
+    HeaderCatalog {
+        header: Catalog,
+        first: Option<Catalog>,
+    },
 }
 
 impl Divergence {
@@ -321,7 +370,8 @@ impl Divergence {
             DivergenceKind::EffectMismatch { .. }
             | DivergenceKind::MissingEffect { .. }
             | DivergenceKind::UnrecordedEffect { .. }
-            | DivergenceKind::FactRefused { .. } => Vec::new(),
+            | DivergenceKind::FactRefused { .. }
+            | DivergenceKind::HeaderCatalog { .. } => Vec::new(),
         }
     }
 
@@ -335,6 +385,10 @@ impl Divergence {
             DivergenceKind::MissingEffect { expected } => (pretty(expected), String::new()),
             DivergenceKind::UnrecordedEffect { actual, .. } => (String::new(), pretty(actual)),
             DivergenceKind::FactRefused { .. } => return String::new(),
+            DivergenceKind::HeaderCatalog { header, first } => (
+                pretty(header),
+                first.as_ref().map(pretty).unwrap_or_default(),
+            ),
         };
         line_diff(&expected, &actual)
     }
@@ -370,6 +424,16 @@ impl fmt::Display for Divergence {
             DivergenceKind::UnrecordedEffect { before: None, .. } => {
                 f.write_str("the transcript ends, but the machine gave another order")?;
             }
+            DivergenceKind::HeaderCatalog { first: Some(_), .. } => {
+                f.write_str(
+                    "the header's catalog is not the one the first catalog_changed fact gave",
+                )?;
+            }
+            DivergenceKind::HeaderCatalog { first: None, .. } => {
+                f.write_str(
+                    "the header lists tools, but the session's first fact is no catalog_changed",
+                )?;
+            }
             DivergenceKind::FactRefused { fact, error } => {
                 return write!(
                     f,
@@ -378,7 +442,14 @@ impl fmt::Display for Divergence {
                 );
             }
         }
-        write!(f, "\n--- recorded\n+++ replayed\n{}", self.diff())
+        let (minus, plus) = match &self.kind {
+            DivergenceKind::HeaderCatalog { .. } => ("header", "first fact"),
+            DivergenceKind::EffectMismatch { .. }
+            | DivergenceKind::MissingEffect { .. }
+            | DivergenceKind::UnrecordedEffect { .. }
+            | DivergenceKind::FactRefused { .. } => ("recorded", "replayed"),
+        };
+        write!(f, "\n--- {minus}\n+++ {plus}\n{}", self.diff())
     }
 }
 
