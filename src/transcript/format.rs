@@ -10,7 +10,8 @@
 //! Field order is the order of the structs below, so a transcript diffs cleanly under review.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::io::{BufRead, Read};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -262,92 +263,67 @@ impl Transcript {
         }
     }
 
-    /// Reads a transcript file. See [`parse`](Self::parse).
+    /// Reads a transcript file line by line, never holding more than one line of it (at most
+    /// [`MAX_LINE_BYTES`]) besides the records. See [`parse`](Self::parse).
     pub fn read(path: impl AsRef<Path>) -> Result<Self, TranscriptError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| TranscriptError::Read {
+        let read_error = |source| TranscriptError::Read {
             path: path.to_owned(),
             source,
-        })?;
-        Self::parse_bytes(&bytes)
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        Self::from_reader(std::io::BufReader::new(file)).map_err(|error| match error {
+            ReadError::Io(source) => read_error(source),
+            ReadError::Transcript(error) => error,
+        })
     }
 
-    /// Parses a transcript's bytes; invalid UTF-8 is an error naming its line.
+    /// Parses a transcript's bytes; invalid UTF-8 is an error naming its line (or, in a last
+    /// line cut short, a truncation).
     pub fn parse_bytes(bytes: &[u8]) -> Result<Self, TranscriptError> {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => Self::parse(text),
-            Err(error) => {
-                let valid = &bytes[..error.valid_up_to()];
-                let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
-                // Invalid bytes in the last, unterminated line are a cut-short write: keep the
-                // rest, as for any other truncated line.
-                if !bytes[error.valid_up_to()..].contains(&b'\n') {
-                    let start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-                    // `start` follows a newline (or is 0), a char boundary of the valid prefix.
-                    let head = std::str::from_utf8(&bytes[..start]).unwrap_or_default();
-                    if line > 1 {
-                        let mut transcript = Self::parse(head)?;
-                        transcript.truncated = Some(Truncation {
-                            line,
-                            bytes: bytes.len() - start,
-                            reason: "invalid UTF-8".to_owned(),
-                        });
-                        return Ok(transcript);
-                    }
-                }
-                Err(TranscriptError::NotUtf8 { line })
-            }
-        }
+        Self::from_reader(bytes).map_err(|error| match error {
+            ReadError::Transcript(error) => error,
+            // Reading from a slice cannot fail.
+            ReadError::Io(source) => TranscriptError::Read {
+                path: PathBuf::from("<memory>"),
+                source,
+            },
+        })
     }
 
     /// Parses a transcript. The header must be of this format and version. A last line that
     /// does not end in a newline and does not parse was cut short: it is reported in
-    /// [`truncated`](Self::truncated) and the rest is returned. Blank lines are skipped.
+    /// [`truncated`](Self::truncated) and the rest is returned. Blank lines are skipped. A line
+    /// over [`MAX_LINE_BYTES`] is refused.
     pub fn parse(text: &str) -> Result<Self, TranscriptError> {
-        let mut lines = text.split_inclusive('\n').enumerate();
-        let (_, first) = lines.next().ok_or(TranscriptError::Empty)?;
-        let header = parse_header(first)?;
-        let mut transcript = Self {
-            header,
-            records: Vec::new(),
-            lines: Vec::new(),
-            truncated: None,
-        };
-        for (index, raw) in lines {
-            let number = index + 1;
-            let line = raw.trim();
-            if line.is_empty() {
-                continue;
+        Self::parse_bytes(text.as_bytes())
+    }
+
+    fn from_reader(mut reader: impl BufRead) -> Result<Self, ReadError> {
+        let mut buffer = Vec::new();
+        let mut parser = Parser::default();
+        loop {
+            buffer.clear();
+            // One byte over the cap tells a line at the cap from a longer one.
+            let cap = MAX_LINE_BYTES as u64 + 1;
+            let read = (&mut reader)
+                .take(cap)
+                .read_until(b'\n', &mut buffer)
+                .map_err(ReadError::Io)?;
+            if read == 0 {
+                break;
             }
-            match serde_json::from_str::<Record>(line) {
-                Ok(record) => {
-                    check_known_fields(line, &record, number)?;
-                    transcript.records.push(record);
-                    transcript.lines.push(number);
+            let terminated = buffer.last() == Some(&b'\n');
+            if !terminated && buffer.len() > MAX_LINE_BYTES {
+                return Err(TranscriptError::LineTooLong {
+                    line: parser.number + 1,
+                    limit: MAX_LINE_BYTES,
                 }
-                // Only the very last line can be cut short: the recorder ends every line with
-                // a newline in the same write.
-                Err(error) if !raw.ends_with('\n') => {
-                    tracing::warn!(
-                        line = number,
-                        %error,
-                        "transcript: the last line is cut short; ignoring it"
-                    );
-                    transcript.truncated = Some(Truncation {
-                        line: number,
-                        bytes: raw.len(),
-                        reason: error.to_string(),
-                    });
-                }
-                Err(source) => {
-                    return Err(TranscriptError::Record {
-                        line: number,
-                        source,
-                    });
-                }
+                .into());
             }
+            parser.line(&buffer, terminated)?;
         }
-        Ok(transcript)
+        Ok(parser.finish()?)
     }
 
     /// The transcript as JSON Lines, exactly as a recorder writes it.
@@ -367,6 +343,95 @@ impl Transcript {
             .get(index)
             .copied()
             .unwrap_or_else(|| self.lines.last().map_or(2, |last| last + 1))
+    }
+}
+
+/// The longest line a transcript may hold, newline included: a record larger than this is
+/// refused rather than read into memory whole.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why reading a transcript stopped.
+enum ReadError {
+    Io(std::io::Error),
+    Transcript(TranscriptError),
+}
+
+impl From<TranscriptError> for ReadError {
+    fn from(error: TranscriptError) -> Self {
+        Self::Transcript(error)
+    }
+}
+
+/// Reads a transcript one line at a time.
+#[derive(Default)]
+struct Parser {
+    transcript: Option<Transcript>,
+    /// The number of the last line seen (1-based).
+    number: usize,
+}
+
+impl Parser {
+    /// Takes the next line; `terminated` when it ends in a newline. Only the very last line
+    /// can be cut short: the recorder ends every line with a newline in the same write.
+    fn line(&mut self, raw: &[u8], terminated: bool) -> Result<(), TranscriptError> {
+        self.number += 1;
+        let number = self.number;
+        let Some(transcript) = &mut self.transcript else {
+            let text =
+                std::str::from_utf8(raw).map_err(|_| TranscriptError::NotUtf8 { line: 1 })?;
+            self.transcript = Some(Transcript {
+                header: parse_header(text)?,
+                records: Vec::new(),
+                lines: Vec::new(),
+                truncated: None,
+            });
+            return Ok(());
+        };
+        let cut_short = |reason: String| Truncation {
+            line: number,
+            bytes: raw.len(),
+            reason,
+        };
+        let text = match std::str::from_utf8(raw) {
+            Ok(text) => text,
+            // Invalid bytes in the last, unterminated line are a cut-short write: keep the
+            // rest, as for any other truncated line.
+            Err(_) if !terminated => {
+                transcript.truncated = Some(cut_short("invalid UTF-8".to_owned()));
+                return Ok(());
+            }
+            Err(_) => return Err(TranscriptError::NotUtf8 { line: number }),
+        };
+        let line = text.trim();
+        if line.is_empty() {
+            return Ok(());
+        }
+        match serde_json::from_str::<Record>(line) {
+            Ok(record) => {
+                check_known_fields(line, &record, number)?;
+                transcript.records.push(record);
+                transcript.lines.push(number);
+            }
+            Err(error) if !terminated => {
+                tracing::warn!(
+                    line = number,
+                    %error,
+                    "transcript: the last line is cut short; ignoring it"
+                );
+                transcript.truncated = Some(cut_short(error.to_string()));
+            }
+            Err(source) => {
+                return Err(TranscriptError::Record {
+                    line: number,
+                    source,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Transcript, TranscriptError> {
+        self.transcript.ok_or(TranscriptError::Empty)
     }
 }
 
@@ -714,5 +779,42 @@ mod tests {
             1,
         );
         assert_eq!(Transcript::parse(&text).unwrap(), sample());
+    }
+
+    #[test]
+    fn an_endless_line_is_refused_at_the_cap_without_reading_on() {
+        // An infinite reader: a parser that read a whole line before checking it would never
+        // return.
+        let header = sample().to_jsonl();
+        let header = header.lines().next().unwrap().to_owned() + "\n";
+        let endless = header.as_bytes().chain(std::io::repeat(b'x'));
+        let error = match Transcript::from_reader(std::io::BufReader::new(endless)) {
+            Err(ReadError::Transcript(error)) => error,
+            Err(ReadError::Io(error)) => panic!("{error}"),
+            Ok(_) => panic!("an endless line was accepted"),
+        };
+        assert!(
+            matches!(
+                error,
+                TranscriptError::LineTooLong {
+                    line: 2,
+                    limit: MAX_LINE_BYTES
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_line_at_the_cap_is_read() {
+        let mut text = sample().to_jsonl();
+        let padding =
+            MAX_LINE_BYTES - r#"{"at_ms":0,"fact":{"fact":"prompted","text":""}}"#.len() - 1;
+        text.push_str(&format!(
+            "{{\"at_ms\":0,\"fact\":{{\"fact\":\"prompted\",\"text\":\"{}\"}}}}\n",
+            "y".repeat(padding)
+        ));
+        let transcript = Transcript::parse(&text).unwrap();
+        assert_eq!(transcript.records.len(), 6);
     }
 }

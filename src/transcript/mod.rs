@@ -58,8 +58,8 @@ use std::path::PathBuf;
 
 pub use self::diff::line_diff;
 pub use self::format::{
-    ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
-    Truncation, VERSION,
+    ENGINE_VERSION, Event, FORMAT, Header, MAX_LINE_BYTES, Record, RecordedConfig, ServerEntry,
+    Transcript, Truncation, VERSION,
 };
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::recorder::{RecordDir, Recorder};
@@ -112,6 +112,9 @@ pub enum TranscriptError {
     /// A line holds a field this engine does not know (`path` is where, as `.a.b[0].c`).
     #[error("line {line}: unknown field `{path}`: this engine would ignore it, so it refuses it")]
     UnknownField { line: usize, path: String },
+    /// A line is longer than [`MAX_LINE_BYTES`].
+    #[error("line {line} is longer than {limit} bytes: refused rather than read whole")]
+    LineTooLong { line: usize, limit: usize },
     /// A line is not valid UTF-8.
     #[error("line {line}: not valid UTF-8")]
     NotUtf8 { line: usize },
