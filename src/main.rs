@@ -69,6 +69,12 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         record: Option<PathBuf>,
 
+        /// With --record: replace prompts, replies, tool arguments and output, and hook answers
+        /// by their lengths in the transcript, for records that must be shared. Tools, hooks,
+        /// objections, stop reasons and timings stay; such a record cannot be replayed.
+        #[arg(long, requires = "record")]
+        redact_content: bool,
+
         /// What to ask.
         #[arg(required = true, value_name = "PROMPT")]
         prompt: Vec<String>,
@@ -144,8 +150,9 @@ fn main() -> ExitCode {
                 mcp_config,
                 json,
                 record,
+                redact_content,
                 prompt,
-            } => cli::run::main(mcp_config, json, record, prompt.join(" ")).await,
+            } => cli::run::main(mcp_config, json, record, redact_content, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
             Command::Replay {
                 file,

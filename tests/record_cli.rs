@@ -109,3 +109,82 @@ fn replay_of_a_cut_short_record_exits_1_unless_truncation_is_allowed() {
         "{out:?}"
     );
 }
+
+#[test]
+fn redact_content_records_lengths_instead_of_words_and_is_refused_by_replay() {
+    let provider = FakeProvider::start(|_| Reply::text("The launch code is 0000."));
+    let dir = tempdir("redact");
+    let record = dir.join("run.jsonl");
+    let mut command = hookloop(&[
+        "run",
+        "--record",
+        record.to_str().unwrap(),
+        "--redact-content",
+        "my secret plan",
+    ]);
+    command
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "The launch code is 0000.\n");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(!recorded.contains("secret plan"), "{recorded}");
+    assert!(!recorded.contains("launch code"), "{recorded}");
+    assert!(recorded.contains(r#""text":"[14 bytes]""#), "{recorded}");
+    assert!(recorded.contains(r#""text":"[24 bytes]""#), "{recorded}");
+    assert!(
+        recorded.contains(r#""content_redacted":true"#),
+        "{recorded}"
+    );
+
+    let out = hookloop(&["replay", record.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("redacted"), "{out:?}");
+}
+
+/// The README's row of the `hookloop run` exit-status table for `code`.
+fn readme_exit_row(code: u8) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    readme
+        .lines()
+        .find(|line| line.starts_with(&format!("| {code} |")))
+        .unwrap_or_else(|| panic!("no exit status {code} in the README"))
+        .to_owned()
+}
+
+#[test]
+fn the_readme_gives_exit_2_for_an_unreadable_config_as_the_binary_does() {
+    let provider = FakeProvider::start(|_| Reply::text("x"));
+    let dir = tempdir("config");
+    let unreadable = dir.join("mcp.json");
+    std::fs::write(&unreadable, "{ not json").unwrap();
+    let out = hookloop(&["run", "--mcp-config", unreadable.to_str().unwrap(), "hi"])
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(readme_exit_row(2).contains("unreadable or invalid `--mcp-config`"));
+    assert!(
+        !readme_exit_row(1).contains("config"),
+        "{}",
+        readme_exit_row(1)
+    );
+}
+
+#[test]
+fn the_readme_says_what_a_transcript_redacts_and_what_it_records_verbatim() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(!readme.contains("secret headers never written"));
+    assert!(readme.contains("Everything else is recorded **verbatim**"));
+    assert!(readme.contains("`--redact-content`"));
+    let help = hookloop(&["run", "--help"]).output().unwrap();
+    let help = text(&help.stdout);
+    assert!(!help.contains("Secrets are never written"), "{help}");
+    assert!(help.contains("--redact-content"), "{help}");
+}

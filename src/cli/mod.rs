@@ -123,6 +123,10 @@ pub async fn replay_live(
         Ok(transcript) => transcript,
         Err(e) => return Failure::usage(format!("{}: {e}", file.display())).report(),
     };
+    if transcript.header.content_redacted {
+        let refused = hookloop::transcript::TranscriptError::ContentRedacted;
+        return Failure::usage(format!("{}: {refused}", file.display())).report();
+    }
     let host = match wire::load_mcp_config(mcp_config) {
         Ok(servers) => match wire::connect(servers).await {
             Ok(host) => host,

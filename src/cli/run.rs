@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use hookloop::progress::{Event, ProgressObserver};
+use hookloop::transcript::{Recorder, TranscriptError};
 use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -17,9 +18,10 @@ pub async fn main(
     mcp_config: Option<PathBuf>,
     json: bool,
     record: Option<PathBuf>,
+    redact_content: bool,
     prompt: String,
 ) -> ExitCode {
-    match run(mcp_config, json, record, prompt).await {
+    match run(mcp_config, json, record, redact_content, prompt).await {
         Ok(code) => code,
         Err(failure) => failure.report(),
     }
@@ -29,6 +31,7 @@ async fn run(
     mcp_config: Option<PathBuf>,
     json: bool,
     record: Option<PathBuf>,
+    redact_content: bool,
     prompt: String,
 ) -> Result<ExitCode, Failure> {
     if prompt.trim().is_empty() {
@@ -41,8 +44,7 @@ async fn run(
     let mut session = Session::new(config, llm, host);
     let recorder = match &record {
         Some(path) => Some(
-            session
-                .record_to(path)
+            start_recording(&mut session, path, redact_content)
                 .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?,
         ),
         None => None,
@@ -66,6 +68,21 @@ async fn run(
         })?;
     }
     Ok(code)
+}
+
+/// Starts recording `session` to `path`, with content replaced by lengths if asked.
+fn start_recording<L: LlmClient, H: ToolHost>(
+    session: &mut Session<L, H>,
+    path: &std::path::Path,
+    redact_content: bool,
+) -> Result<Recorder, TranscriptError> {
+    if !redact_content {
+        return session.record_to(path);
+    }
+    let header = session.transcript_header().with_content_redacted();
+    let recorder = Recorder::create(path, &header)?;
+    session.record_with(recorder.clone())?;
+    Ok(recorder)
 }
 
 /// How progress is shown.

@@ -44,6 +44,11 @@ pub struct Header {
     pub servers: Vec<ServerEntry>,
     /// Every server's tools, hooks included, when recording started.
     pub catalog: Catalog,
+    /// Prompts, replies, tool arguments and output, and hook answers were replaced by their
+    /// lengths as they were recorded (`--redact-content`): the record can be read and shared,
+    /// not replayed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub content_redacted: bool,
 }
 
 impl Header {
@@ -67,7 +72,15 @@ impl Header {
             },
             servers: Vec::new(),
             catalog: Catalog::default(),
+            content_redacted: false,
         }
+    }
+
+    /// The same header for a recording whose content is replaced by lengths.
+    #[must_use]
+    pub fn with_content_redacted(mut self) -> Self {
+        self.content_redacted = true;
+        self
     }
 
     /// The same header with this tool catalog.

@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+mod content;
 mod diff;
 mod format;
 mod live;
@@ -118,6 +119,12 @@ pub enum TranscriptError {
     /// A line is not valid UTF-8.
     #[error("line {line}: not valid UTF-8")]
     NotUtf8 { line: usize },
+    /// The record's content was redacted (`--redact-content`): it shows the session's course
+    /// but no longer pins what the model was sent.
+    #[error(
+        "the transcript's content was redacted when it was recorded: it can be read, not replayed"
+    )]
+    ContentRedacted,
     /// Recording started after the session had run: the transcript would not replay.
     #[error("the session has already run a prompt: record it from its start")]
     SessionStarted,

@@ -18,6 +18,7 @@ use crate::driver::{Observer, Session};
 use crate::llm::LlmClient;
 use crate::machine::{Effect, Input, Phase, Purpose};
 use crate::mcp::ToolHost;
+use crate::transcript::content::{redact_effect, redact_input};
 use crate::transcript::format::{RecordRef, write_line};
 use crate::transcript::{Header, Redaction, TranscriptError};
 
@@ -43,6 +44,8 @@ pub struct Recorder {
 struct Shared {
     /// Where the transcript goes, for error messages.
     target: String,
+    /// The header asked for content to be replaced by lengths (`--redact-content`).
+    content_redacted: bool,
     state: Arc<Mutex<State>>,
     /// `None` for an in-memory recorder, which writes under the lock.
     writer: Option<WriterThread>,
@@ -106,6 +109,7 @@ impl Recorder {
         Ok(Self {
             shared: Arc::new(Shared {
                 target,
+                content_redacted: header.content_redacted,
                 state,
                 writer: Some(WriterThread {
                     sender: Some(sender),
@@ -124,6 +128,7 @@ impl Recorder {
         Self {
             shared: Arc::new(Shared {
                 target: "memory".to_owned(),
+                content_redacted: header.content_redacted,
                 state: Arc::new(Mutex::new(state)),
                 writer: None,
             }),
@@ -183,6 +188,14 @@ impl Recorder {
 
     fn record(&self, at: Duration, effect: Option<&Effect>, fact: Option<&Input>) {
         let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+        let (redacted_effect, redacted_fact);
+        let (effect, fact) = if self.shared.content_redacted {
+            redacted_effect = effect.map(redact_effect);
+            redacted_fact = fact.map(redact_input);
+            (redacted_effect.as_ref(), redacted_fact.as_ref())
+        } else {
+            (effect, fact)
+        };
         let mut line = Vec::with_capacity(256);
         write_line(
             &mut line,

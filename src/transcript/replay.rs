@@ -12,13 +12,25 @@ use crate::transcript::{Event, Header, Record, Transcript, TranscriptError, Trun
 /// Replays the transcript file at `path`. See [`Replayer`].
 pub fn replay(path: impl AsRef<Path>) -> Result<ReplayReport, ReplayError> {
     let transcript = Transcript::read(path)?;
+    replayable(&transcript)?;
     Ok(transcript.replay()?)
 }
 
 /// Replays a transcript held in memory, as read from a file.
 pub fn replay_str(text: &str) -> Result<ReplayReport, ReplayError> {
     let transcript = Transcript::parse(text)?;
+    replayable(&transcript)?;
     Ok(transcript.replay()?)
+}
+
+/// Refuses a record whose content was redacted: its digests pin words it no longer holds, so
+/// it would diverge at the first model request for a reason that is not the engine's.
+pub(crate) fn replayable(transcript: &Transcript) -> Result<(), TranscriptError> {
+    if transcript.header.content_redacted {
+        Err(TranscriptError::ContentRedacted)
+    } else {
+        Ok(())
+    }
 }
 
 impl Transcript {
