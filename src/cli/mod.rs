@@ -18,7 +18,7 @@ Environment (an invalid value stops start-up with a message naming it, exit stat
   OPENAI_BASE_URL                    default https://api.openai.com/v1
   ANTHROPIC_BASE_URL                 default https://api.anthropic.com
   HOOKLOOP_LLM_TIMEOUT_SECS          per model request attempt, default 120
-  HOOKLOOP_LLM_MAX_RETRIES           retries on 408, 429, 5xx and connection errors, default 3
+  HOOKLOOP_LLM_MAX_RETRIES           retries on 408, 429, 5xx and connection errors, default 3, at most 10
   MCP_HOOK_SERVERS                   servers whose hooks run: unset = none, * = all, or a,b
   SPROUT_AGENT_HOOK_TIMEOUT_MS       per hook call, default 2500
   SPROUT_AGENT_STOP_MAX_REJECTIONS   _Stop objections per session, default 3 (0 = never ask)

@@ -772,7 +772,9 @@ impl Core {
         resume: Resume,
     ) -> Outcome<State> {
         self.turn.compacted = false;
-        if let Some(usage) = reply.usage {
+        // A usage block without input tokens (0, or left out and defaulted) measures nothing:
+        // anchoring on it would zero the context estimate and put off compaction.
+        if let Some(usage) = reply.usage.filter(|usage| usage.input_tokens > 0) {
             self.history.note_usage(usage.input_tokens);
         }
         if !reply.tool_calls.is_empty() {
