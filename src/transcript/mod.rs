@@ -9,16 +9,19 @@
 //!
 //! - **Recording**: a [`Recorder`] is an [`Observer`](crate::Observer) of a session;
 //!   [`Session::record_to`](crate::Session::record_to) adds one writing to a file, and
-//!   [`RecordDir`] hands out one file per session. Each line is flushed as it is written; a
-//!   crash leaves at most the last line cut short, and reading reports it and keeps the rest.
+//!   [`RecordDir`] hands out one file per session. Each line is written and flushed by the
+//!   recorder's own thread; a crash leaves at most the last line cut short, and reading
+//!   reports it and keeps the rest. The format's rules are in `docs/transcript-format.md`.
 //! - **Replay**: [`replay`] rebuilds the [`Machine`](crate::Machine) from the header, feeds
 //!   each recorded fact and checks each effect the machine emits against the recorded one, in
 //!   order. No tokio, no server, no model: the machine never reads a clock (a hook timeout is
 //!   the fact `HookReply::TimedOut`), so a replay is exact. The first mismatch stops it with a
 //!   [`Divergence`]: record index, line, the machine's state, and a diff of the recorded and
-//!   replayed effect. Model requests are pinned by the history's length and digest that
-//!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to what the model would
-//!   have been sent diverges too.
+//!   replayed effect. Model requests are pinned by the history's length and a digest of each
+//!   part of the request (system, messages, tools, instruction, limits) that
+//!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to anything the model
+//!   would have been sent diverges too, naming the part. A record cut short or ending
+//!   mid-prompt replays as far as it goes and says so ([`ReplayReport::is_whole`]).
 //! - **Live tools**: [`replay_live`] takes the model's side from the record but runs tools and
 //!   hooks against a live [`ToolHost`](crate::ToolHost), and reports each answer that differs
 //!   from the record ([`Drift`]): a check that the MCP servers still behave as recorded.
