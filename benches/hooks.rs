@@ -224,20 +224,28 @@ fn cpu_benches(c: &mut Criterion<ProcessCpuTime>) {
     group.finish();
 }
 
-/// Criterion's mean estimate for one benchmark of the group, in nanoseconds.
-fn mean_ns(id: &str) -> Option<f64> {
-    mean_ns_in(GROUP, id)
+/// Criterion's mean estimate for one benchmark of the group, in nanoseconds, if this run wrote
+/// it (`since`: when the run started). A benchmark left out of this run (a filter, `--test`)
+/// still has the estimate of an earlier run on disk, on another day's load: a ratio that mixed
+/// the two would compare runs, not code.
+fn mean_ns(id: &str, since: std::time::SystemTime) -> Option<f64> {
+    mean_ns_in(GROUP, id, since)
 }
 
-fn mean_ns_in(group: &str, id: &str) -> Option<f64> {
+fn mean_ns_in(group: &str, id: &str, since: std::time::SystemTime) -> Option<f64> {
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let path = format!("{target}/criterion/{group}/{id}/new/estimates.json");
+    let written = std::fs::metadata(&path).ok()?.modified().ok()?;
+    if written < since {
+        return None;
+    }
     let text = std::fs::read_to_string(path).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
     json["mean"]["point_estimate"].as_f64()
 }
 
 fn main() {
+    let started = std::time::SystemTime::now();
     let mut criterion = Criterion::default().configure_from_args();
     benches(&mut criterion);
     criterion.final_summary();
@@ -247,8 +255,8 @@ fn main() {
     cpu_benches(&mut cpu);
     cpu.final_summary();
     if let (Some(one), Some(eight)) = (
-        mean_ns_in(CPU_GROUP, "servers_1"),
-        mean_ns_in(CPU_GROUP, "servers_8"),
+        mean_ns_in(CPU_GROUP, "servers_1", started),
+        mean_ns_in(CPU_GROUP, "servers_8", started),
     ) {
         println!(
             "_PreToolUse round in engine CPU time: 8 servers {:.2}x one (goal <= 1.5); \
@@ -259,12 +267,14 @@ fn main() {
         );
     }
     let (Some(raw), Some(one), Some(eight), Some(sequential)) = (
-        mean_ns("raw_call_tool"),
-        mean_ns("host_stop_1"),
-        mean_ns("host_stop_8"),
-        mean_ns("host_stop_8_sequential"),
+        mean_ns("raw_call_tool", started),
+        mean_ns("host_stop_1", started),
+        mean_ns("host_stop_8", started),
+        mean_ns("host_stop_8_sequential", started),
     ) else {
-        // `cargo test --benches` runs each benchmark once and writes no estimates.
+        // `cargo test --benches` runs each benchmark once and writes no estimates; a filtered
+        // run leaves some out. Ratios come from one run or not at all.
+        println!("hook round ratios: not printed, this run did not measure all four benchmarks");
         return;
     };
     println!(

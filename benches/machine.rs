@@ -2,6 +2,10 @@
 //! through the bare machine and through the driver with in-process fakes, at history lengths 10
 //! and 10,000. Appending is O(1) in the history's length, so the two should cost the same.
 //!
+//! A round adds two messages, so the measured machine or session is rebuilt at its nominal
+//! length before it has grown by more than a tenth (the machine) or by one short prompt (the
+//! driver): each figure is the cost at that length, not at whatever length the loop reached.
+//!
 //! Run: `cargo bench --bench machine`
 
 use std::hint::black_box;
@@ -98,10 +102,11 @@ fn bench_machine(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 let mut left = iters;
+                // Two messages a round: `len / 20` rounds grow the history by a tenth at most.
+                let rounds_per_build = (len as u64 / 20).max(1);
                 while left > 0 {
-                    // Rebuild every 1,000 rounds so the length stays near `len`.
                     let (mut m, mut n) = machine_at(len);
-                    let batch = left.min(1_000);
+                    let batch = left.min(rounds_per_build);
                     let start = Instant::now();
                     for _ in 0..batch {
                         n += 1;
@@ -158,7 +163,8 @@ impl ToolHost for FixedHost {
     async fn kill_server(&self, _server: &ServerName) {}
 }
 
-const ROUNDS_PER_PROMPT: u64 = 100;
+/// Rounds of each measured prompt: few, so that a prompt moves the history little (12 messages).
+const ROUNDS_PER_PROMPT: u64 = 5;
 
 fn session_at(rt: &tokio::runtime::Runtime, len: usize) -> Session<LoopLlm, FixedHost> {
     let config = Config::builder()
@@ -189,8 +195,10 @@ fn bench_driver(c: &mut Criterion) {
                 let prompts = iters.div_ceil(ROUNDS_PER_PROMPT);
                 let mut total = Duration::ZERO;
                 let mut session = session_at(&rt, len);
-                for i in 0..prompts {
-                    if i % 10 == 9 {
+                // Rebuilt once the history has grown a tenth (at least one prompt's worth).
+                let limit = len + (len / 10).max(1);
+                for _ in 0..prompts {
+                    if session.history().len() > limit {
                         session = session_at(&rt, len);
                     }
                     let start = Instant::now();

@@ -7,7 +7,12 @@
 //! - `replay_cpu/...`: the same, in the thread's CPU time rather than wall-clock time, for
 //!   figures that hold on a machine busy with other work.
 //! - Before the timings, the memory an idle session holds (goal ≤ 64 KiB without MCP
-//!   children), measured with a counting global allocator and printed.
+//!   children), measured with a counting global allocator and printed: the bare `Session`.
+//! - Then what a real idle ACP session holds besides (its actor, channels, observer, host
+//!   handle): `hookloop acp` is started as a child, opens sessions with no MCP servers, and
+//!   its resident memory (`VmRSS` in `/proc/<pid>/status`) is read before and after; the
+//!   growth per session is printed. Resident memory moves by pages and with the allocator's
+//!   arenas, so it is averaged over many sessions.
 //!
 //! Run: `cargo bench --bench replay`.
 
@@ -246,8 +251,84 @@ fn idle_session_memory() {
     drop(sessions);
 }
 
+/// The resident memory of process `pid`, in KiB.
+fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line")
+}
+
+/// Prints how much resident memory each idle ACP session adds to a running `hookloop acp`.
+fn acp_session_memory() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    // Under the per-connection session limit.
+    const SESSIONS: usize = 30;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookloop"))
+        .arg("acp")
+        .env("HOOKLOOP_MODEL", "idle")
+        // Never asked: the sessions stay idle.
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env_remove("HOOKLOOP_RECORD_DIR")
+        .env_remove("MCP_HOOK_SERVERS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start hookloop acp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut ask = |id: usize, method: &str, params: serde_json::Value| {
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{frame}").expect("write a frame");
+        stdin.flush().expect("flush");
+        // Skip notifications until the answer to `id`.
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).expect("read a frame") == 0 {
+                panic!("hookloop acp ended before answering {method}");
+            }
+            let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON frame");
+            if answer["id"] == json!(id) {
+                assert!(answer.get("error").is_none(), "{method}: {answer}");
+                return;
+            }
+        }
+    };
+    ask(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let cwd = std::env::temp_dir();
+    let new_session = json!({"cwd": cwd, "mcpServers": []});
+    // A first session warms up what every session shares (the runtime's threads, the client).
+    ask(1, "session/new", new_session.clone());
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = child.id();
+    let before = resident_kib(pid);
+    for id in 0..SESSIONS {
+        ask(2 + id, "session/new", new_session.clone());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let after = resident_kib(pid);
+    let per_session = (after.saturating_sub(before) * 1024) / SESSIONS as u64;
+    println!(
+        "idle ACP session (hookloop acp, no MCP servers): {per_session} bytes resident each \
+         over {SESSIONS} sessions ({before} KiB before, {after} KiB after)"
+    );
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 fn main() {
     idle_session_memory();
+    acp_session_memory();
     let text = record_session(1_000);
     let mut wall = Criterion::default()
         .measurement_time(Duration::from_secs(5))

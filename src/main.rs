@@ -63,9 +63,17 @@ enum Command {
         json: bool,
 
         /// Record the session's transcript to FILE (JSONL, flushed line by line; replay it with
-        /// `hookloop replay FILE`). Secrets are never written.
+        /// `hookloop replay FILE`). API keys are never written; prompts, replies and tool
+        /// output are, verbatim (see --redact-content). If the record cannot be written whole,
+        /// the run exits 1 and says why.
         #[arg(long, value_name = "FILE")]
         record: Option<PathBuf>,
+
+        /// With --record: replace prompts, replies, tool arguments and output, and hook answers
+        /// by their lengths in the transcript, for records that must be shared. Tools, hooks,
+        /// objections, stop reasons and timings stay; such a record cannot be replayed.
+        #[arg(long, requires = "record")]
+        redact_content: bool,
 
         /// What to ask.
         #[arg(required = true, value_name = "PROMPT")]
@@ -85,8 +93,9 @@ enum Command {
     ///
     /// The machine is run on the recorded facts and each effect it emits is checked against the
     /// record; no model, no server, no clock. Exit status: 0 the replay matched; 1 it diverged
-    /// (the report shows the record, the state, and expected against actual); 2 the file could
-    /// not be read or is not a transcript.
+    /// (the report shows the record, the state, and expected against actual), or the record is
+    /// cut short or ends mid-prompt (unless --allow-truncated); 2 the file could not be read or
+    /// is not a transcript.
     ///
     /// With --live-tools, the model's side still comes from the record, but tools and hooks run
     /// against live MCP servers (from --mcp-config, default ./.mcp.json), and every answer that
@@ -103,6 +112,11 @@ enum Command {
         /// With --live-tools: the servers, in the `.mcp.json` format. Default: ./.mcp.json.
         #[arg(long, value_name = "FILE", requires = "live_tools")]
         mcp_config: Option<PathBuf>,
+
+        /// Accept a record that was cut short (a crash, a write error) or ends mid-prompt: the
+        /// part that was recorded must still match.
+        #[arg(long)]
+        allow_truncated: bool,
     },
 
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
@@ -136,19 +150,22 @@ fn main() -> ExitCode {
                 mcp_config,
                 json,
                 record,
+                redact_content,
                 prompt,
-            } => cli::run::main(mcp_config, json, record, prompt.join(" ")).await,
+            } => cli::run::main(mcp_config, json, record, redact_content, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
             Command::Replay {
                 file,
                 live_tools: false,
+                allow_truncated,
                 ..
-            } => cli::replay(&file),
+            } => cli::replay(&file, allow_truncated),
             Command::Replay {
                 file,
                 live_tools: true,
                 mcp_config,
-            } => cli::replay_live(&file, mcp_config.as_deref()).await,
+                allow_truncated,
+            } => cli::replay_live(&file, mcp_config.as_deref(), allow_truncated).await,
             // Served above, outside this runtime.
             Command::TodoServer => ExitCode::from(cli::exit::USAGE),
         }

@@ -486,10 +486,17 @@ mod tests {
         let sink = Arc::clone(&seen);
         let mut observer = ProgressObserver::new(|_, _| {})
             .with_deltas(move |_, delta| sink.lock().unwrap().push(delta.clone()));
+        let digest_of = || crate::machine::RequestDigest {
+            system: crate::machine::Digest(1),
+            messages: crate::machine::Digest(2),
+            tools: crate::machine::Digest(3),
+            instruction: crate::machine::Digest(4),
+            limits: crate::machine::Digest(5),
+        };
         let call = |purpose| Effect::CallLlm {
             purpose,
             messages: 1,
-            digest: 0,
+            digest: digest_of(),
         };
         let at = Duration::ZERO;
         observer.on_effect(at, &call(Purpose::Turn));

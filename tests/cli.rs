@@ -5,7 +5,7 @@ mod loopback;
 
 use std::process::{Command, Output};
 
-use loopback::{FakeProvider, Reply, after_tool};
+use loopback::{FakeProvider, Reply};
 use serde_json::{Value, json};
 
 fn hookloop(args: &[&str]) -> Command {
@@ -145,11 +145,14 @@ fn run_with_the_todo_server_shows_objections_and_json_events() {
             .to_string(),
     )
     .unwrap();
-    let provider = FakeProvider::start(|request| {
-        if after_tool(request) || request["messages"].as_array().unwrap().len() > 2 {
-            Reply::text("Still done.")
-        } else {
-            Reply::text("Done.")
+    // The model adds a todo, then ends its turn with it open: `_Stop` objects with the list,
+    // and the model ends again (a declined objection).
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let provider = FakeProvider::start(move |_| {
+        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::tool("todo__add", json!({"text": "write the tests"})),
+            1 => Reply::text("Done."),
+            _ => Reply::text("Still done."),
         }
     });
     let mut command = hookloop(&[
@@ -171,9 +174,21 @@ fn run_with_the_todo_server_shows_objections_and_json_events() {
         .map(|e| e["event"].as_str().unwrap())
         .collect();
     assert!(kinds.contains(&"hook_called"), "{kinds:?}");
+    let objection = events
+        .iter()
+        .find(|e| e["event"] == "objection")
+        .unwrap_or_else(|| panic!("no objection event: {kinds:?}"));
+    assert_eq!(objection["server"], "todo", "{objection}");
+    assert!(
+        objection["text"]
+            .as_str()
+            .unwrap()
+            .contains("write the tests"),
+        "{objection}"
+    );
     assert_eq!(kinds.last(), Some(&"answer"));
     assert_eq!(events.last().unwrap()["stop_reason"], "end_turn");
-    assert!(events.iter().all(|e| e.get("event").is_some()));
+    assert_eq!(events.last().unwrap()["text"], "Still done.");
 }
 
 #[test]
@@ -272,7 +287,7 @@ fn text_of(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn a_recorded_run_replays_cleanly_and_acp_records_per_session() {
+fn a_recorded_run_replays_cleanly_and_acp_refuses_a_record_dir_it_cannot_create() {
     let dir = tempdir();
     let config = dir.join("mcp.json");
     std::fs::write(

@@ -488,16 +488,17 @@ async fn a_turn_without_tools_keeps_hook_pairs_as_tool_messages() {
 #[tokio::test]
 async fn an_error_result_reaches_the_model_marked() {
     let server = Loopback::start([
-        calls(&[("call_1", "fs__nope", "{}")], 10),
-        text("That tool does not exist."),
+        calls(&[("call_1", "fs__fail", "{}")], 10),
+        text("The disk is on fire."),
     ])
     .await;
     let host = host().tool("fs", "fail", |_| ToolOutput::error("disk on fire"));
     let mut session = Session::new(config().build().unwrap(), client(&server), host);
     session.prompt("Go.").await.unwrap();
     let bodies = checked(&server);
+    // The tool ran and failed: its own error text reaches the model, marked as an error.
     assert_eq!(
         bodies[1]["messages"][3],
-        json!({"role": "tool", "tool_call_id": "call_1", "content": "Error: unknown tool: fs__nope"})
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "Error: disk on fire"})
     );
 }

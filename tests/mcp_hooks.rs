@@ -7,13 +7,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hookloop::hooks::encode_hook_body;
-use hookloop::machine::{Effect, Message, Notice, ToolOutput};
+use hookloop::machine::{Effect, Message, Notice, ToolCall, ToolOutput};
 use hookloop::mcp::{HostOptions, McpHost, ToolHost};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, Observer, PromptStop, Session};
 use serde_json::{Value, json};
 
 use common::{Scratch, alive, connect, count, eventually, fast_options, lines, test_server};
+
+/// The hook timeout of tests where one call must time out (a server that hangs) and the others
+/// must not. A hung call reaches any timeout, so the value only has to leave a loaded machine
+/// ample room for the calls that answer; a few hundred ms did not, and failed by chance. A
+/// restart is never timed by it: the tests that need one bring the server back with a tool call
+/// before the hook round that needs it.
+const HANG_TIMEOUT_MS: u64 = 1000;
 
 fn config(hooks: HookServers, timeout_ms: u64, budget: u32) -> Config {
     Config::builder()
@@ -273,7 +280,11 @@ async fn a_timed_out_hook_fails_open_and_is_cancelled_on_the_server() {
     )
     .await;
     let llm = ScriptedLlm::new([Step::text("done"), Step::text("done too"), Step::text("ok")]);
-    let mut session = Session::new(config(HookServers::All, 300, 3), llm.clone(), host);
+    let mut session = Session::new(
+        config(HookServers::All, HANG_TIMEOUT_MS, 3),
+        llm.clone(),
+        host,
+    );
     assert_eq!(session.prompt("one").await.unwrap(), PromptStop::EndTurn);
     assert_eq!(
         session.counters().objections,
@@ -322,7 +333,11 @@ async fn the_second_consecutive_timeout_kills_the_group_and_it_restarts_after_a_
         Step::text("3"),
         Step::text("3 again"),
     ]);
-    let mut session = Session::new(config(HookServers::All, 300, 3), llm.clone(), host);
+    let mut session = Session::new(
+        config(HookServers::All, HANG_TIMEOUT_MS, 3),
+        llm.clone(),
+        host,
+    );
     session.prompt("one").await.unwrap();
     let first: u32 = lines(&pids)[0].parse().unwrap();
     let grandchild: u32 = lines(&grandchildren)[0].parse().unwrap();
@@ -347,6 +362,13 @@ async fn the_second_consecutive_timeout_kills_the_group_and_it_restarts_after_a_
     );
     assert!(restarted(session.host(), "todo", &pids, 2).await);
 
+    // The next use restarts it; a tool call does, so the restart is not timed by the hook.
+    let echo = ToolCall {
+        id: "warm".into(),
+        name: "todo__echo".into(),
+        arguments: json!({}),
+    };
+    assert!(!session.host().call_tool(&echo).await.is_error);
     session.prompt("three").await.unwrap();
     assert_eq!(lines(&pids).len(), 2, "restarted once");
     assert_eq!(
@@ -436,7 +458,11 @@ async fn an_answer_between_timeouts_resets_the_count() {
     )
     .await;
     let llm = ScriptedLlm::new([Step::text("1"), Step::text("2"), Step::text("3")]);
-    let mut session = Session::new(config(HookServers::All, 300, 3), llm.clone(), host);
+    let mut session = Session::new(
+        config(HookServers::All, HANG_TIMEOUT_MS, 3),
+        llm.clone(),
+        host,
+    );
     for prompt in ["one", "two", "three"] {
         session.prompt(prompt).await.unwrap();
     }
@@ -469,7 +495,11 @@ async fn a_server_out_of_restarts_leaves_the_catalog() {
     )
     .await;
     let llm = ScriptedLlm::new((0..5).map(|i| Step::text(format!("end {i}"))));
-    let mut session = Session::new(config(HookServers::All, 200, 3), llm.clone(), host);
+    let mut session = Session::new(
+        config(HookServers::All, HANG_TIMEOUT_MS, 3),
+        llm.clone(),
+        host,
+    );
     // Two timeouts kill the first life; two more kill the restarted one, which restarted
     // cleanly but hung again: that spends the budget of one restart.
     for i in 0..2 {

@@ -19,7 +19,7 @@ Environment (an invalid value stops start-up with a message naming it, exit stat
   OPENAI_BASE_URL                    default https://api.openai.com/v1
   ANTHROPIC_BASE_URL                 default https://api.anthropic.com
   HOOKLOOP_LLM_TIMEOUT_SECS          per model request attempt not streamed, default 120
-  HOOKLOOP_LLM_MAX_RETRIES           retries on 408, 429, 5xx and connection errors, default 3
+  HOOKLOOP_LLM_MAX_RETRIES           retries on 408, 429, 5xx and connection errors, default 3, at most 10
   HOOKLOOP_STREAM                    0 = whole replies instead of streamed ones, default 1
   HOOKLOOP_LLM_IDLE_TIMEOUT_SECS     streamed: longest silence between two pieces, default 60
   MCP_HOOK_SERVERS                   servers whose hooks run: unset = none, * = all, or a,b
@@ -91,13 +91,22 @@ impl From<hookloop::ConfigError> for Failure {
     }
 }
 
-/// `hookloop replay FILE`: replays a transcript and reports how it went.
-pub fn replay(file: &std::path::Path) -> ExitCode {
+/// `hookloop replay FILE`: replays a transcript and reports how it went. A record that is cut
+/// short or ends mid-prompt fails (exit 1) unless `allow_truncated`.
+pub fn replay(file: &std::path::Path, allow_truncated: bool) -> ExitCode {
     use hookloop::transcript::ReplayError;
     match hookloop::transcript::replay(file) {
-        Ok(report) => {
+        Ok(report) if report.is_whole() || allow_truncated => {
             println!("{report}");
             ExitCode::from(exit::OK)
+        }
+        Ok(report) => {
+            eprintln!(
+                "{}: the replay matched as far as the record goes, but it is not whole \
+                 (--allow-truncated accepts that)\n{report}",
+                file.display()
+            );
+            ExitCode::from(exit::FAILED)
         }
         Err(ReplayError::Diverged(divergence)) => {
             eprintln!("{}: the replay diverged\n{divergence}", file.display());
@@ -110,11 +119,19 @@ pub fn replay(file: &std::path::Path) -> ExitCode {
 }
 
 /// `hookloop replay --live-tools`: the record's model side against live servers.
-pub async fn replay_live(file: &std::path::Path, mcp_config: Option<&std::path::Path>) -> ExitCode {
+pub async fn replay_live(
+    file: &std::path::Path,
+    mcp_config: Option<&std::path::Path>,
+    allow_truncated: bool,
+) -> ExitCode {
     let transcript = match hookloop::transcript::Transcript::read(file) {
         Ok(transcript) => transcript,
         Err(e) => return Failure::usage(format!("{}: {e}", file.display())).report(),
     };
+    if transcript.header.content_redacted {
+        let refused = hookloop::transcript::TranscriptError::ContentRedacted;
+        return Failure::usage(format!("{}: {refused}", file.display())).report();
+    }
     let host = match wire::load_mcp_config(mcp_config) {
         Ok(servers) => match wire::connect(servers).await {
             Ok(host) => host,
@@ -123,7 +140,7 @@ pub async fn replay_live(file: &std::path::Path, mcp_config: Option<&std::path::
         Err(failure) => return failure.report(),
     };
     let report = hookloop::transcript::replay_live(&transcript, &host).await;
-    if report.is_clean() {
+    if report.is_clean() && (report.truncated.is_none() || allow_truncated) {
         println!("{report}");
         ExitCode::from(exit::OK)
     } else {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use hookloop::llm::Delta;
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::text::for_terminal;
+use hookloop::transcript::{Recorder, TranscriptError};
 use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -19,9 +20,10 @@ pub async fn main(
     mcp_config: Option<PathBuf>,
     json: bool,
     record: Option<PathBuf>,
+    redact_content: bool,
     prompt: String,
 ) -> ExitCode {
-    match run(mcp_config, json, record, prompt).await {
+    match run(mcp_config, json, record, redact_content, prompt).await {
         Ok(code) => code,
         Err(failure) => failure.report(),
     }
@@ -31,6 +33,7 @@ async fn run(
     mcp_config: Option<PathBuf>,
     json: bool,
     record: Option<PathBuf>,
+    redact_content: bool,
     prompt: String,
 ) -> Result<ExitCode, Failure> {
     if prompt.trim().is_empty() {
@@ -42,11 +45,13 @@ async fn run(
     wire::warn_unconfigured_hook_servers(&config, &servers);
     let host = wire::connect(servers).await?;
     let mut session = Session::new(config, llm, host);
-    if let Some(path) = record {
-        session
-            .record_to(&path)
-            .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?;
-    }
+    let recorder = match &record {
+        Some(path) => Some(
+            start_recording(&mut session, path, redact_content)
+                .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
     let mode = if json {
         Mode::Json
     } else if std::io::stderr().is_terminal() {
@@ -54,7 +59,33 @@ async fn run(
     } else {
         Mode::Lines
     };
-    Ok(drive(session, mode, prompt).await)
+    let code = drive(session, mode, prompt).await;
+    // A record cut short must not pass for a whole one: whatever the prompt did, the run failed
+    // to do what `--record` asked.
+    if let (Some(recorder), Some(path)) = (recorder, record) {
+        recorder.check().map_err(|e| {
+            Failure::failed(format!(
+                "--record {}: the transcript is incomplete: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(code)
+}
+
+/// Starts recording `session` to `path`, with content replaced by lengths if asked.
+fn start_recording<L: LlmClient, H: ToolHost>(
+    session: &mut Session<L, H>,
+    path: &std::path::Path,
+    redact_content: bool,
+) -> Result<Recorder, TranscriptError> {
+    if !redact_content {
+        return session.record_to(path);
+    }
+    let header = session.transcript_header().with_content_redacted();
+    let recorder = Recorder::create(path, &header)?;
+    session.record_with(recorder.clone())?;
+    Ok(recorder)
 }
 
 /// How progress is shown.

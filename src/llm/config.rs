@@ -16,6 +16,9 @@ use crate::llm::http::{ApiKey, Endpoint, RetryPolicy, parse_base_url};
 use crate::llm::openai::{self, MaxTokensField, OpenAi};
 use crate::llm::{AnyLlm, LlmError};
 
+/// The most retries `HOOKLOOP_LLM_MAX_RETRIES` may ask for.
+pub const MAX_RETRIES_LIMIT: u32 = 10;
+
 /// The names of the variables [`LlmConfig::from_env`] reads.
 pub mod vars {
     pub const PROVIDER: &str = "HOOKLOOP_PROVIDER";
@@ -140,7 +143,7 @@ impl LlmConfig {
     /// | `ANTHROPIC_BASE_URL` | `https://api.anthropic.com` | any Messages server |
     /// | `HOOKLOOP_ANTHROPIC_PROMPT_CACHING` | `true` | `false` drops the cache breakpoint |
     /// | `HOOKLOOP_LLM_TIMEOUT_SECS` | 120 | per attempt not streamed, from sending to the last byte, at least 1 |
-    /// | `HOOKLOOP_LLM_MAX_RETRIES` | 3 | retries on 408, 429, 5xx and connection failures |
+    /// | `HOOKLOOP_LLM_MAX_RETRIES` | 3 | retries on 408, 429, 5xx and connection failures, at most 10 |
     /// | `HOOKLOOP_STREAM` | `1` | `0` asks for whole replies instead of streamed ones |
     /// | `HOOKLOOP_LLM_IDLE_TIMEOUT_SECS` | 60 | streamed: the longest silence between two pieces, at least 1 |
     ///
@@ -207,6 +210,15 @@ impl LlmConfig {
         if let Some(max_retries) =
             crate::config::parse_number::<u32>(&lookup, vars::MAX_RETRIES, 0)?
         {
+            // Each retry may wait for the provider's `retry-after` and a whole attempt: a
+            // large count turns one failing request into hours of waiting.
+            if max_retries > MAX_RETRIES_LIMIT {
+                return Err(ConfigError::Invalid {
+                    var: vars::MAX_RETRIES,
+                    value: max_retries.to_string(),
+                    reason: format!("must be at most {MAX_RETRIES_LIMIT}"),
+                });
+            }
             config.endpoint.retry = RetryPolicy {
                 max_retries,
                 ..config.endpoint.retry
@@ -219,20 +231,23 @@ impl LlmConfig {
         {
             config.endpoint.idle_timeout = Duration::from_secs(secs);
         }
-        if provider == Provider::OpenAi
-            && let Some(value) = lookup(vars::OPENAI_MAX_TOKENS_FIELD)?
-        {
-            config.max_tokens_field =
-                Some(value.parse().map_err(|reason| ConfigError::Invalid {
-                    var: vars::OPENAI_MAX_TOKENS_FIELD,
-                    value: value.clone(),
-                    reason,
-                })?);
+        // Both are checked whatever the provider, like every other variable: a typo must not
+        // wait for the day the provider changes to be found.
+        if let Some(value) = lookup(vars::OPENAI_MAX_TOKENS_FIELD)? {
+            let field = value.parse().map_err(|reason| ConfigError::Invalid {
+                var: vars::OPENAI_MAX_TOKENS_FIELD,
+                value: value.clone(),
+                reason,
+            })?;
+            if provider == Provider::OpenAi {
+                config.max_tokens_field = Some(field);
+            }
         }
-        if provider == Provider::Anthropic
-            && let Some(value) = lookup(vars::ANTHROPIC_PROMPT_CACHING)?
-        {
-            config.prompt_caching = parse_switch(vars::ANTHROPIC_PROMPT_CACHING, value)?;
+        if let Some(value) = lookup(vars::ANTHROPIC_PROMPT_CACHING)? {
+            let caching = parse_switch(vars::ANTHROPIC_PROMPT_CACHING, value)?;
+            if provider == Provider::Anthropic {
+                config.prompt_caching = caching;
+            }
         }
         Ok(config)
     }
@@ -418,6 +433,40 @@ mod tests {
             assert!(text.contains(var), "{text}");
             assert!(text.contains(&format!("{:?}", value.trim())), "{text}");
         }
+    }
+
+    #[test]
+    fn retries_are_capped() {
+        let base = [("HOOKLOOP_MODEL", "m"), ("OPENAI_API_KEY", "k")];
+        let mut pairs = base.to_vec();
+        pairs.push(("HOOKLOOP_LLM_MAX_RETRIES", "10"));
+        assert_eq!(from(&pairs).unwrap().endpoint.retry.max_retries, 10);
+        let mut pairs = base.to_vec();
+        pairs.push(("HOOKLOOP_LLM_MAX_RETRIES", "11"));
+        let err = from(&pairs).unwrap_err().to_string();
+        assert!(
+            err.contains("HOOKLOOP_LLM_MAX_RETRIES") && err.contains("at most 10"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn provider_specific_variables_are_checked_whatever_the_provider() {
+        let openai = [
+            ("HOOKLOOP_MODEL", "m"),
+            ("OPENAI_API_KEY", "k"),
+            ("HOOKLOOP_ANTHROPIC_PROMPT_CACHING", "sometimes"),
+        ];
+        let err = from(&openai).unwrap_err().to_string();
+        assert!(err.contains("HOOKLOOP_ANTHROPIC_PROMPT_CACHING"), "{err}");
+        let anthropic = [
+            ("HOOKLOOP_PROVIDER", "anthropic"),
+            ("HOOKLOOP_MODEL", "m"),
+            ("ANTHROPIC_API_KEY", "k"),
+            ("HOOKLOOP_OPENAI_MAX_TOKENS_FIELD", "n_predict"),
+        ];
+        let err = from(&anthropic).unwrap_err().to_string();
+        assert!(err.contains("HOOKLOOP_OPENAI_MAX_TOKENS_FIELD"), "{err}");
     }
 
     #[test]

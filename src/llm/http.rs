@@ -521,10 +521,7 @@ impl Transport {
         let status = response.status();
         let after = retry_after(response.headers(), SystemTime::now());
         let text = read_prefix(response, ERROR_BODY_BYTES).await;
-        let mut message = error_message(&text);
-        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
-            message = message.replace(secret, "[redacted]");
-        }
+        let message = error_message(&text, self.secret.as_deref());
         let error = LlmError::Status {
             status: status.as_u16(),
             message,
@@ -649,8 +646,9 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 }
 
 /// The message of an error answer: the provider's own `error.message` when the body is the
-/// usual JSON, else the body's text; truncated either way.
-pub(crate) fn error_message(body: &[u8]) -> String {
+/// usual JSON, else the body's text; with `secret` (the key) scrubbed, then truncated. Scrubbed
+/// first: a key that straddled the cut would otherwise leave its prefix in the message.
+pub(crate) fn error_message(body: &[u8], secret: Option<&str>) -> String {
     let parsed: Option<String> = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| {
@@ -660,7 +658,10 @@ pub(crate) fn error_message(body: &[u8]) -> String {
                 other => other.get("message")?.as_str().map(str::to_owned),
             }
         });
-    let text = parsed.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    let mut text = parsed.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    if let Some(secret) = secret.filter(|s| !s.is_empty()) {
+        text = text.replace(secret, "[redacted]");
+    }
     if text.is_empty() {
         return "(empty answer)".to_owned();
     }
@@ -756,22 +757,47 @@ mod tests {
     #[test]
     fn error_messages_prefer_the_providers_message_and_are_truncated() {
         assert_eq!(
-            error_message(br#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#),
+            error_message(
+                br#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#,
+                None
+            ),
             "bad model"
         );
         assert_eq!(
             error_message(
-                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                None
             ),
             "Overloaded"
         );
-        assert_eq!(error_message(br#"{"error":"plain"}"#), "plain");
-        assert_eq!(error_message(b"  <html>oops</html> "), "<html>oops</html>");
-        assert_eq!(error_message(b""), "(empty answer)");
+        assert_eq!(error_message(br#"{"error":"plain"}"#, None), "plain");
+        assert_eq!(
+            error_message(b"  <html>oops</html> ", None),
+            "<html>oops</html>"
+        );
+        assert_eq!(error_message(b"", None), "(empty answer)");
         let long = "é".repeat(2000);
-        let cut = error_message(long.as_bytes());
+        let cut = error_message(long.as_bytes(), None);
         assert!(cut.starts_with(&"é".repeat(MAX_ERROR_CHARS)));
         assert!(cut.ends_with("… (4000 bytes in all)"), "{cut}");
+    }
+
+    #[test]
+    fn a_key_across_the_cut_is_scrubbed_before_the_message_is_cut() {
+        let key = "sk-live-0123456789abcdef";
+        // The key starts a few characters before the cut: scrubbing after cutting would
+        // find no whole key and leave its prefix.
+        let body = format!("{}{key} is not valid", "x".repeat(MAX_ERROR_CHARS - 6));
+        let message = error_message(body.as_bytes(), Some(key));
+        assert!(!message.contains("sk-liv"), "{message}");
+        assert!(
+            message.starts_with(&"x".repeat(MAX_ERROR_CHARS - 6)),
+            "{message}"
+        );
+        assert!(
+            message[MAX_ERROR_CHARS - 6..].starts_with("[redac"),
+            "{message}"
+        );
     }
 
     #[test]

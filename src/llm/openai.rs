@@ -237,7 +237,13 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
             None => "the answer has no choices".to_owned(),
         }));
     };
-    let message = choice.message.unwrap_or_default();
+    // A choice without a message says nothing about how the turn went: taking it as an empty
+    // end of turn would end the prompt (and ask `_Stop`) on a broken answer.
+    let Some(message) = choice.message else {
+        return Err(LlmError::InvalidResponse(
+            "the answer's choice has no message".to_owned(),
+        ));
+    };
     let mut text = match message.content {
         None => String::new(),
         Some(ResponseContent::Text(text)) => text,
@@ -579,8 +585,13 @@ mod tests {
 
     #[test]
     fn bad_answers_are_errors_that_say_why() {
-        let cases: [(&[u8], &str); 5] = [
+        let cases: [(&[u8], &str); 6] = [
             (b"", "not a chat completion"),
+            // A 200 whose choice holds no message is broken, not an empty end of turn.
+            (
+                br#"{"choices": [{"finish_reason": "stop"}]}"#,
+                "the answer's choice has no message",
+            ),
             (
                 b"<html>502</html>",
                 "the answer began: \"<html>502</html>\"",

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::digest::Digest;
 use super::input::Catalog;
 use super::message::ToolSpec;
 use crate::hooks::{self, Hook, ServerName};
@@ -15,6 +16,8 @@ pub(crate) struct Tools {
     /// Per hook, the allowed servers that expose it, in configuration order.
     hooks: HashMap<Hook, Vec<ServerName>>,
     pub(super) bytes: usize,
+    /// The digest of `model`, for the requests that offer it.
+    pub(super) digest: Digest,
 }
 
 impl Tools {
@@ -48,6 +51,7 @@ impl Tools {
                 }
             }
         }
+        tools.digest = Digest::of_tools(&tools.model);
         tools
     }
 

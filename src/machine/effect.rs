@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
+use crate::machine::digest::RequestDigest;
 use crate::machine::message::ToolCall;
 
 /// An order to the driver.
@@ -16,12 +17,13 @@ pub enum Effect {
     /// [`Input::LlmReplied`](crate::machine::Input::LlmReplied) or
     /// [`Input::LlmFailed`](crate::machine::Input::LlmFailed).
     ///
-    /// The order carries the history's length and digest rather than the history itself, so it
-    /// costs the same at any history length and a transcript still pins what was sent.
+    /// The order carries the history's length and a digest of each part of the request
+    /// (system, messages, tools, instruction, limits) rather than the request itself, so it
+    /// costs the same at any history length and a transcript still pins all that was sent.
     CallLlm {
         purpose: Purpose,
         messages: usize,
-        digest: u64,
+        digest: RequestDigest,
     },
     /// Run these tool calls, concurrently, and answer each with
     /// [`Input::ToolFinished`](crate::machine::Input::ToolFinished) in any order.

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use crate::machine::digest::Digest;
 use crate::machine::message::{CallId, Message};
 use crate::machine::policy::Media;
 
@@ -14,7 +15,7 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 pub struct History {
     messages: Vec<Message>,
     bytes: usize,
-    digest: u64,
+    digest: Digest,
     /// Ids of every tool call in `messages`, so a new call's id can be checked for uniqueness.
     call_ids: HashSet<CallId>,
     /// Input tokens the provider reported for the last request, and `bytes` when it was sent.
@@ -50,8 +51,9 @@ impl History {
     }
 
     /// A digest of every message, chained: equal histories give equal digests, and it is stable
-    /// across runs, platforms and releases (FNV-1a over the messages' JSON).
-    pub fn digest(&self) -> u64 {
+    /// across runs, platforms, builds and releases (FNV-1a over the canonical encoding of
+    /// [`Digest`](crate::machine::Digest), never over serde output).
+    pub fn digest(&self) -> Digest {
         self.digest
     }
 
@@ -63,7 +65,7 @@ impl History {
     /// Appends a message in O(its size).
     pub fn push(&mut self, message: Message) {
         self.bytes += message.size_bytes(&self.media);
-        self.digest = chain_digest(self.digest, &message);
+        self.digest = self.digest.chain(&message);
         if let Message::Assistant { tool_calls, .. } = &message {
             self.call_ids
                 .extend(tool_calls.iter().map(|call| call.id.clone()));
@@ -194,30 +196,6 @@ fn is_unit_start(message: &Message) -> bool {
 
 fn bytes_to_tokens(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(BYTES_PER_TOKEN)
-}
-
-fn chain_digest(seed: u64, message: &Message) -> u64 {
-    let mut hasher = Fnv1a(seed ^ FNV_OFFSET);
-    // Serialising a message into a hasher cannot fail: it is plain data with string keys.
-    let _ = serde_json::to_writer(&mut hasher, message);
-    hasher.0
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-struct Fnv1a(u64);
-
-impl std::io::Write for Fnv1a {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        for &byte in buf {
-            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@
 //! the end of this file are named after the rules.
 
 mod catalog;
+mod digest;
 mod effect;
 mod history;
 mod input;
@@ -55,6 +56,7 @@ use serde_json::{Map, Value, json};
 use statig::prelude::*;
 
 use self::catalog::Tools;
+pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::{BYTES_PER_TOKEN, History};
 pub use self::input::{
@@ -131,26 +133,7 @@ impl Machine {
     /// The request an [`Effect::CallLlm`] with this purpose stands for, borrowed from the
     /// machine's history so that building it costs nothing at any history length.
     pub fn request(&self, purpose: Purpose) -> LlmRequest<'_> {
-        let core = self.sm.inner();
-        let all = core.history.messages();
-        match purpose {
-            Purpose::Turn => LlmRequest {
-                purpose,
-                system: core.system_prompt.as_deref(),
-                messages: all,
-                tools: &core.tools.model,
-                instruction: None,
-                max_output_tokens: core.policy.max_output_tokens,
-            },
-            Purpose::Summary { from } => LlmRequest {
-                purpose,
-                system: core.system_prompt.as_deref(),
-                messages: &all[from.min(all.len())..],
-                tools: &[],
-                instruction: Some(&core.summary_instruction),
-                max_output_tokens: core.policy.max_output_tokens,
-            },
-        }
+        self.sm.inner().request(purpose)
     }
 
     /// Where the machine is.
@@ -663,11 +646,48 @@ impl Core {
         Transition(State::summarizing(resume))
     }
 
+    /// The request an [`Effect::CallLlm`] with this purpose stands for.
+    fn request(&self, purpose: Purpose) -> LlmRequest<'_> {
+        let all = self.history.messages();
+        match purpose {
+            Purpose::Turn => LlmRequest {
+                purpose,
+                system: self.system_prompt.as_deref(),
+                messages: all,
+                tools: &self.tools.model,
+                instruction: None,
+                max_output_tokens: self.policy.max_output_tokens,
+            },
+            Purpose::Summary { from } => LlmRequest {
+                purpose,
+                system: self.system_prompt.as_deref(),
+                messages: &all[from.min(all.len())..],
+                tools: &[],
+                instruction: Some(&self.summary_instruction),
+                max_output_tokens: self.policy.max_output_tokens,
+            },
+        }
+    }
+
+    /// The order to send `request(purpose)`, pinning every part of it.
     fn call_llm(&self, purpose: Purpose) -> Effect {
+        let request = self.request(purpose);
+        // The offered tools' digest is kept with the catalog; a summary offers none.
+        let tools = if request.tools.is_empty() {
+            Digest::of_tools(&[])
+        } else {
+            self.tools.digest
+        };
         Effect::CallLlm {
             purpose,
             messages: self.history.len(),
-            digest: self.history.digest(),
+            digest: RequestDigest::of(
+                request.system,
+                self.history.digest(),
+                tools,
+                request.instruction,
+                request.max_output_tokens,
+            ),
         }
     }
 
@@ -689,7 +709,9 @@ impl Core {
         resume: Resume,
     ) -> Outcome<State> {
         self.turn.compacted = false;
-        if let Some(usage) = reply.usage {
+        // A usage block without input tokens (0, or left out and defaulted) measures nothing:
+        // anchoring on it would zero the context estimate and put off compaction.
+        if let Some(usage) = reply.usage.filter(|usage| usage.input_tokens > 0) {
             self.history.note_usage(usage.input_tokens);
         }
         if !reply.tool_calls.is_empty() {

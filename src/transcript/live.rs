@@ -12,7 +12,7 @@ use crate::hooks::ServerName;
 use crate::machine::{CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput};
 use crate::mcp::{HookCall, ToolHost};
 use crate::transcript::replay::{Divergence, DivergenceKind};
-use crate::transcript::{Event, Transcript};
+use crate::transcript::{Event, Transcript, Truncation};
 
 /// Replays `transcript` with the model's side from the record and tools, hooks and the catalog
 /// from `host`: each recorded tool result, hook answer and catalog change is replaced by what
@@ -47,13 +47,33 @@ pub async fn replay_live<H: ToolHost>(transcript: &Transcript, host: &H) -> Live
                 records: index,
                 drifts: live.drifts,
                 divergence: Some(divergence),
+                truncated: transcript.truncated.clone(),
             };
         }
     }
+    // The end of the record is checked too: an order the machine gave after the last record
+    // is a divergence, unless the record was cut short and could not hold it.
+    let end = transcript.records.len();
+    let divergence = match live.machine.poll_effect() {
+        Some(actual) if transcript.truncated.is_none() => {
+            let mut divergence = divergence(
+                live.machine.phase(),
+                DivergenceKind::UnrecordedEffect {
+                    actual,
+                    before: None,
+                },
+            );
+            divergence.index = end;
+            divergence.line = transcript.line_of(end);
+            Some(divergence)
+        }
+        Some(_) | None => None,
+    };
     LiveReport {
-        records: transcript.records.len(),
+        records: end,
         drifts: live.drifts,
-        divergence: None,
+        divergence,
+        truncated: transcript.truncated.clone(),
     }
 }
 
@@ -66,6 +86,9 @@ pub struct LiveReport {
     pub drifts: Vec<Drift>,
     /// Where the session's course parted from the record, if it did.
     pub divergence: Option<Box<Divergence>>,
+    /// The record's cut-short last line, if there was one: the replay covers less than the
+    /// session.
+    pub truncated: Option<Truncation>,
 }
 
 impl LiveReport {
@@ -85,6 +108,13 @@ impl fmt::Display for LiveReport {
         )?;
         for drift in &self.drifts {
             write!(f, "\n\n{drift}")?;
+        }
+        if let Some(truncated) = &self.truncated {
+            write!(
+                f,
+                "\n\nthe record is cut short: line {} ({} bytes) is incomplete and was skipped",
+                truncated.line, truncated.bytes
+            )?;
         }
         if let Some(divergence) = &self.divergence {
             write!(f, "\n\nthe session then took another course:\n{divergence}")?;

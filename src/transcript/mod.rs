@@ -9,16 +9,19 @@
 //!
 //! - **Recording**: a [`Recorder`] is an [`Observer`](crate::Observer) of a session;
 //!   [`Session::record_to`](crate::Session::record_to) adds one writing to a file, and
-//!   [`RecordDir`] hands out one file per session. Each line is flushed as it is written; a
-//!   crash leaves at most the last line cut short, and reading reports it and keeps the rest.
+//!   [`RecordDir`] hands out one file per session. Each line is written and flushed by the
+//!   recorder's own thread; a crash leaves at most the last line cut short, and reading
+//!   reports it and keeps the rest. The format's rules are in `docs/transcript-format.md`.
 //! - **Replay**: [`replay`] rebuilds the [`Machine`](crate::Machine) from the header, feeds
 //!   each recorded fact and checks each effect the machine emits against the recorded one, in
 //!   order. No tokio, no server, no model: the machine never reads a clock (a hook timeout is
 //!   the fact `HookReply::TimedOut`), so a replay is exact. The first mismatch stops it with a
 //!   [`Divergence`]: record index, line, the machine's state, and a diff of the recorded and
-//!   replayed effect. Model requests are pinned by the history's length and digest that
-//!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to what the model would
-//!   have been sent diverges too.
+//!   replayed effect. Model requests are pinned by the history's length and a digest of each
+//!   part of the request (system, messages, tools, instruction, limits) that
+//!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to anything the model
+//!   would have been sent diverges too, naming the part. A record cut short or ending
+//!   mid-prompt replays as far as it goes and says so ([`ReplayReport::is_whole`]).
 //! - **Live tools**: [`replay_live`] takes the model's side from the record but runs tools and
 //!   hooks against a live [`ToolHost`](crate::ToolHost), and reports each answer that differs
 //!   from the record ([`Drift`]): a check that the MCP servers still behave as recorded.
@@ -46,6 +49,7 @@
 //! # }
 //! ```
 
+mod content;
 mod diff;
 mod format;
 mod live;
@@ -58,8 +62,8 @@ use std::path::PathBuf;
 
 pub use self::diff::line_diff;
 pub use self::format::{
-    ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
-    Truncation, VERSION,
+    ENGINE_VERSION, Event, FORMAT, Header, MAX_LINE_BYTES, Record, RecordedConfig, ServerEntry,
+    Transcript, Truncation, VERSION,
 };
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::recorder::{RecordDir, Recorder};
@@ -67,6 +71,17 @@ pub use self::redact::{REDACTED, Redaction};
 pub use self::replay::{
     Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, replay, replay_str,
 };
+
+/// What to do with a transcript of another version.
+fn version_advice(found: &u64) -> &'static str {
+    if *found < u64::from(VERSION) {
+        // Version 1 pinned only the history of each model request: replaying it would call a
+        // request "the same" without knowing its tools, instruction or limits.
+        " (older transcripts do not pin every part of a model request; record the session again)"
+    } else {
+        " (it was written by a newer engine)"
+    }
+}
 
 /// A transcript that cannot be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +100,8 @@ pub enum TranscriptError {
     NotATranscript { reason: String },
     /// A transcript of a format version this engine does not read.
     #[error(
-        "transcript format version {found} is not supported: this engine reads version {VERSION}"
+        "transcript format version {found} is not supported: this engine reads version {VERSION}{}",
+        version_advice(.found)
     )]
     UnsupportedVersion { found: u64 },
     /// The header is of this format and version but malformed.
@@ -97,9 +113,21 @@ pub enum TranscriptError {
         line: usize,
         source: serde_json::Error,
     },
+    /// A line holds a field this engine does not know (`path` is where, as `.a.b[0].c`).
+    #[error("line {line}: unknown field `{path}`: this engine would ignore it, so it refuses it")]
+    UnknownField { line: usize, path: String },
+    /// A line is longer than [`MAX_LINE_BYTES`].
+    #[error("line {line} is longer than {limit} bytes: refused rather than read whole")]
+    LineTooLong { line: usize, limit: usize },
     /// A line is not valid UTF-8.
     #[error("line {line}: not valid UTF-8")]
     NotUtf8 { line: usize },
+    /// The record's content was redacted (`--redact-content`): it shows the session's course
+    /// but no longer pins what the model was sent.
+    #[error(
+        "the transcript's content was redacted when it was recorded: it can be read, not replayed"
+    )]
+    ContentRedacted,
     /// Recording started after the session had run: the transcript would not replay.
     #[error("the session has already run a prompt: record it from its start")]
     SessionStarted,

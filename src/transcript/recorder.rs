@@ -1,10 +1,17 @@
 //! Writing transcripts as a session runs.
+//!
+//! The session's observers run on its async task, so a file is never written there: each line
+//! goes through a bounded channel to a writer thread of the recorder's own, which writes and
+//! flushes it alone. A full channel (a disk slower than the session for [`QUEUE_LINES`] lines)
+//! holds the session back rather than dropping a line or growing memory.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{Observer, Session};
@@ -12,8 +19,12 @@ use crate::llm::LlmClient;
 use crate::machine::{Effect, Input, Phase, Purpose};
 use crate::mcp::ToolHost;
 use crate::supervisor;
+use crate::transcript::content::{redact_effect, redact_input};
 use crate::transcript::format::{RecordRef, write_line};
 use crate::transcript::{Header, Redaction, TranscriptError};
+
+/// Lines a file recorder holds for its writer thread before the session waits for the disk.
+pub const QUEUE_LINES: usize = 256;
 
 /// Writes a transcript: the header when created, then every effect and fact it observes.
 ///
@@ -21,27 +32,45 @@ use crate::transcript::{Header, Redaction, TranscriptError};
 /// before the first prompt. It is cheap to clone; clones share one file, so keep one to call
 /// [`check`](Self::check) after the session.
 ///
-/// Crash-safe: each line is written and flushed with one write, so a crash leaves at most the
-/// last line cut short, which [`Transcript::parse`](crate::transcript::Transcript::parse)
-/// reports and skips. A write error is logged once; the session goes on unrecorded and
-/// [`check`](Self::check) returns the error.
+/// Crash-safe: the writer thread writes and flushes each line with one write, so a crash leaves
+/// at most the last line cut short, which [`Transcript::parse`](crate::transcript::Transcript::parse)
+/// reports. A write error is logged once; the session goes on unrecorded and
+/// [`check`](Self::check) returns the error. When the last clone is dropped, the lines still
+/// queued are written before the drop returns.
 #[derive(Clone)]
 pub struct Recorder {
-    shared: Arc<Mutex<Shared>>,
+    shared: Arc<Shared>,
 }
 
 struct Shared {
-    sink: Sink,
     /// Where the transcript goes, for error messages.
     target: String,
-    line: Vec<u8>,
-    records: u64,
-    failed: Option<(io::ErrorKind, String)>,
+    /// The header asked for content to be replaced by lengths (`--redact-content`).
+    content_redacted: bool,
+    state: Arc<Mutex<State>>,
+    /// `None` for an in-memory recorder, which writes under the lock.
+    writer: Option<WriterThread>,
 }
 
-enum Sink {
-    Writer(Box<dyn Write + Send>),
-    Memory(Vec<u8>),
+#[derive(Default)]
+struct State {
+    /// Lines written after the header.
+    records: u64,
+    failed: Option<(io::ErrorKind, String)>,
+    /// The transcript of an in-memory recorder.
+    memory: Option<Vec<u8>>,
+}
+
+struct WriterThread {
+    /// Taken on drop, which ends the thread once it has written what is queued.
+    sender: Option<SyncSender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+enum Job {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it is written.
+    Barrier(mpsc::Sender<()>),
 }
 
 impl Recorder {
@@ -55,115 +84,215 @@ impl Recorder {
         Self::to_writer(file, path.display().to_string(), header)
     }
 
-    /// Writes the transcript to `writer`, flushing after each line; `target` names it in
-    /// errors.
+    /// Writes the transcript to `writer` from a thread of its own, flushing after each line;
+    /// `target` names it in errors. The header is written before this returns.
     pub fn to_writer(
-        writer: impl Write + Send + 'static,
+        mut writer: impl Write + Send + 'static,
         target: impl Into<String>,
         header: &Header,
     ) -> Result<Self, TranscriptError> {
-        Self::start(Sink::Writer(Box::new(writer)), target.into(), header)
+        let target = target.into();
+        let write_error = |source| TranscriptError::Write {
+            target: target.clone(),
+            source,
+        };
+        write_all_flushed(&mut writer, &header_line(header)).map_err(write_error)?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let (sender, receiver) = mpsc::sync_channel(QUEUE_LINES);
+        let thread = {
+            let state = Arc::clone(&state);
+            let target = target.clone();
+            std::thread::Builder::new()
+                .name("hookloop-recorder".to_owned())
+                .spawn(move || write_lines(writer, &receiver, &state, &target))
+                .map_err(write_error)?
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                target,
+                content_redacted: header.content_redacted,
+                state,
+                writer: Some(WriterThread {
+                    sender: Some(sender),
+                    thread: Some(thread),
+                }),
+            }),
+        })
     }
 
     /// Keeps the transcript in memory; [`text`](Self::text) returns it.
     pub fn in_memory(header: &Header) -> Self {
-        // Writing to memory cannot fail.
-        Self::start(Sink::Memory(Vec::new()), "memory".to_owned(), header)
-            .unwrap_or_else(|_| unreachable!("an in-memory transcript cannot fail to write"))
-    }
-
-    fn start(sink: Sink, target: String, header: &Header) -> Result<Self, TranscriptError> {
-        let mut header = header.clone();
-        // Whoever built the header, well-known secrets never reach the file.
-        let redaction = Redaction::new();
-        header.servers = header
-            .servers
-            .into_iter()
-            .map(|entry| redaction.apply(entry))
-            .collect();
-        let mut shared = Shared {
-            sink,
-            target,
-            line: Vec::with_capacity(256),
-            records: 0,
-            failed: None,
+        let state = State {
+            memory: Some(header_line(header)),
+            ..State::default()
         };
-        write_line(&mut shared.line, &header);
-        shared
-            .flush_line()
-            .map_err(|source| TranscriptError::Write {
-                target: shared.target.clone(),
-                source,
-            })?;
-        Ok(Self {
-            shared: Arc::new(Mutex::new(shared)),
-        })
+        Self {
+            shared: Arc::new(Shared {
+                target: "memory".to_owned(),
+                content_redacted: header.content_redacted,
+                state: Arc::new(Mutex::new(state)),
+                writer: None,
+            }),
+        }
     }
 
-    /// Records written after the header.
+    /// Records written after the header. For a file, this waits until every record observed
+    /// so far is written.
     pub fn records(&self) -> u64 {
+        self.drain();
         self.lock().records
     }
 
-    /// The first write error, if one happened; recording stopped there.
+    /// Waits until every record observed so far is written, then returns the first write
+    /// error, if one happened; recording stopped there.
     pub fn check(&self) -> Result<(), TranscriptError> {
-        let shared = self.lock();
-        match &shared.failed {
-            None => Ok(()),
+        let stopped = !self.drain();
+        let state = self.lock();
+        match &state.failed {
             Some((kind, message)) => Err(TranscriptError::Write {
-                target: shared.target.clone(),
+                target: self.shared.target.clone(),
                 source: io::Error::new(*kind, message.clone()),
             }),
+            None if stopped => Err(TranscriptError::Write {
+                target: self.shared.target.clone(),
+                source: io::Error::other("the transcript writer stopped"),
+            }),
+            None => Ok(()),
         }
     }
 
     /// The transcript so far, for a recorder made with [`in_memory`](Self::in_memory); `None`
     /// for one that writes elsewhere.
     pub fn text(&self) -> Option<String> {
-        match &self.lock().sink {
-            Sink::Memory(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-            Sink::Writer(_) => None,
-        }
+        self.lock()
+            .memory
+            .as_ref()
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Shared> {
-        // A panic while writing leaves at worst a cut-short line, which readers handle.
-        crate::text::lock(&self.shared)
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.shared.state)
+    }
+
+    /// Waits for the writer thread to write what is queued; false if it is gone.
+    fn drain(&self) -> bool {
+        let Some(sender) = self.sender() else {
+            return true;
+        };
+        let (done, wait) = mpsc::channel();
+        sender.send(Job::Barrier(done)).is_ok() && wait.recv().is_ok()
+    }
+
+    fn sender(&self) -> Option<&SyncSender<Job>> {
+        self.shared.writer.as_ref()?.sender.as_ref()
     }
 
     fn record(&self, at: Duration, event: RecordRef<'_>) {
-        let mut shared = self.lock();
-        if shared.failed.is_some() {
+        let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+        let (redacted_effect, redacted_fact);
+        let (effect, fact) = if self.shared.content_redacted {
+            redacted_effect = event.effect.map(redact_effect);
+            redacted_fact = event.fact.map(redact_input);
+            (redacted_effect.as_ref(), redacted_fact.as_ref())
+        } else {
+            (event.effect, event.fact)
+        };
+        let mut line = Vec::with_capacity(256);
+        write_line(
+            &mut line,
+            &RecordRef {
+                at_ms,
+                effect,
+                fact,
+                ..event
+            },
+        );
+        let Some(sender) = self.sender() else {
+            let mut state = self.lock();
+            if let Some(memory) = &mut state.memory {
+                memory.extend_from_slice(&line);
+                state.records += 1;
+            }
+            return;
+        };
+        if self.lock().failed.is_some() {
             return;
         }
-        let event = RecordRef {
-            at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
-            ..event
-        };
-        let mut line = std::mem::take(&mut shared.line);
-        line.clear();
-        write_line(&mut line, &event);
-        shared.line = line;
-        match shared.flush_line() {
-            Ok(()) => shared.records += 1,
-            Err(error) => {
-                tracing::warn!(target = %shared.target, %error, "transcript write failed; recording stops");
-                shared.failed = Some((error.kind(), error.to_string()));
+        // Blocks only while the queue is full: the session waits for the disk, and no line is
+        // dropped. The thread outlives every sender, so a send fails only if it panicked.
+        if sender.send(Job::Line(line)).is_err() {
+            let mut state = self.lock();
+            if state.failed.is_none() {
+                tracing::warn!(target = %self.shared.target, "the transcript writer stopped; recording stops");
+                state.failed = Some((
+                    io::ErrorKind::Other,
+                    "the transcript writer stopped".to_owned(),
+                ));
             }
         }
     }
 }
 
-impl Shared {
-    fn flush_line(&mut self) -> io::Result<()> {
-        match &mut self.sink {
-            Sink::Writer(writer) => {
-                writer.write_all(&self.line)?;
-                writer.flush()
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(writer) = &mut self.writer {
+            // Closing the channel ends the thread once it has written every queued line; wait
+            // for it so that a process exiting after its session keeps the whole record.
+            drop(writer.sender.take());
+            if let Some(thread) = writer.thread.take() {
+                let _ = thread.join();
             }
-            Sink::Memory(bytes) => {
-                bytes.extend_from_slice(&self.line);
-                Ok(())
+        }
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // State is counters and a buffer, consistent between statements: a panic elsewhere does
+    // not leave it half-updated.
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The header as written: whoever built it, well-known secrets never reach the file.
+fn header_line(header: &Header) -> Vec<u8> {
+    let mut header = header.clone();
+    let redaction = Redaction::new();
+    header.servers = header
+        .servers
+        .into_iter()
+        .map(|entry| redaction.apply(entry))
+        .collect();
+    let mut line = Vec::with_capacity(256);
+    write_line(&mut line, &header);
+    line
+}
+
+fn write_all_flushed(writer: &mut impl Write, line: &[u8]) -> io::Result<()> {
+    writer.write_all(line)?;
+    writer.flush()
+}
+
+/// The writer thread: one write and one flush per line, until every sender is gone.
+fn write_lines(mut writer: impl Write, jobs: &Receiver<Job>, state: &Mutex<State>, target: &str) {
+    for job in jobs {
+        match job {
+            Job::Line(line) => {
+                if lock(state).failed.is_some() {
+                    continue;
+                }
+                let written = write_all_flushed(&mut writer, &line);
+                let mut state = lock(state);
+                match written {
+                    Ok(()) => state.records += 1,
+                    Err(error) => {
+                        tracing::warn!(%target, %error, "transcript write failed; recording stops");
+                        state.failed = Some((error.kind(), error.to_string()));
+                    }
+                }
+            }
+            Job::Barrier(done) => {
+                let _ = done.send(());
             }
         }
     }
@@ -203,11 +332,11 @@ impl Observer for Recorder {
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shared = self.lock();
+        let state = self.lock();
         f.debug_struct("Recorder")
-            .field("target", &shared.target)
-            .field("records", &shared.records)
-            .field("failed", &shared.failed)
+            .field("target", &self.shared.target)
+            .field("records", &state.records)
+            .field("failed", &state.failed)
             .finish()
     }
 }

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::machine::{Counters, Effect, FinishReason, Input, Machine, MachineError, Phase};
+use crate::machine::{
+    Catalog, Counters, Effect, FinishReason, Input, Machine, MachineError, Phase,
+};
 use crate::supervisor::{self, Supervisor};
 use crate::transcript::diff::line_diff;
 use crate::transcript::{Event, Header, Record, Transcript, TranscriptError, Truncation};
@@ -11,13 +13,25 @@ use crate::transcript::{Event, Header, Record, Transcript, TranscriptError, Trun
 /// Replays the transcript file at `path`. See [`Replayer`].
 pub fn replay(path: impl AsRef<Path>) -> Result<ReplayReport, ReplayError> {
     let transcript = Transcript::read(path)?;
+    replayable(&transcript)?;
     Ok(transcript.replay()?)
 }
 
 /// Replays a transcript held in memory, as read from a file.
 pub fn replay_str(text: &str) -> Result<ReplayReport, ReplayError> {
     let transcript = Transcript::parse(text)?;
+    replayable(&transcript)?;
     Ok(transcript.replay()?)
+}
+
+/// Refuses a record whose content was redacted: its digests pin words it no longer holds, so
+/// it would diverge at the first model request for a reason that is not the engine's.
+pub(crate) fn replayable(transcript: &Transcript) -> Result<(), TranscriptError> {
+    if transcript.header.content_redacted {
+        Err(TranscriptError::ContentRedacted)
+    } else {
+        Ok(())
+    }
 }
 
 impl Transcript {
@@ -52,6 +66,8 @@ pub struct Replayer {
     /// Rebuilt when the header has the supervision policy; supervision records are then
     /// checked like the machine's, else skipped.
     supervisor: Option<Supervisor>,
+    /// The header's catalog, until the first fact is checked against it.
+    header_catalog: Option<Catalog>,
     records: usize,
     facts: usize,
     effects: usize,
@@ -69,6 +85,7 @@ impl Replayer {
             supervisor: header
                 .supervision
                 .map(|policy| Supervisor::new(policy, servers)),
+            header_catalog: Some(header.catalog.clone()),
             records: 0,
             facts: 0,
             effects: 0,
@@ -108,6 +125,9 @@ impl Replayer {
                 }
             },
             Event::Fact(fact) => {
+                if let Some(header) = self.header_catalog.take() {
+                    check_header_catalog(phase, header, fact)?;
+                }
                 if let Some(actual) = self.machine.poll_effect() {
                     return Err(Divergence::new(
                         phase,
@@ -207,6 +227,41 @@ fn check_supervision(supervisor: &mut Supervisor, event: &supervisor::Event) -> 
     }
 }
 
+/// The header's catalog is what the session knew when recording started: the session's first
+/// fact is the `catalog_changed` that hands it to the machine, or, with no tools at all, any
+/// fact. A header that says otherwise describes another session.
+fn check_header_catalog(
+    phase: Phase,
+    header: Catalog,
+    fact: &Input,
+) -> Result<(), Box<Divergence>> {
+    let first = match fact {
+        Input::CatalogChanged { catalog } => Some(catalog),
+        Input::Prompted { .. }
+        | Input::LlmReplied { .. }
+        | Input::LlmFailed { .. }
+        | Input::ToolFinished { .. }
+        | Input::HookAnswered { .. }
+        | Input::Cancelled
+        | Input::Closed => None,
+    };
+    let same = match first {
+        Some(catalog) => *catalog == header,
+        None => header.servers.is_empty(),
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(Divergence::new(
+            phase,
+            DivergenceKind::HeaderCatalog {
+                header,
+                first: first.cloned(),
+            },
+        ))
+    }
+}
+
 /// What a clean replay found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayReport {
@@ -232,6 +287,40 @@ pub struct ReplayReport {
     pub truncated: Option<Truncation>,
 }
 
+impl ReplayReport {
+    /// Whether the record covers the session to a resting point: no line was cut short and the
+    /// last record leaves the machine idle or closed. A record a crash or a write error ended
+    /// mid-prompt replays as far as it goes, but it is not a whole match.
+    pub fn is_whole(&self) -> bool {
+        self.incompleteness().is_none()
+    }
+
+    /// Why the record is not whole, in words; `None` when it is.
+    pub fn incompleteness(&self) -> Option<String> {
+        if let Some(truncated) = &self.truncated {
+            return Some(format!(
+                "the record is cut short: line {} ({} bytes) is incomplete and was skipped, and \
+                 {} order(s) the machine gave after the last whole record are not in it",
+                truncated.line, truncated.bytes, self.unrecorded_effects
+            ));
+        }
+        match self.phase {
+            Phase::Idle | Phase::Done => None,
+            Phase::Prompting
+            | Phase::RunningTools
+            | Phase::AwaitingStop
+            | Phase::AwaitingHook(_)
+            | Phase::Objected
+            | Phase::Summarizing
+            | Phase::PostCompacting => Some(format!(
+                "the record ends mid-prompt, while the machine is {}: the rest of the session \
+                 was not recorded",
+                self.phase
+            )),
+        }
+    }
+}
+
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -247,12 +336,8 @@ impl fmt::Display for ReplayReport {
             self.counters.compactions,
             self.phase,
         )?;
-        if let Some(truncated) = &self.truncated {
-            write!(
-                f,
-                "; line {} was cut short ({} bytes) and skipped",
-                truncated.line, truncated.bytes
-            )?;
+        if let Some(incomplete) = self.incompleteness() {
+            write!(f, "; {incomplete}")?;
         }
         Ok(())
     }
@@ -313,6 +398,12 @@ pub enum DivergenceKind {
         recorded: supervisor::Event,
         problem: String,
     },
+    /// The header's catalog is not the one the first fact gave the machine (`first` is `None`
+    /// when the first fact is no catalog change).
+    HeaderCatalog {
+        header: Catalog,
+        first: Option<Catalog>,
+    },
 }
 
 impl Divergence {
@@ -331,6 +422,23 @@ impl Divergence {
         self
     }
 
+    /// For two model requests, the parts of the request that differ (`system`, `messages`,
+    /// `tools`, `instruction`, `limits`); empty otherwise.
+    pub fn request_parts(&self) -> Vec<&'static str> {
+        match &self.kind {
+            DivergenceKind::EffectMismatch {
+                expected: Effect::CallLlm { digest: a, .. },
+                actual: Effect::CallLlm { digest: b, .. },
+            } => a.differing_parts(b),
+            DivergenceKind::EffectMismatch { .. }
+            | DivergenceKind::MissingEffect { .. }
+            | DivergenceKind::UnrecordedEffect { .. }
+            | DivergenceKind::FactRefused { .. }
+            | DivergenceKind::SupervisionMismatch { .. }
+            | DivergenceKind::HeaderCatalog { .. } => Vec::new(),
+        }
+    }
+
     /// The expected and actual sides, pretty-printed, as a line diff: `-` recorded only,
     /// `+` replayed only.
     pub fn diff(&self) -> String {
@@ -343,6 +451,10 @@ impl Divergence {
             DivergenceKind::FactRefused { .. } | DivergenceKind::SupervisionMismatch { .. } => {
                 return String::new();
             }
+            DivergenceKind::HeaderCatalog { header, first } => (
+                pretty(header),
+                first.as_ref().map(pretty).unwrap_or_default(),
+            ),
         };
         line_diff(&expected, &actual)
     }
@@ -358,6 +470,10 @@ impl fmt::Display for Divergence {
         match &self.kind {
             DivergenceKind::EffectMismatch { .. } => {
                 f.write_str("the machine gave another order than recorded")?;
+                let parts = self.request_parts();
+                if !parts.is_empty() {
+                    write!(f, "; the model request differs in: {}", parts.join(", "))?;
+                }
             }
             DivergenceKind::MissingEffect { .. } => {
                 f.write_str("the record has an order the machine did not give")?;
@@ -374,6 +490,16 @@ impl fmt::Display for Divergence {
             DivergenceKind::UnrecordedEffect { before: None, .. } => {
                 f.write_str("the transcript ends, but the machine gave another order")?;
             }
+            DivergenceKind::HeaderCatalog { first: Some(_), .. } => {
+                f.write_str(
+                    "the header's catalog is not the one the first catalog_changed fact gave",
+                )?;
+            }
+            DivergenceKind::HeaderCatalog { first: None, .. } => {
+                f.write_str(
+                    "the header lists tools, but the session's first fact is no catalog_changed",
+                )?;
+            }
             DivergenceKind::FactRefused { fact, error } => {
                 return write!(
                     f,
@@ -389,7 +515,15 @@ impl fmt::Display for Divergence {
                 );
             }
         }
-        write!(f, "\n--- recorded\n+++ replayed\n{}", self.diff())
+        let (minus, plus) = match &self.kind {
+            DivergenceKind::HeaderCatalog { .. } => ("header", "first fact"),
+            DivergenceKind::EffectMismatch { .. }
+            | DivergenceKind::MissingEffect { .. }
+            | DivergenceKind::UnrecordedEffect { .. }
+            | DivergenceKind::FactRefused { .. }
+            | DivergenceKind::SupervisionMismatch { .. } => ("recorded", "replayed"),
+        };
+        write!(f, "\n--- {minus}\n+++ {plus}\n{}", self.diff())
     }
 }
 

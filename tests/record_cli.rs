@@ -1,0 +1,190 @@
+//! `hookloop run --record` and `hookloop replay` on records that could not be written whole.
+
+mod loopback;
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+use loopback::{FakeProvider, Reply};
+
+fn hookloop(args: &[&str]) -> Command {
+    let mut command = Command::new(loopback::hookloop());
+    command.args(args);
+    for var in [
+        "MCP_HOOK_SERVERS",
+        "HOOKLOOP_PROVIDER",
+        "HOOKLOOP_MODEL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "HOOKLOOP_LOG",
+        "HOOKLOOP_RECORD_DIR",
+    ] {
+        command.env_remove(var);
+    }
+    command.current_dir(std::env::temp_dir());
+    command
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "hookloop-record-cli-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn run_exits_1_and_says_why_when_the_record_cannot_be_written_whole() {
+    let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
+    let dir = tempdir("fsize");
+    let record = dir.join("run.jsonl");
+    let mut command = hookloop(&["run", "--record", record.to_str().unwrap(), "hi"]);
+    command
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback");
+    // Files the child writes may not grow past 600 bytes: the header fits, the session's
+    // records do not. Writes past the limit fail with EFBIG instead of raising SIGXFSZ.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 600,
+                rlim_max: 600,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+                || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    let header = std::fs::read_to_string(&record).unwrap();
+    assert!(header.len() <= 600 && header.starts_with('{'), "{header}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("the transcript is incomplete: could not write transcript"),
+        "{stderr}"
+    );
+    // The answer itself still reached the user.
+    assert_eq!(text(&out.stdout), "The answer is 42.\n");
+}
+
+#[test]
+fn replay_of_a_cut_short_record_exits_1_unless_truncation_is_allowed() {
+    let golden = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/transcripts/stop_objection_is_injected.jsonl"
+    ))
+    .unwrap();
+    let dir = tempdir("cut");
+    let cut = dir.join("cut.jsonl");
+    std::fs::write(&cut, &golden[..golden.len() - 7]).unwrap();
+
+    let out = hookloop(&["replay", cut.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("the record is cut short"), "{stderr}");
+    assert!(stderr.contains("--allow-truncated"), "{stderr}");
+
+    let out = hookloop(&["replay", "--allow-truncated", cut.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("the record is cut short"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn redact_content_records_lengths_instead_of_words_and_is_refused_by_replay() {
+    let provider = FakeProvider::start(|_| Reply::text("The launch code is 0000."));
+    let dir = tempdir("redact");
+    let record = dir.join("run.jsonl");
+    let mut command = hookloop(&[
+        "run",
+        "--record",
+        record.to_str().unwrap(),
+        "--redact-content",
+        "my secret plan",
+    ]);
+    command
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "The launch code is 0000.\n");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(!recorded.contains("secret plan"), "{recorded}");
+    assert!(!recorded.contains("launch code"), "{recorded}");
+    assert!(recorded.contains(r#""text":"[14 bytes]""#), "{recorded}");
+    assert!(recorded.contains(r#""text":"[24 bytes]""#), "{recorded}");
+    assert!(
+        recorded.contains(r#""content_redacted":true"#),
+        "{recorded}"
+    );
+
+    let out = hookloop(&["replay", record.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("redacted"), "{out:?}");
+}
+
+/// The README's row of the `hookloop run` exit-status table for `code`.
+fn readme_exit_row(code: u8) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    readme
+        .lines()
+        .find(|line| line.starts_with(&format!("| {code} |")))
+        .unwrap_or_else(|| panic!("no exit status {code} in the README"))
+        .to_owned()
+}
+
+#[test]
+fn the_readme_gives_exit_2_for_an_unreadable_config_as_the_binary_does() {
+    let provider = FakeProvider::start(|_| Reply::text("x"));
+    let dir = tempdir("config");
+    let unreadable = dir.join("mcp.json");
+    std::fs::write(&unreadable, "{ not json").unwrap();
+    let out = hookloop(&["run", "--mcp-config", unreadable.to_str().unwrap(), "hi"])
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(readme_exit_row(2).contains("unreadable or invalid `--mcp-config`"));
+    assert!(
+        !readme_exit_row(1).contains("config"),
+        "{}",
+        readme_exit_row(1)
+    );
+}
+
+#[test]
+fn the_readme_says_what_a_transcript_redacts_and_what_it_records_verbatim() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(!readme.contains("secret headers never written"));
+    assert!(readme.contains("Everything else is recorded **verbatim**"));
+    assert!(readme.contains("`--redact-content`"));
+    let help = hookloop(&["run", "--help"]).output().unwrap();
+    let help = text(&help.stdout);
+    assert!(!help.contains("Secrets are never written"), "{help}");
+    assert!(help.contains("--redact-content"), "{help}");
+}
