@@ -34,14 +34,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agent_client_protocol::schema::{
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
     InitializeRequest, InitializeResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion,
-    SessionId, SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
+    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
-use agent_client_protocol::{Agent, Client, ConnectionTo, Dispatch, Lines, Responder};
+use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
+use agent_client_protocol::{Agent, Client, Lines};
 use futures_util::StreamExt as _;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -197,16 +199,13 @@ pub async fn serve<F: SessionFactory>(
 /// The protocol handlers, each returning at once.
 fn builder<F: SessionFactory>(
     state: Arc<AgentState<F>>,
-) -> agent_client_protocol::Builder<
-    Agent,
-    impl agent_client_protocol::HandleDispatchFrom<Client>,
-    agent_client_protocol::NullRun,
-> {
+) -> agent_client_protocol::v1::Builder<Agent, impl agent_client_protocol::HandleDispatchFrom<Client>>
+{
     let new_state = Arc::clone(&state);
     let prompt_state = Arc::clone(&state);
     let cancel_state = state;
     Agent
-        .builder()
+        .v1()
         .name("hookloop")
         .on_receive_request(
             async |request: InitializeRequest, responder, _cx| {
@@ -239,19 +238,15 @@ fn builder<F: SessionFactory>(
         .on_receive_dispatch(
             // Without this, a message naming a session that no handler claims would wait
             // forever in the crate's retry queue.
-            async |message: Dispatch, cx: ConnectionTo<Client>| match message {
-                Dispatch::Request(..) => {
-                    let method = message.method().to_owned();
-                    message.respond_with_error(
-                        agent_client_protocol::Error::method_not_found().data(json!(method)),
-                        cx,
-                    )
-                }
+            async |message: Dispatch, _cx: ConnectionTo<Client>| match message {
+                Dispatch::Request(request, responder) => responder.respond_with_error(
+                    agent_client_protocol::Error::method_not_found().data(json!(request.method())),
+                ),
                 Dispatch::Notification(_) => {
                     tracing::debug!(method = message.method(), "ignoring notification");
                     Ok(())
                 }
-                Dispatch::Response(result, router) => router.respond_with_result(result),
+                Dispatch::Response(result, router) => router.route_with_result(result),
             },
             agent_client_protocol::on_receive_dispatch!(),
         )

@@ -528,6 +528,12 @@ mod wire {
                 .contains("1024 byte limit")
         );
 
+        // The protocol crate refuses every request before `initialize` has been answered.
+        let (reply, _) = peer.call("no/such/method", json!({})).await;
+        assert_eq!(reply["error"]["code"], -32600, "{reply}");
+        let reply = peer.initialize().await;
+        assert_eq!(reply["result"]["protocolVersion"], 1);
+
         let (reply, _) = peer.call("no/such/method", json!({})).await;
         assert_eq!(reply["error"]["code"], -32601, "{reply}");
 
@@ -547,9 +553,6 @@ mod wire {
 
         let (reply, _) = peer.call("session/prompt", json!({"sessionId": 5})).await;
         assert_eq!(reply["error"]["code"], -32602, "{reply}");
-
-        let reply = peer.initialize().await;
-        assert_eq!(reply["result"]["protocolVersion"], 1);
     }
 
     #[tokio::test]
