@@ -2,6 +2,7 @@
 //! Completions shape, and real MCP servers as child processes (`hookloop-test-server`, whose
 //! behaviour each test sets through its environment, and the demo's todo server).
 
+mod common;
 mod loopback;
 
 use std::process::Stdio;
@@ -446,35 +447,137 @@ async fn cancel_during_a_hook_call_ends_promptly_and_the_next_prompt_works() {
 }
 
 #[tokio::test]
-async fn malformed_and_oversized_frames_get_errors_and_other_sessions_go_on() {
+async fn malformed_and_oversized_frames_get_errors_while_a_prompt_runs_and_other_sessions_go_on() {
     let provider = FakeProvider::start(|request| match last_user_text(request).as_str() {
-        "work" if !after_tool(request) => Reply::tool("tools__slow", json!({"ms": 500})),
+        // The first session's tool hangs until cancelled: its prompt is surely running while
+        // the bad frames are read.
+        "work" if !after_tool(request) => Reply::tool("tools__hang", json!({})),
+        "other" if !after_tool(request) => Reply::tool("tools__echo", json!({"x": 1})),
         _ => Reply::text("finished"),
     });
     let mut agent = Agent::spawn(&provider, &[]);
     agent.initialize().await;
-    let session = agent.new_session(json!([test_server("tools", &[])])).await;
-    let id = agent.prompt(&session, "work").await;
+    let target = agent.new_session(json!([test_server("tools", &[])])).await;
+    let bystander = agent.new_session(json!([test_server("tools", &[])])).await;
+    let running = agent.prompt(&target, "work").await;
+    agent
+        .wait_update(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "tools__hang")
+        .await;
 
     agent.send_raw("{not json").await;
     let big = format!(
-        r#"{{"jsonrpc":"2.0","id":"huge","method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":"{}"}}]}}}}"#,
+        r#"{{"jsonrpc":"2.0","id":"huge","method":"session/prompt","params":{{"sessionId":"{target}","prompt":[{{"type":"text","text":"{}"}}]}}}}"#,
         "a".repeat(5 * 1024 * 1024)
     );
     agent.send_raw(&big).await;
-
-    let (reply, _) = agent.reply(id).await;
-    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
-    let (unknown, _) = agent.call("session/fly", json!({})).await;
-    assert_eq!(unknown["error"]["code"], -32601);
-    let parse_error = agent
-        .backlog
-        .iter()
-        .find(|f| f["error"]["code"] == -32700)
-        .cloned();
-    assert!(parse_error.is_some(), "{:?}", agent.backlog);
-    let oversized = agent.backlog.iter().find(|f| f["id"] == "huge").cloned();
+    // Both refusals come while the first prompt still runs (it cannot end by itself).
+    let mut refused = Vec::new();
+    while refused.len() < 2 {
+        let frame = agent.read().await;
+        assert_ne!(frame["id"], json!(running), "the prompt ended: {frame}");
+        if frame.get("error").is_some() {
+            refused.push(frame);
+        } else {
+            agent.backlog.push(frame);
+        }
+    }
+    assert!(
+        refused.iter().any(|f| f["error"]["code"] == -32700),
+        "{refused:?}"
+    );
+    let oversized = refused.iter().find(|f| f["id"] == "huge");
     let oversized = oversized.expect("the oversized frame is answered with its id");
     assert_eq!(oversized["error"]["code"], -32600);
+
+    // The other session runs a whole prompt meanwhile, tool call and all.
+    let (reply, updates) = agent.prompt_to_end(&bystander, "other").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        updates.iter().any(|u| u["sessionId"] == bystander.as_str()
+            && update_kind(u) == "tool_call_update:completed"),
+        "{updates:?}"
+    );
+    let (unknown, _) = agent.call("session/fly", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32601);
+
+    // And the first prompt is intact: it ends when cancelled, as a running prompt does.
+    agent
+        .notify("session/cancel", json!({"sessionId": target}))
+        .await;
+    let (reply, _) = agent.reply(running).await;
+    assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn session_close_kills_the_servers_process_groups_and_frees_the_slot() {
+    let provider = FakeProvider::start(|request| match last_user_text(request).as_str() {
+        "work" if !after_tool(request) => Reply::tool("tools__hang", json!({})),
+        _ => Reply::text("finished"),
+    });
+    let scratch = common::Scratch::new("acp-close");
+    let (pids, grandchildren) = (scratch.file("pids"), scratch.file("grandchildren"));
+    let mut agent = Agent::spawn(&provider, &[("HOOKLOOP_MAX_SESSIONS", "1")]);
+    agent.initialize().await;
+    let server = test_server(
+        "tools",
+        &[
+            ("TS_PID_FILE", pids.as_str()),
+            ("TS_GRANDCHILD_FILE", grandchildren.as_str()),
+        ],
+    );
+    let session = agent.new_session(json!([server])).await;
+    let (refused, _) = agent
+        .call(
+            "session/new",
+            json!({"cwd": std::env::temp_dir(), "mcpServers": []}),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HOOKLOOP_MAX_SESSIONS"),
+        "{refused}"
+    );
+
+    let running = agent.prompt(&session, "work").await;
+    agent
+        .wait_update(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "tools__hang")
+        .await;
+    let started: Vec<u32> = common::lines(&pids)
+        .iter()
+        .chain(&common::lines(&grandchildren))
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(
+        started.len(),
+        2,
+        "the server and its grandchild: {started:?}"
+    );
+    assert!(started.iter().all(|&pid| common::alive(pid)));
+
+    let close = agent
+        .send("session/close", json!({"sessionId": session}))
+        .await;
+    let (reply, _) = agent.reply(running).await;
+    assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+    let (reply, _) = agent.reply(close).await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    // The answer comes once the session is dropped, which kills each server's whole group.
+    let gone = common::eventually(Duration::from_secs(5), || {
+        started.iter().all(|&pid| !common::alive(pid))
+    })
+    .await;
+    assert!(gone, "still running after session/close: {started:?}");
+
+    // Its slot is free again, and the closed session is unknown.
+    let again = agent.new_session(json!([])).await;
+    assert_ne!(again, session);
+    let (reply, _) = agent
+        .call("session/close", json!({"sessionId": session}))
+        .await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
     agent.close().await;
 }

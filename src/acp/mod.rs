@@ -30,28 +30,31 @@ pub mod frame;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
-    InitializeRequest, InitializeResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
-    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    ContentChunk, Implementation, InitializeRequest, InitializeResponse, McpCapabilities,
+    McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
+    PromptResponse, SessionCapabilities, SessionCloseCapabilities, SessionId, SessionNotification,
+    SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind,
 };
 use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
 use futures_util::StreamExt as _;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
-use crate::driver::{CancelHandle, PromptStop, Session};
+use crate::config::{ConfigError, env_lookup, parse_number};
+use crate::driver::{CancelHandle, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::LlmClient;
 use crate::machine::SkipReason;
@@ -60,6 +63,7 @@ use crate::progress::{Event, ProgressObserver};
 
 /// JSON-RPC error codes used here.
 mod code {
+    pub const PARSE_ERROR: i32 = -32700;
     pub const INVALID_REQUEST: i32 = -32600;
     pub const INVALID_PARAMS: i32 = -32602;
     pub const INTERNAL_ERROR: i32 = -32603;
@@ -126,12 +130,43 @@ pub trait SessionFactory: Send + Sync + 'static {
 pub struct AgentOptions {
     /// Incoming frames longer than this are refused. Default: 4 MiB.
     pub max_frame_bytes: usize,
+    /// Sessions one connection may have open at once; `session/new` over it is refused until
+    /// one is closed. Default: [`DEFAULT_MAX_SESSIONS`](Self::DEFAULT_MAX_SESSIONS).
+    pub max_sessions: usize,
+    /// Outgoing frames the agent holds for a client that is not reading them; at this many,
+    /// every session waits before its next step until the client reads. Default: 256.
+    pub max_queued_frames: usize,
+}
+
+impl AgentOptions {
+    /// The variable [`from_env`](Self::from_env) reads the session limit from.
+    pub const MAX_SESSIONS_VAR: &'static str = "HOOKLOOP_MAX_SESSIONS";
+    /// The session limit when [`MAX_SESSIONS_VAR`](Self::MAX_SESSIONS_VAR) is unset.
+    pub const DEFAULT_MAX_SESSIONS: usize = 32;
+
+    /// The defaults, with the session limit from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&env_lookup)
+    }
+
+    /// The defaults, with the session limit read through `lookup` (at least 1).
+    pub fn from_lookup(
+        lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        let mut options = Self::default();
+        if let Some(n) = parse_number(lookup, Self::MAX_SESSIONS_VAR, 1usize)? {
+            options.max_sessions = n;
+        }
+        Ok(options)
+    }
 }
 
 impl Default for AgentOptions {
     fn default() -> Self {
         Self {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_sessions: Self::DEFAULT_MAX_SESSIONS,
+            max_queued_frames: 256,
         }
     }
 }
@@ -155,8 +190,9 @@ pub async fn serve<F: SessionFactory>(
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<(), AcpError> {
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
-    let writer = tokio::spawn(write_lines(output, out_rx));
+    let outflow = Arc::new(Outflow::new(options.max_queued_frames));
+    let (out_tx, out_rx) = mpsc::channel::<String>(options.max_queued_frames.max(1));
+    let writer = tokio::spawn(write_lines(output, out_rx, Arc::clone(&outflow)));
 
     let (eof_tx, eof_rx) = oneshot::channel::<std::io::Result<()>>();
     let incoming = incoming_lines(
@@ -166,15 +202,18 @@ pub async fn serve<F: SessionFactory>(
     );
     let outgoing = futures_util::sink::unfold(out_tx, async |tx, line: String| {
         tx.send(line)
+            .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "output closed"))?;
         Ok::<_, std::io::Error>(tx)
     });
 
     let state = Arc::new(AgentState {
         factory,
+        max_sessions: options.max_sessions,
+        open: AtomicUsize::new(0),
         sessions: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
-        actors: Mutex::new(Vec::new()),
+        outflow,
     });
     let connection =
         builder(Arc::clone(&state)).connect_to(Lines::new(Box::pin(outgoing), incoming));
@@ -203,6 +242,7 @@ fn builder<F: SessionFactory>(
 {
     let new_state = Arc::clone(&state);
     let prompt_state = Arc::clone(&state);
+    let close_state = Arc::clone(&state);
     let cancel_state = state;
     Agent
         .v1()
@@ -216,6 +256,17 @@ fn builder<F: SessionFactory>(
         )
         .on_receive_request(
             async move |request: NewSessionRequest, responder, cx| {
+                // The slot is taken here, in order, so concurrent `session/new`s cannot all
+                // pass the limit while their servers start.
+                if !new_state.reserve_slot() {
+                    let message = format!(
+                        "session limit reached: {} sessions are open on this connection \
+                         ({} caps it); close one with session/close first",
+                        new_state.max_sessions,
+                        AgentOptions::MAX_SESSIONS_VAR
+                    );
+                    return responder.respond_with_error(error(code::INVALID_REQUEST, message));
+                }
                 let state = Arc::clone(&new_state);
                 tokio::spawn(async move { state.new_session(request, responder, cx).await });
                 Ok(())
@@ -225,6 +276,12 @@ fn builder<F: SessionFactory>(
         .on_receive_request(
             async move |request: PromptRequest, responder, _cx| {
                 prompt_state.prompt(request, responder)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: CloseSessionRequest, responder, _cx| {
+                close_state.close(request, responder)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -258,31 +315,84 @@ fn initialize_response() -> InitializeResponse {
             AgentCapabilities::new()
                 .load_session(false)
                 .prompt_capabilities(PromptCapabilities::new())
-                .mcp_capabilities(McpCapabilities::new().http(true).sse(false)),
+                .mcp_capabilities(McpCapabilities::new().http(true).sse(false))
+                .session_capabilities(
+                    SessionCapabilities::new().close(SessionCloseCapabilities::new()),
+                ),
         )
         .agent_info(Implementation::new("hookloop", env!("CARGO_PKG_VERSION")))
 }
 
 struct AgentState<F> {
     factory: F,
+    max_sessions: usize,
+    /// Sessions open or being set up: what counts against `max_sessions`.
+    open: AtomicUsize,
     sessions: Mutex<HashMap<SessionId, SessionHandle>>,
     next_id: AtomicU64,
-    actors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    outflow: Arc<Outflow>,
 }
 
 /// The agent's side of one session: how to reach its actor.
 struct SessionHandle {
     prompts: mpsc::UnboundedSender<PromptJob>,
     cancel: CancelHandle,
-    busy: Arc<AtomicBool>,
+    /// The cancel flag of the prompt the session has accepted and not yet answered: `Some`
+    /// while the session is busy.
+    current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    actor: tokio::task::JoinHandle<()>,
 }
 
+impl SessionHandle {
+    /// Cancels the prompt in flight, if any, and marks it so a cancel that lands before the
+    /// session starts running it still applies to it.
+    fn cancel(&self) {
+        if let Some(flag) = lock(&self.current).as_ref() {
+            flag.store(true, Ordering::Release);
+        }
+        self.cancel.cancel();
+    }
+
+    /// Ends the session: cancels its prompt, lets its actor close it, and drops it, which shuts
+    /// its MCP servers down (each server's whole process group is killed). An actor that has
+    /// not ended within [`SHUTDOWN_GRACE`] is aborted, which drops the session all the same.
+    async fn end(self) {
+        self.cancel();
+        drop(self.prompts);
+        let mut actor = self.actor;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut actor)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a session did not end within {SHUTDOWN_GRACE:?}; aborting it");
+            actor.abort();
+            let _ = actor.await;
+        }
+    }
+}
+
+/// One accepted `session/prompt`, on its way to the session's actor.
 struct PromptJob {
     text: String,
     responder: Responder<PromptResponse>,
+    /// Set by `session/cancel` for this prompt, whenever it lands.
+    cancelled: Arc<AtomicBool>,
 }
 
 impl<F: SessionFactory> AgentState<F> {
+    /// Takes a session slot if one is free.
+    fn reserve_slot(&self) -> bool {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_sessions).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release_slot(&self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+
     async fn new_session(
         self: Arc<Self>,
         request: NewSessionRequest,
@@ -292,6 +402,7 @@ impl<F: SessionFactory> AgentState<F> {
         let spec = match session_spec(request) {
             Ok(spec) => spec,
             Err(message) => {
+                self.release_slot();
                 respond_error(responder, code::INVALID_PARAMS, message);
                 return;
             }
@@ -299,6 +410,7 @@ impl<F: SessionFactory> AgentState<F> {
         let mut session = match self.factory.create(spec).await {
             Ok(session) => session,
             Err(e) => {
+                self.release_slot();
                 respond_error(
                     responder,
                     code::INTERNAL_ERROR,
@@ -312,24 +424,31 @@ impl<F: SessionFactory> AgentState<F> {
             self.next_id.fetch_add(1, Ordering::Relaxed)
         ));
         let mut translator = Translator::default();
-        let (notify_id, notify_cx) = (id.clone(), cx);
+        let (notify_id, notify_cx, outflow) = (id.clone(), cx, Arc::clone(&self.outflow));
         session.add_observer(ProgressObserver::new(move |_, event| {
             for update in translator.updates(event) {
+                outflow.sent();
                 // A failed send means the connection is gone; the prompt is being cancelled.
                 let _ = notify_cx
                     .send_notification(SessionNotification::new(notify_id.clone(), update));
             }
         }));
         let (tx, rx) = mpsc::unbounded_channel();
-        let busy = Arc::new(AtomicBool::new(false));
+        let current = Arc::new(Mutex::new(None));
+        let cancel = session.cancel_handle();
+        let actor = tokio::spawn(run_session(
+            session,
+            rx,
+            Arc::clone(&current),
+            Arc::clone(&self.outflow),
+        ));
         let handle = SessionHandle {
             prompts: tx,
-            cancel: session.cancel_handle(),
-            busy: Arc::clone(&busy),
+            cancel,
+            current,
+            actor,
         };
         lock(&self.sessions).insert(id.clone(), handle);
-        let actor = tokio::spawn(run_session(session, rx, busy));
-        lock(&self.actors).push(actor);
         tracing::info!(session = %id, "session started");
         if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
             tracing::warn!(error = %e, "could not answer session/new");
@@ -352,16 +471,23 @@ impl<F: SessionFactory> AgentState<F> {
             let message = format!("unknown session {}", request.session_id);
             return responder.respond_with_error(error(code::INVALID_PARAMS, message));
         };
-        if handle.busy.swap(true, Ordering::AcqRel) {
+        let mut current = lock(&handle.current);
+        if current.is_some() {
             let message = format!(
                 "session {} is already running a prompt; wait for it or cancel it",
                 request.session_id
             );
             return responder.respond_with_error(error(code::INVALID_REQUEST, message));
         }
-        if let Err(mpsc::error::SendError(job)) = handle.prompts.send(PromptJob { text, responder })
-        {
-            handle.busy.store(false, Ordering::Release);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        *current = Some(Arc::clone(&cancelled));
+        let job = PromptJob {
+            text,
+            responder,
+            cancelled,
+        };
+        if let Err(mpsc::error::SendError(job)) = handle.prompts.send(job) {
+            *current = None;
             return job
                 .responder
                 .respond_with_error(error(code::INTERNAL_ERROR, "the session has ended".into()));
@@ -371,24 +497,41 @@ impl<F: SessionFactory> AgentState<F> {
 
     fn cancel(&self, id: &SessionId) {
         match lock(&self.sessions).get(id) {
-            Some(handle) => handle.cancel.cancel(),
+            Some(handle) => handle.cancel(),
             None => tracing::debug!(session = %id, "cancel for an unknown session"),
         }
     }
 
-    /// Cancels every running prompt and ends every actor, waiting at most [`SHUTDOWN_GRACE`].
+    /// `session/close`: the session leaves the map at once (later requests naming it are
+    /// refused), and the answer comes once it has ended and its servers are shut down.
+    fn close(
+        self: &Arc<Self>,
+        request: CloseSessionRequest,
+        responder: Responder<CloseSessionResponse>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let Some(handle) = lock(&self.sessions).remove(&request.session_id) else {
+            let message = format!("unknown session {}", request.session_id);
+            return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+        };
+        let state = Arc::clone(self);
+        let id = request.session_id;
+        tokio::spawn(async move {
+            handle.end().await;
+            state.release_slot();
+            tracing::info!(session = %id, "session closed");
+            if let Err(e) = responder.respond(CloseSessionResponse::new()) {
+                tracing::debug!(error = %e, "could not answer session/close");
+            }
+        });
+        Ok(())
+    }
+
+    /// Ends every session, all at once, each within [`SHUTDOWN_GRACE`].
     async fn shut_down(&self) {
+        // Nobody reads the frames any more that would make room for the sessions to go on.
+        self.outflow.close();
         let handles: Vec<SessionHandle> = lock(&self.sessions).drain().map(|(_, h)| h).collect();
-        for handle in &handles {
-            handle.cancel.cancel();
-        }
-        // Dropping the senders lets each actor end once its prompt has.
-        drop(handles);
-        let actors: Vec<_> = lock(&self.actors).drain(..).collect();
-        let all = futures_util::future::join_all(actors);
-        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
-            tracing::warn!("sessions did not end within {SHUTDOWN_GRACE:?}");
-        }
+        futures_util::future::join_all(handles.into_iter().map(SessionHandle::end)).await;
     }
 }
 
@@ -396,13 +539,20 @@ impl<F: SessionFactory> AgentState<F> {
 async fn run_session<L: LlmClient, H: ToolHost>(
     mut session: Session<L, H>,
     mut jobs: mpsc::UnboundedReceiver<PromptJob>,
-    busy: Arc<AtomicBool>,
+    current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    outflow: Arc<Outflow>,
 ) {
-    while let Some(PromptJob { text, responder }) = jobs.recv().await {
-        let result = session.prompt(text).await;
+    let cancel = session.cancel_handle();
+    while let Some(PromptJob {
+        text,
+        responder,
+        cancelled,
+    }) = jobs.recv().await
+    {
+        let result = run_prompt(&mut session, text, &cancelled, &cancel, &outflow).await;
         // Free the session before answering, so a client that prompts again as soon as it has
         // the answer is not told the session is busy.
-        busy.store(false, Ordering::Release);
+        *lock(&current) = None;
         let sent = match result {
             Ok(stop) => responder.respond(PromptResponse::new(stop_reason(stop))),
             Err(e) => {
@@ -416,6 +566,114 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }
     if let Err(e) = session.close() {
         tracing::warn!(error = %e, "closing the session failed");
+    }
+}
+
+/// Runs one prompt, stepping it only while the client reads what it is sent.
+///
+/// A session takes every cancel sent before a prompt starts as meant for an earlier one (it
+/// marks them seen on the prompt's first step), so a `session/cancel` that landed while this
+/// prompt waited in the queue is sent again right after that first step.
+async fn run_prompt<L: LlmClient, H: ToolHost>(
+    session: &mut Session<L, H>,
+    text: String,
+    cancelled: &AtomicBool,
+    cancel: &CancelHandle,
+    outflow: &Outflow,
+) -> Result<PromptStop, SessionError> {
+    let mut run = std::pin::pin!(session.prompt(text));
+    let mut started = false;
+    std::future::poll_fn(|cx| {
+        if outflow.poll_room(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let poll = run.as_mut().poll(cx);
+        if !started {
+            started = true;
+            if poll.is_pending() && cancelled.load(Ordering::Acquire) {
+                cancel.cancel();
+            }
+        }
+        poll
+    })
+    .await
+}
+
+/// Frames handed to the protocol crate and not yet written out: what a client that stops
+/// reading makes the agent hold.
+///
+/// Session updates count one each when sent; every written line counts one off (never below
+/// zero). Sessions are stepped only while the count is under the cap, so a client that does not
+/// read leaves at most the cap plus one step's updates queued, and nothing is dropped: the
+/// sessions wait instead. Other frames written meanwhile (replies) count off too, which only
+/// ever lets a client that reads some of its frames get a few more.
+struct Outflow {
+    queued: AtomicUsize,
+    cap: usize,
+    /// The writer ended: nothing will make room any more, so nobody waits.
+    closed: AtomicBool,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+impl Outflow {
+    fn new(cap: usize) -> Self {
+        Self {
+            queued: AtomicUsize::new(0),
+            cap: cap.max(1),
+            closed: AtomicBool::new(false),
+            waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A session update was handed to the protocol crate.
+    fn sent(&self) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A line was written to the client.
+    fn wrote(&self) {
+        let _ = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if !self.full() {
+            self.wake_all();
+        }
+    }
+
+    /// The writer is gone; stop holding sessions back.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake_all();
+    }
+
+    fn full(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && self.queued.load(Ordering::Acquire) >= self.cap
+    }
+
+    /// Ready when a session may take its next step.
+    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.full() {
+            return Poll::Ready(());
+        }
+        {
+            let mut waiters = lock(&self.waiters);
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+        }
+        // Room may have been made between the check and the registration.
+        if self.full() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    fn wake_all(&self) {
+        let waiters = std::mem::take(&mut *lock(&self.waiters));
+        for waker in waiters {
+            waker.wake();
+        }
     }
 }
 
@@ -663,7 +921,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The incoming side: frames as lines for the protocol crate, oversized frames answered here.
 fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
     reader: FrameReader<R>,
-    out: mpsc::UnboundedSender<String>,
+    out: mpsc::Sender<String>,
     eof: oneshot::Sender<std::io::Result<()>>,
 ) -> impl futures_util::Stream<Item = std::io::Result<String>> + Send + 'static {
     futures_util::stream::unfold(
@@ -673,15 +931,19 @@ fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
                 Ok(Some(Frame::Line(line))) => return Some((Ok(line), (reader, out, eof))),
                 Ok(Some(Frame::Oversized { id, len })) => {
                     tracing::warn!(len, ?id, "refused an oversized frame");
-                    let reply = json!({
-                        "jsonrpc": "2.0",
-                        "id": id,
-                        "error": {
-                            "code": code::INVALID_REQUEST,
-                            "message": format!("frame of {len} bytes exceeds the {} byte limit", reader.max()),
-                        },
-                    });
-                    let _ = out.send(reply.to_string());
+                    let message = format!(
+                        "frame of {len} bytes exceeds the {} byte limit",
+                        reader.max()
+                    );
+                    refuse_frame(&out, id, code::INVALID_REQUEST, message).await;
+                }
+                Ok(Some(Frame::NotUtf8 { id, valid_up_to })) => {
+                    tracing::warn!(?id, valid_up_to, "refused a frame that is not UTF-8");
+                    let message = format!(
+                        "parse error: the frame is not valid UTF-8 (invalid byte at offset \
+                         {valid_up_to})"
+                    );
+                    refuse_frame(&out, id, code::PARSE_ERROR, message).await;
                 }
                 // End of input is the end of the connection: tell `serve`, which winds down.
                 // The stream itself stays open so the protocol crate does not race it.
@@ -703,15 +965,40 @@ fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
     .boxed()
 }
 
+/// An error reply to a frame refused before the protocol crate saw it: the one reply this
+/// module writes itself, since the crate never sees the frame. The id is `null` when the
+/// frame's first bytes do not show one.
+async fn refuse_frame(out: &mpsc::Sender<String>, id: Option<Value>, code: i32, message: String) {
+    let reply = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    });
+    // The writer is gone only when the connection is: nobody is left to tell.
+    let _ = out.send(reply.to_string()).await;
+}
+
 /// Writes each outgoing frame as one line, flushing after each so a client sees it at once.
 async fn write_lines(
+    output: impl AsyncWrite + Unpin,
+    lines: mpsc::Receiver<String>,
+    outflow: Arc<Outflow>,
+) -> std::io::Result<()> {
+    let written = write_each(output, lines, &outflow).await;
+    outflow.close();
+    written
+}
+
+async fn write_each(
     mut output: impl AsyncWrite + Unpin,
-    mut lines: mpsc::UnboundedReceiver<String>,
+    mut lines: mpsc::Receiver<String>,
+    outflow: &Outflow,
 ) -> std::io::Result<()> {
     while let Some(mut line) = lines.recv().await {
         line.push('\n');
         output.write_all(line.as_bytes()).await?;
         output.flush().await?;
+        outflow.wrote();
     }
     Ok(())
 }

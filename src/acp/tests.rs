@@ -178,19 +178,27 @@ mod wire {
         sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
         max_frame_bytes: usize,
     ) -> (Peer, Arc<Prepared>) {
+        let options = AgentOptions {
+            max_frame_bytes,
+            ..AgentOptions::default()
+        };
+        start_with(sessions, options, 1 << 16)
+    }
+
+    /// An agent with these options, writing to a pipe that holds `pipe` bytes.
+    fn start_with(
+        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
+        options: AgentOptions,
+        pipe: usize,
+    ) -> (Peer, Arc<Prepared>) {
         let factory = Arc::new(Prepared {
             sessions: StdMutex::new(sessions),
             specs: StdMutex::new(Vec::new()),
         });
         // One pipe each way: the client writes `tx`, the agent reads its other end, and so on.
         let (tx, agent_in) = tokio::io::duplex(1 << 16);
-        let (agent_out, rx) = tokio::io::duplex(1 << 16);
-        let agent = tokio::spawn(serve(
-            Arc::clone(&factory),
-            AgentOptions { max_frame_bytes },
-            agent_in,
-            agent_out,
-        ));
+        let (agent_out, rx) = tokio::io::duplex(pipe);
+        let agent = tokio::spawn(serve(Arc::clone(&factory), options, agent_in, agent_out));
         let peer = Peer {
             tx,
             rx: tokio::io::BufReader::new(rx).lines(),
@@ -556,25 +564,261 @@ mod wire {
     }
 
     #[tokio::test]
-    async fn an_oversized_frame_does_not_disturb_a_running_prompt() {
+    async fn an_oversized_frame_is_refused_while_a_prompt_runs_and_the_prompt_goes_on() {
+        // The tool never ends on its own: the prompt is still running when the refusal comes.
         let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))]), Step::text("ok")]);
         let host = InProcessHost::new()
             .tool("fs", "read", echo)
-            .tool_delay(Duration::from_millis(200));
+            .tool_delay(Duration::from_secs(3600));
         let (mut peer, _) = start(vec![Session::new(config(), llm, host)], 2048);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
         peer.send_raw(&format!(r#"{{"id":"big","x":"{}"}}"#, "y".repeat(10_000)))
             .await;
+        loop {
+            let frame = peer.read().await;
+            assert_ne!(frame["id"], json!(id), "the prompt ended first: {frame}");
+            if frame["id"] == "big" {
+                assert_eq!(frame["error"]["code"], -32600, "{frame}");
+                break;
+            }
+        }
+        // The prompt is unharmed: it is still running, and a cancel ends it as it should.
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
         let (reply, updates) = peer.reply(id).await;
-        assert_eq!(reply["result"]["stopReason"], "end_turn");
-        assert_eq!(updates.last().unwrap()["update"]["content"]["text"], "ok");
-        assert!(
-            peer.backlog
-                .iter()
-                .any(|f| f["id"] == "big" && f["error"]["code"] == -32600)
+        assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+        assert!(kinds(&updates).contains(&"tool_call_update:failed".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_is_not_utf8_is_a_parse_error_and_reaches_no_session() {
+        let llm = ScriptedLlm::new([Step::text("ok")]);
+        let (mut peer, _) = start(
+            vec![Session::new(config(), llm.clone(), InProcessHost::new())],
+            DEFAULT_MAX_FRAME_BYTES,
         );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":"caf"#
+        );
+        let mut bytes = frame.into_bytes();
+        bytes.extend_from_slice(b"\xe9\"}]}}\n");
+        peer.tx.write_all(&bytes).await.unwrap();
+        let reply = peer.read().await;
+        assert_eq!(reply["id"], 9, "{reply}");
+        assert_eq!(reply["error"]["code"], -32700, "{reply}");
+        assert!(
+            llm.requests().is_empty(),
+            "an altered prompt reached the model"
+        );
+
+        // The connection and the session go on.
+        let id = peer.prompt(&session, "café").await;
+        let (reply, _) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn");
+        assert_eq!(llm.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_sent_right_after_a_prompt_always_cancels_it() {
+        const ROUNDS: usize = 50;
+        let sessions = (0..ROUNDS)
+            .map(|_| {
+                let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))])]);
+                let host = InProcessHost::new()
+                    .tool("fs", "read", echo)
+                    .tool_delay(Duration::from_secs(3600));
+                Session::new(config(), llm, host)
+            })
+            .collect();
+        let (mut peer, _) = start(sessions, DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        for round in 0..ROUNDS {
+            let session = peer.new_session().await;
+            // Both frames in one write: the cancel lands while the prompt is still queued.
+            peer.next_id += 1;
+            let id = peer.next_id;
+            let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+                "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}});
+            let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel",
+                "params": {"sessionId": session}});
+            peer.send_raw(&format!("{prompt}\n{cancel}")).await;
+            let (reply, _) = peer.reply(id).await;
+            assert_eq!(
+                reply["result"]["stopReason"], "cancelled",
+                "round {round}: {reply}"
+            );
+            let (reply, _) = peer
+                .call("session/close", json!({"sessionId": session}))
+                .await;
+            assert!(reply.get("result").is_some(), "{reply}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_with_no_prompt_running_does_not_cancel_the_next_prompt() {
+        let llm = ScriptedLlm::new([Step::text("fine")]);
+        let (mut peer, _) = start(
+            vec![Session::new(config(), llm, InProcessHost::new())],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let id = peer.prompt(&session, "go").await;
+        let (reply, _) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    }
+
+    #[tokio::test]
+    async fn closing_a_session_cancels_its_prompt_frees_its_slot_and_forgets_it() {
+        let busy = || {
+            let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))])]);
+            let host = InProcessHost::new()
+                .tool("fs", "read", echo)
+                .tool_delay(Duration::from_secs(3600));
+            Session::new(config(), llm, host)
+        };
+        let options = AgentOptions {
+            max_sessions: 1,
+            ..AgentOptions::default()
+        };
+        let (mut peer, _) = start_with(vec![busy(), busy()], options, 1 << 16);
+        peer.initialize().await;
+        let first = peer.new_session().await;
+        let prompt = peer.prompt(&first, "go").await;
+        let (refused, _) = peer
+            .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+            .await;
+        assert_eq!(refused["error"]["code"], -32600, "{refused}");
+
+        let close = peer
+            .send_request("session/close", json!({"sessionId": first}))
+            .await;
+        let (reply, _) = peer.reply(prompt).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+        let (reply, _) = peer.reply(close).await;
+        assert_eq!(reply["result"], json!({}), "{reply}");
+
+        // The slot is free again, and the closed session is gone.
+        let second = peer.new_session().await;
+        assert_ne!(second, first);
+        let (reply, _) = peer
+            .call(
+                "session/prompt",
+                json!({"sessionId": first, "prompt": [{"type": "text", "text": "x"}]}),
+            )
+            .await;
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown session"),
+            "{reply}"
+        );
+        let (reply, _) = peer
+            .call("session/close", json!({"sessionId": first}))
+            .await;
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    }
+
+    #[tokio::test]
+    async fn over_the_session_limit_session_new_is_an_error_that_names_the_limit() {
+        let sessions = (0..3)
+            .map(|_| Session::new(config(), ScriptedLlm::new([]), InProcessHost::new()))
+            .collect();
+        let options = AgentOptions {
+            max_sessions: 2,
+            ..AgentOptions::default()
+        };
+        let (mut peer, factory) = start_with(sessions, options, 1 << 16);
+        peer.initialize().await;
+        peer.new_session().await;
+        peer.new_session().await;
+        let (reply, _) = peer
+            .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+            .await;
+        assert_eq!(reply["error"]["code"], -32600, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("session limit") && message.contains("HOOKLOOP_MAX_SESSIONS"),
+            "{message}"
+        );
+        // Refused before any server was started for it.
+        assert_eq!(factory.specs.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_session_limit_is_read_from_its_variable_and_checked() {
+        let lookup = |value: &'static str| {
+            move |var: &str| Ok((var == AgentOptions::MAX_SESSIONS_VAR).then(|| value.to_owned()))
+        };
+        assert_eq!(
+            AgentOptions::from_lookup(&lookup("5"))
+                .unwrap()
+                .max_sessions,
+            5
+        );
+        assert_eq!(
+            AgentOptions::from_lookup(&|_: &str| Ok(None))
+                .unwrap()
+                .max_sessions,
+            32
+        );
+        for bad in ["0", "-1", "many"] {
+            let err = AgentOptions::from_lookup(&lookup(bad)).unwrap_err();
+            assert!(err.to_string().contains("HOOKLOOP_MAX_SESSIONS"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_holds_the_session_back_and_loses_no_frame() {
+        const CALLS: usize = 20;
+        let calls: Vec<(&str, Value)> = (0..CALLS).map(|i| ("fs__read", json!({"n": i}))).collect();
+        let llm = ScriptedLlm::new([Step::tools(1, &calls), Step::text("done")]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_millis(20));
+        let options = AgentOptions {
+            max_queued_frames: 4,
+            ..AgentOptions::default()
+        };
+        // A pipe of 512 bytes: a few frames fill it.
+        let (mut peer, _) = start_with(
+            vec![Session::new(config(), llm.clone(), host)],
+            options,
+            512,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+
+        // Not reading: the tools are long done, but the session may not go on to its next
+        // model request while its frames wait.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            llm.remaining(),
+            1,
+            "the session ran on while nothing was read"
+        );
+
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert_eq!(llm.remaining(), 0);
+        // Every call's three updates arrived, none dropped.
+        let kinds = kinds(&updates);
+        for kind in ["tool_call:pending", "tool_call_update:completed"] {
+            assert_eq!(
+                kinds.iter().filter(|k| *k == kind).count(),
+                CALLS,
+                "{kinds:?}"
+            );
+        }
+        assert_eq!(updates.last().unwrap()["update"]["content"]["text"], "done");
     }
 
     #[tokio::test]

@@ -14,14 +14,12 @@ pub async fn main() -> ExitCode {
         Ok(factory) => factory,
         Err(failure) => return failure.report(),
     };
+    let options = match AgentOptions::from_env() {
+        Ok(options) => options,
+        Err(e) => return Failure::from(e).report(),
+    };
     tracing::info!("serving the Agent Client Protocol on stdio");
-    let served = acp::serve(
-        factory,
-        AgentOptions::default(),
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-    )
-    .await;
+    let served = acp::serve(factory, options, tokio::io::stdin(), tokio::io::stdout()).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => Failure::failed(e).report(),
