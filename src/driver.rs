@@ -113,6 +113,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         }
     }
 
+    /// How many tool calls of one reply run at once; the rest wait their turn, in order.
+    pub fn tool_concurrency(&self) -> usize {
+        self.tool_concurrency
+    }
+
     /// Adds an observer of every effect and fact.
     pub fn add_observer(&mut self, observer: impl Observer + 'static) {
         self.boundary.observers.push(Box::new(observer));

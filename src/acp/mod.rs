@@ -27,7 +27,7 @@
 
 pub mod frame;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -42,7 +42,7 @@ use agent_client_protocol::v1::schema::{
     McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
     PromptResponse, SessionCapabilities, SessionCloseCapabilities, SessionId, SessionNotification,
     SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind,
+    ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -54,12 +54,12 @@ use tokio::sync::{mpsc, oneshot};
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
 use crate::config::{ConfigError, env_lookup, parse_number};
-use crate::driver::{CancelHandle, PromptStop, Session, SessionError};
+use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::LlmClient;
-use crate::machine::SkipReason;
+use crate::machine::{Effect, Input, Purpose, SkipReason};
 use crate::mcp::ToolHost;
-use crate::progress::{Event, ProgressObserver};
+use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
 
 /// JSON-RPC error codes used here.
 mod code {
@@ -423,16 +423,24 @@ impl<F: SessionFactory> AgentState<F> {
             "hl-{}",
             self.next_id.fetch_add(1, Ordering::Relaxed)
         ));
-        let mut translator = Translator::default();
-        let (notify_id, notify_cx, outflow) = (id.clone(), cx, Arc::clone(&self.outflow));
+        let mut translator = Translator::new(session.tool_concurrency());
+        let notifier = Notifier {
+            id: id.clone(),
+            cx,
+            outflow: Arc::clone(&self.outflow),
+        };
+        let progress = notifier.clone();
         session.add_observer(ProgressObserver::new(move |_, event| {
             for update in translator.updates(event) {
-                outflow.sent();
-                // A failed send means the connection is gone; the prompt is being cancelled.
-                let _ = notify_cx
-                    .send_notification(SessionNotification::new(notify_id.clone(), update));
+                progress.send(update);
             }
         }));
+        let window = session.machine().policy().max_context_tokens;
+        session.add_observer(UsageReporter {
+            window,
+            purpose: Purpose::Turn,
+            notifier,
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         let current = Arc::new(Mutex::new(None));
         let cancel = session.cancel_handle();
@@ -566,6 +574,59 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }
     if let Err(e) = session.close() {
         tracing::warn!(error = %e, "closing the session failed");
+    }
+}
+
+/// Sends one session's updates to the client, counting each in the [`Outflow`].
+#[derive(Clone)]
+struct Notifier {
+    id: SessionId,
+    cx: ConnectionTo<Client>,
+    outflow: Arc<Outflow>,
+}
+
+impl Notifier {
+    fn send(&self, update: SessionUpdate) {
+        self.outflow.sent();
+        // A failed send means the connection is gone; the prompt is being cancelled.
+        let _ = self
+            .cx
+            .send_notification(SessionNotification::new(self.id.clone(), update));
+    }
+}
+
+/// Reports, after each model reply of a turn, how much of the context window the session
+/// uses (`usage_update`): the reply's input and output tokens, as the provider counted them.
+/// A compaction summary's reply is not reported (its input is the context being dropped),
+/// nor a reply without a usable count.
+struct UsageReporter {
+    window: u64,
+    purpose: Purpose,
+    notifier: Notifier,
+}
+
+impl Observer for UsageReporter {
+    fn on_effect(&mut self, _at: Duration, effect: &Effect) {
+        if let Effect::CallLlm { purpose, .. } = effect {
+            self.purpose = *purpose;
+        }
+    }
+
+    fn on_fact(&mut self, _at: Duration, fact: &Input) {
+        let Input::LlmReplied { reply } = fact else {
+            return;
+        };
+        let Some(usage) = reply.usage.filter(|u| u.input_tokens > 0) else {
+            return;
+        };
+        if self.purpose == Purpose::Turn {
+            let used = usage.input_tokens.saturating_add(usage.output_tokens);
+            self.notifier
+                .send(SessionUpdate::UsageUpdate(UsageUpdate::new(
+                    used,
+                    self.window,
+                )));
+        }
     }
 }
 
@@ -768,12 +829,55 @@ fn unsupported(index: usize, kind: &str) -> String {
 }
 
 /// Turns progress events into session updates, numbering the synthetic tool calls.
-#[derive(Default)]
 struct Translator {
     next: u64,
+    /// How many calls of one reply the session runs at once.
+    concurrency: usize,
+    /// Calls running now.
+    running: HashSet<String>,
+    /// Calls waiting for a free slot, in the order the session starts them.
+    waiting: VecDeque<String>,
 }
 
 impl Translator {
+    fn new(concurrency: usize) -> Self {
+        Self {
+            next: 0,
+            concurrency: concurrency.max(1),
+            running: HashSet::new(),
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// A call of a reply: `in_progress` if the session starts it now, else it stays `pending`
+    /// until one ends. This follows the session's rule for a reply's calls: the first
+    /// `concurrency` start at once, and each call that ends starts the next one waiting.
+    fn call_requested(&mut self, id: String) -> Option<SessionUpdate> {
+        if self.running.len() < self.concurrency && self.waiting.is_empty() {
+            self.running.insert(id.clone());
+            Some(in_progress(id))
+        } else {
+            self.waiting.push_back(id);
+            None
+        }
+    }
+
+    /// A call ended: the next one waiting starts, unless the prompt itself is ending (its
+    /// calls are then reported cancelled, and none starts).
+    fn call_ended(&mut self, id: &str, output: &str, is_error: bool) -> Option<SessionUpdate> {
+        if let Some(at) = self.waiting.iter().position(|w| w == id) {
+            self.waiting.remove(at);
+            return None;
+        }
+        self.running.remove(id);
+        if is_error && output == CANCELLED_OUTPUT {
+            return None;
+        }
+        let next = self.waiting.pop_front()?;
+        self.running.insert(next.clone());
+        Some(in_progress(next))
+    }
+
     fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
         match event {
             Event::Thinking { summary: false }
@@ -791,18 +895,17 @@ impl Translator {
                 id,
                 name,
                 arguments,
-            } => vec![
-                SessionUpdate::ToolCall(
+            } => {
+                let call = SessionUpdate::ToolCall(
                     ToolCall::new(id.clone(), name)
                         .kind(ToolKind::Other)
                         .status(ToolCallStatus::Pending)
                         .raw_input(arguments),
-                ),
-                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    id,
-                    ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
-                )),
-            ],
+                );
+                std::iter::once(call)
+                    .chain(self.call_requested(id))
+                    .collect()
+            }
             Event::ToolFinished {
                 id,
                 is_error,
@@ -814,12 +917,15 @@ impl Translator {
                 } else {
                     ToolCallStatus::Completed
                 };
-                vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                let next = self.call_ended(&id, &output, is_error);
+                let done = SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
                     id,
                     ToolCallUpdateFields::new()
                         .status(status)
+                        .raw_output(json!({"text": output, "isError": is_error}))
                         .content(vec![ToolCallContent::from(output)]),
-                ))]
+                ));
+                std::iter::once(done).chain(next).collect()
             }
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
@@ -890,6 +996,13 @@ impl Translator {
         }
         SessionUpdate::ToolCall(call)
     }
+}
+
+fn in_progress(id: String) -> SessionUpdate {
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id,
+        ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+    ))
 }
 
 fn thought(text: &str) -> SessionUpdate {

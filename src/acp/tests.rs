@@ -56,7 +56,7 @@ fn session_specs_check_names_and_transports() {
 #[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
-    let mut translator = Translator::default();
+    let mut translator = Translator::new(1);
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
 
     let injected = json(translator.updates(Event::PostCompactInjected {
@@ -391,6 +391,144 @@ mod wire {
                 .unwrap()
                 .contains("declined")
         );
+    }
+
+    #[tokio::test]
+    async fn calls_queued_behind_the_concurrency_limit_stay_pending_until_they_start() {
+        let llm = ScriptedLlm::new([
+            Step::tools(
+                1,
+                &[
+                    ("fs__read", json!({"n": 1})),
+                    ("fs__read", json!({"n": 2})),
+                    ("fs__read", json!({"n": 3})),
+                ],
+            ),
+            Step::text("done"),
+        ]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_millis(20));
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .tool_concurrency(1)
+            .build()
+            .unwrap();
+        let (mut peer, _) = start(
+            vec![Session::new(config, llm, host)],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        let calls: Vec<String> = updates
+            .iter()
+            .zip(kinds(&updates))
+            .filter(|(u, _)| u["update"]["toolCallId"].is_string())
+            .map(|(u, kind)| format!("{} {kind}", u["update"]["toolCallId"].as_str().unwrap()))
+            .collect();
+        // One at a time: each call starts only once the one before it has ended.
+        let ids: Vec<String> = updates
+            .iter()
+            .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
+            .map(|u| u["update"]["toolCallId"].as_str().unwrap().to_owned())
+            .collect();
+        let [a, b, c] = &ids[..] else {
+            panic!("{calls:?}")
+        };
+        assert_eq!(
+            calls,
+            [
+                format!("{a} tool_call:pending"),
+                format!("{a} tool_call_update:in_progress"),
+                format!("{b} tool_call:pending"),
+                format!("{c} tool_call:pending"),
+                format!("{a} tool_call_update:completed"),
+                format!("{b} tool_call_update:in_progress"),
+                format!("{b} tool_call_update:completed"),
+                format!("{c} tool_call_update:in_progress"),
+                format!("{c} tool_call_update:completed"),
+            ]
+        );
+        assert_eq!(
+            updates
+                .iter()
+                .find(|u| u["update"]["status"] == "completed")
+                .unwrap()["update"]["rawOutput"]["isError"],
+            false
+        );
+    }
+
+    #[tokio::test]
+    async fn queued_calls_of_a_cancelled_prompt_never_show_as_started() {
+        let llm = ScriptedLlm::new([Step::tools(
+            1,
+            &[("fs__read", json!({"n": 1})), ("fs__read", json!({"n": 2}))],
+        )]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_secs(3600));
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .tool_concurrency(1)
+            .build()
+            .unwrap();
+        let (mut peer, _) = start(
+            vec![Session::new(config, llm, host)],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+        let kinds = kinds(&updates);
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| *k == "tool_call_update:in_progress")
+                .count(),
+            1,
+            "{kinds:?}"
+        );
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| *k == "tool_call_update:failed")
+                .count(),
+            2,
+            "{kinds:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_reply_of_a_turn_reports_the_context_used_against_the_window() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__read", json!({}))]).with_input_tokens(1200),
+            Step::text("done").with_input_tokens(1500),
+        ]);
+        let host = InProcessHost::new().tool("fs", "read", echo);
+        let session = Session::new(config(), llm, host);
+        let window = session.machine().policy().max_context_tokens;
+        let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (_, updates) = peer.reply(id).await;
+        let usage: Vec<(u64, u64)> = updates
+            .iter()
+            .filter(|u| u["update"]["sessionUpdate"] == "usage_update")
+            .map(|u| {
+                let u = &u["update"];
+                (u["used"].as_u64().unwrap(), u["size"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(usage, [(1210, window), (1510, window)]);
     }
 
     #[tokio::test]
