@@ -95,6 +95,12 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             config.policy().clone(),
             config.system_prompt().map(str::to_owned),
         );
+        Self::with_machine(config, machine, llm, host)
+    }
+
+    /// A session that goes on from `machine` (one rebuilt by replaying a transcript, say):
+    /// its history, counters and policy are the machine's; `config` gives the rest.
+    pub fn with_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {
         let (tx, cancel_rx) = watch::channel(0);
         Self {
             llm,

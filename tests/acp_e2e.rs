@@ -581,3 +581,135 @@ async fn session_close_kills_the_servers_process_groups_and_frees_the_slot() {
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
     agent.close().await;
 }
+
+#[tokio::test]
+async fn a_recorded_session_is_listed_then_loaded_in_a_new_process_with_its_budget_still_spent() {
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let scratch = common::Scratch::new("acp-load");
+    let records = scratch.file("records");
+    let (first_log, second_log) = (scratch.file("first.log"), scratch.file("second.log"));
+    let gate = |log: &str| {
+        test_server(
+            "checks",
+            &[
+                ("TS_HOOKS", "_Stop"),
+                ("TS_STOP", "say:not yet"),
+                ("TS_THEN", "say:still not"),
+                ("TS_LOG", log),
+            ],
+        )
+    };
+    let env = [
+        ("SPROUT_AGENT_STOP_MAX_REJECTIONS", "1"),
+        ("HOOKLOOP_RECORD_DIR", records.as_str()),
+    ];
+    let cwd = std::env::temp_dir();
+
+    // First process: one objection spends the budget of 1.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let session = agent.new_session(json!([gate(&first_log)])).await;
+    let (reply, updates) = agent
+        .prompt_to_end(&session, "tidy the repo\nand more")
+        .await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        updates.iter().any(|u| u["update"]["title"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("_Stop objection"))),
+        "{updates:?}"
+    );
+    agent.close().await;
+
+    // Second process: the session is listed, then loaded by the id `session/new` gave.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let (listed, _) = agent.call("session/list", json!({})).await;
+    let sessions = listed["result"]["sessions"].as_array().unwrap().clone();
+    assert_eq!(sessions.len(), 1, "{listed}");
+    assert_eq!(sessions[0]["sessionId"], session.as_str());
+    assert_eq!(sessions[0]["title"], "tidy the repo");
+    assert_eq!(sessions[0]["cwd"], json!(cwd));
+
+    let (loaded, history) = agent
+        .call(
+            "session/load",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": [gate(&second_log)]}),
+        )
+        .await;
+    assert_eq!(loaded["result"], json!({}), "{loaded}");
+    let kinds: Vec<String> = history.iter().map(update_kind).collect();
+    assert_eq!(kinds[0], "user_message_chunk", "{kinds:?}");
+    assert_eq!(
+        history[0]["update"]["content"]["text"],
+        "tidy the repo\nand more"
+    );
+    assert!(
+        kinds.contains(&"agent_message_chunk".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(history.iter().all(|u| u["sessionId"] == session.as_str()));
+
+    // It goes on live, and the budget spent before the restart is still spent: `_Stop` is
+    // not even asked.
+    let (reply, updates) = agent.prompt_to_end(&session, "one more thing").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        thoughts(&updates)
+            .iter()
+            .any(|t| t.contains("budget is spent")),
+        "{updates:?}"
+    );
+    assert_eq!(
+        common::count(&second_log, "call _Stop"),
+        0,
+        "{:?}",
+        common::lines(&second_log)
+    );
+    assert!(common::count(&first_log, "call _Stop") >= 1);
+    // The model saw the whole conversation, the first process's turns included.
+    let last = provider.requests().last().unwrap().to_string();
+    assert!(last.contains("tidy the repo"), "{last}");
+
+    // A session that was never recorded is refused with a clear error.
+    let (refused, _) = agent
+        .call(
+            "session/load",
+            json!({"sessionId": "1-2-3", "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no recorded session"),
+        "{refused}"
+    );
+    agent.close().await;
+
+    // Third process: `session/resume` opens it without sending the conversation back.
+    let mut agent = Agent::spawn(&provider, &env);
+    let (init, _) = agent
+        .call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+    let capabilities = &init["result"]["agentCapabilities"];
+    assert_eq!(capabilities["loadSession"], true, "{init}");
+    assert!(capabilities["sessionCapabilities"]["resume"].is_object());
+    assert!(capabilities["sessionCapabilities"]["list"].is_object());
+    let (resumed, history) = agent
+        .call(
+            "session/resume",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": [gate(&second_log)]}),
+        )
+        .await;
+    assert_eq!(resumed["result"], json!({}), "{resumed}");
+    assert!(history.is_empty(), "{history:?}");
+    let (reply, _) = agent.prompt_to_end(&session, "and again").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert_eq!(common::count(&second_log, "call _Stop"), 0);
+    agent.close().await;
+}

@@ -26,10 +26,11 @@
 //! ends the connection but the end of its input.
 
 pub mod frame;
+pub mod records;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -38,11 +39,13 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
-    ContentChunk, Implementation, InitializeRequest, InitializeResponse, McpCapabilities,
-    McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
-    PromptResponse, SessionCapabilities, SessionCloseCapabilities, SessionId, SessionNotification,
-    SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind, UsageUpdate,
+    ContentChunk, Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
+    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    SessionId, SessionInfo, SessionListCapabilities, SessionNotification,
+    SessionResumeCapabilities, SessionUpdate, StopReason, ToolCall, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -57,9 +60,10 @@ use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::LlmClient;
-use crate::machine::{Effect, Input, Purpose, SkipReason};
+use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason};
 use crate::mcp::ToolHost;
 use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
+use crate::transcript::RecordDir;
 
 /// JSON-RPC error codes used here.
 mod code {
@@ -118,11 +122,31 @@ pub trait SessionFactory: Send + Sync + 'static {
     /// Why a session could not be set up (a server would not start, say).
     type Error: std::fmt::Display + Send;
 
-    /// Builds a session for `spec`: starts its MCP servers and gives it a model client.
+    /// Builds a session for `spec`: starts its MCP servers and gives it a model client; says
+    /// where it is recorded, if it is.
     fn create(
         &self,
         spec: SessionSpec,
+    ) -> impl Future<Output = Result<Created<Self::Llm, Self::Host>, Self::Error>> + Send;
+
+    /// Builds a session for `spec` that goes on from `machine`, a machine restored from a
+    /// record. Such a session is not recorded again.
+    fn restore(
+        &self,
+        spec: SessionSpec,
+        machine: Machine,
     ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
+
+    /// The directory sessions are recorded in, if they are: what `session/list` lists and
+    /// `session/load` and `session/resume` read.
+    fn record_dir(&self) -> Option<&Path>;
+}
+
+/// A session a [`SessionFactory`] built.
+pub struct Created<L, H> {
+    pub session: Session<L, H>,
+    /// The file its transcript goes to, if it is recorded. Its stem becomes the session id.
+    pub record: Option<PathBuf>,
 }
 
 /// Settings of the agent that are not the engine's.
@@ -240,17 +264,22 @@ fn builder<F: SessionFactory>(
     state: Arc<AgentState<F>>,
 ) -> agent_client_protocol::v1::Builder<Agent, impl agent_client_protocol::HandleDispatchFrom<Client>>
 {
+    let init_state = Arc::clone(&state);
     let new_state = Arc::clone(&state);
     let prompt_state = Arc::clone(&state);
     let close_state = Arc::clone(&state);
+    let list_state = Arc::clone(&state);
+    let load_state = Arc::clone(&state);
+    let resume_state = Arc::clone(&state);
     let cancel_state = state;
     Agent
         .v1()
         .name("hookloop")
         .on_receive_request(
-            async |request: InitializeRequest, responder, _cx| {
+            async move |request: InitializeRequest, responder, _cx| {
                 tracing::info!(client_version = ?request.protocol_version, "initialize");
-                responder.respond(initialize_response())
+                let recorded = init_state.factory.record_dir().is_some();
+                responder.respond(initialize_response(recorded))
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -258,16 +287,9 @@ fn builder<F: SessionFactory>(
             async move |request: NewSessionRequest, responder, cx| {
                 // The slot is taken here, in order, so concurrent `session/new`s cannot all
                 // pass the limit while their servers start.
-                if !new_state.reserve_slot() {
-                    let message = format!(
-                        "session limit reached: {} sessions are open on this connection \
-                         ({} caps it); close one with session/close first",
-                        new_state.max_sessions,
-                        AgentOptions::MAX_SESSIONS_VAR
-                    );
-                    return responder.respond_with_error(error(code::INVALID_REQUEST, message));
-                }
-                let state = Arc::clone(&new_state);
+                let Some(state) = new_state.reserved() else {
+                    return responder.respond_with_error(new_state.limit_error());
+                };
                 tokio::spawn(async move { state.new_session(request, responder, cx).await });
                 Ok(())
             },
@@ -282,6 +304,57 @@ fn builder<F: SessionFactory>(
         .on_receive_request(
             async move |request: CloseSessionRequest, responder, _cx| {
                 close_state.close(request, responder)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ListSessionsRequest, responder, _cx| match list_state
+                .list_sessions(request.cwd.as_deref())
+            {
+                Ok(sessions) => responder.respond(ListSessionsResponse::new(sessions)),
+                Err(e) => responder.respond_with_error(e),
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: LoadSessionRequest, responder, cx| {
+                let Some(state) = load_state.reserved() else {
+                    return responder.respond_with_error(load_state.limit_error());
+                };
+                tokio::spawn(async move {
+                    let loaded = state
+                        .load_session(
+                            request.session_id,
+                            request.cwd,
+                            request.mcp_servers,
+                            true,
+                            cx,
+                        )
+                        .await;
+                    state.answer_load(loaded, responder, LoadSessionResponse::new());
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ResumeSessionRequest, responder, cx| {
+                let Some(state) = resume_state.reserved() else {
+                    return responder.respond_with_error(resume_state.limit_error());
+                };
+                tokio::spawn(async move {
+                    let loaded = state
+                        .load_session(
+                            request.session_id,
+                            request.cwd,
+                            request.mcp_servers,
+                            false,
+                            cx,
+                        )
+                        .await;
+                    state.answer_load(loaded, responder, ResumeSessionResponse::new());
+                });
+                Ok(())
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -309,16 +382,21 @@ fn builder<F: SessionFactory>(
         )
 }
 
-fn initialize_response() -> InitializeResponse {
+/// What the agent offers; loading, listing and resuming only when sessions are `recorded`.
+fn initialize_response(recorded: bool) -> InitializeResponse {
+    let mut sessions = SessionCapabilities::new().close(SessionCloseCapabilities::new());
+    if recorded {
+        sessions = sessions
+            .list(SessionListCapabilities::new())
+            .resume(SessionResumeCapabilities::new());
+    }
     InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(
             AgentCapabilities::new()
-                .load_session(false)
+                .load_session(recorded)
                 .prompt_capabilities(PromptCapabilities::new())
                 .mcp_capabilities(McpCapabilities::new().http(true).sse(false))
-                .session_capabilities(
-                    SessionCapabilities::new().close(SessionCloseCapabilities::new()),
-                ),
+                .session_capabilities(sessions),
         )
         .agent_info(Implementation::new("hookloop", env!("CARGO_PKG_VERSION")))
 }
@@ -341,6 +419,30 @@ struct SessionHandle {
     /// while the session is busy.
     current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
     actor: tokio::task::JoinHandle<()>,
+    recorded: Option<Recorded>,
+}
+
+/// Where a session is recorded, for its side file.
+struct Recorded {
+    path: PathBuf,
+    cwd: PathBuf,
+    /// Its first prompt has given the session its title.
+    titled: AtomicBool,
+}
+
+impl Recorded {
+    /// Names the session after its first prompt, in the side file (off the async threads).
+    fn title_from(&self, prompt: &str) {
+        if self.titled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (path, cwd, prompt) = (self.path.clone(), self.cwd.clone(), prompt.to_owned());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = records::write_side_file(&path, &cwd, Some(&prompt)) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot title the session");
+            }
+        });
+    }
 }
 
 impl SessionHandle {
@@ -380,13 +482,45 @@ struct PromptJob {
 }
 
 impl<F: SessionFactory> AgentState<F> {
-    /// Takes a session slot if one is free.
-    fn reserve_slot(&self) -> bool {
+    /// Takes a session slot if one is free; the state, for the task that opens the session.
+    fn reserved(self: &Arc<Self>) -> Option<Arc<Self>> {
         self.open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max_sessions).then_some(n + 1)
             })
-            .is_ok()
+            .ok()
+            .map(|_| Arc::clone(self))
+    }
+
+    /// The refusal of a session over the limit.
+    fn limit_error(&self) -> agent_client_protocol::Error {
+        let message = format!(
+            "session limit reached: {} sessions are open on this connection ({} caps it); \
+             close one with session/close first",
+            self.max_sessions,
+            AgentOptions::MAX_SESSIONS_VAR
+        );
+        error(code::INVALID_REQUEST, message)
+    }
+
+    /// Answers a `session/load` or `session/resume`, freeing its slot if it failed.
+    fn answer_load<T: agent_client_protocol::JsonRpcResponse>(
+        &self,
+        loaded: Result<(), agent_client_protocol::Error>,
+        responder: Responder<T>,
+        response: T,
+    ) {
+        let sent = match loaded {
+            Ok(()) => responder.respond(response),
+            Err(e) => {
+                self.release_slot();
+                tracing::info!(error = %e, "session not loaded");
+                responder.respond_with_error(e)
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "could not answer a session load");
+        }
     }
 
     fn release_slot(&self) {
@@ -399,7 +533,7 @@ impl<F: SessionFactory> AgentState<F> {
         responder: Responder<NewSessionResponse>,
         cx: ConnectionTo<Client>,
     ) {
-        let spec = match session_spec(request) {
+        let spec = match session_spec(request.cwd, request.mcp_servers) {
             Ok(spec) => spec,
             Err(message) => {
                 self.release_slot();
@@ -407,8 +541,9 @@ impl<F: SessionFactory> AgentState<F> {
                 return;
             }
         };
-        let mut session = match self.factory.create(spec).await {
-            Ok(session) => session,
+        let cwd = spec.cwd.clone();
+        let Created { session, record } = match self.factory.create(spec).await {
+            Ok(created) => created,
             Err(e) => {
                 self.release_slot();
                 respond_error(
@@ -419,10 +554,112 @@ impl<F: SessionFactory> AgentState<F> {
                 return;
             }
         };
-        let id = SessionId::new(format!(
-            "hl-{}",
-            self.next_id.fetch_add(1, Ordering::Relaxed)
-        ));
+        let recorded = record.and_then(|path| {
+            let id = path.file_stem()?.to_str()?.to_owned();
+            if let Err(e) = records::write_side_file(&path, &cwd, None) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the session's side file; it will not be listed");
+            }
+            Some((id, Recorded { path, cwd, titled: AtomicBool::new(false) }))
+        });
+        let (id, recorded) = match recorded {
+            Some((id, recorded)) => (SessionId::new(id), Some(recorded)),
+            None => (
+                SessionId::new(format!(
+                    "hl-{}",
+                    self.next_id.fetch_add(1, Ordering::Relaxed)
+                )),
+                None,
+            ),
+        };
+        self.install(session, id.clone(), cx, recorded);
+        tracing::info!(session = %id, "session started");
+        if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
+            tracing::warn!(error = %e, "could not answer session/new");
+        }
+    }
+
+    /// `session/load` (with `history`: the conversation is sent back first) and
+    /// `session/resume` (without): restores a recorded session and opens it.
+    async fn load_session(
+        &self,
+        id: SessionId,
+        cwd: PathBuf,
+        servers: Vec<McpServer>,
+        history: bool,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let Some(dir) = self.factory.record_dir() else {
+            return Err(error(
+                code::INVALID_REQUEST,
+                format!(
+                    "sessions are not recorded here: set {} to load them",
+                    RecordDir::ENV_VAR
+                ),
+            ));
+        };
+        if lock(&self.sessions).contains_key(&id) {
+            let message = format!("session {id} is already open on this connection");
+            return Err(error(code::INVALID_REQUEST, message));
+        }
+        let spec = session_spec(cwd, servers).map_err(|m| error(code::INVALID_PARAMS, m))?;
+        let load_error = |e: records::LoadError| {
+            error(
+                code::INVALID_PARAMS,
+                format!("cannot load session {id}: {e}"),
+            )
+        };
+        let path = records::find(dir, &id.0).map_err(load_error)?;
+        let machine = records::restore(&path).map_err(load_error)?;
+        let conversation = history.then(|| machine.history().to_vec());
+        let session = self.factory.restore(spec, machine).await.map_err(|e| {
+            error(
+                code::INTERNAL_ERROR,
+                format!("could not start the session: {e}"),
+            )
+        })?;
+        if let Some(messages) = conversation {
+            let notifier = Notifier {
+                id: id.clone(),
+                cx: cx.clone(),
+                outflow: Arc::clone(&self.outflow),
+            };
+            for update in history_updates(&messages) {
+                notifier.send(update);
+            }
+        }
+        self.install(session, id.clone(), cx, None);
+        tracing::info!(session = %id, history, "recorded session opened");
+        Ok(())
+    }
+
+    /// `session/list`: the recorded sessions, newest first.
+    fn list_sessions(
+        &self,
+        cwd: Option<&Path>,
+    ) -> Result<Vec<SessionInfo>, agent_client_protocol::Error> {
+        let Some(dir) = self.factory.record_dir() else {
+            return Ok(Vec::new());
+        };
+        let found = records::list(dir, cwd).map_err(|e| {
+            error(
+                code::INTERNAL_ERROR,
+                format!("cannot list {}: {e}", dir.display()),
+            )
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|r| SessionInfo::new(r.id, r.cwd).title(r.title))
+            .collect())
+    }
+
+    /// Watches `session` for the client and starts its actor.
+    fn install(
+        &self,
+        mut session: Session<F::Llm, F::Host>,
+        id: SessionId,
+        cx: ConnectionTo<Client>,
+        recorded: Option<Recorded>,
+    ) {
         let mut translator = Translator::new(session.tool_concurrency());
         let notifier = Notifier {
             id: id.clone(),
@@ -455,12 +692,9 @@ impl<F: SessionFactory> AgentState<F> {
             cancel,
             current,
             actor,
+            recorded,
         };
-        lock(&self.sessions).insert(id.clone(), handle);
-        tracing::info!(session = %id, "session started");
-        if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
-            tracing::warn!(error = %e, "could not answer session/new");
-        }
+        lock(&self.sessions).insert(id, handle);
     }
 
     fn prompt(
@@ -486,6 +720,9 @@ impl<F: SessionFactory> AgentState<F> {
                 request.session_id
             );
             return responder.respond_with_error(error(code::INVALID_REQUEST, message));
+        }
+        if let Some(recorded) = &handle.recorded {
+            recorded.title_from(&text);
         }
         let cancelled = Arc::new(AtomicBool::new(false));
         *current = Some(Arc::clone(&cancelled));
@@ -748,16 +985,13 @@ fn stop_reason(stop: PromptStop) -> StopReason {
     }
 }
 
-/// The engine's view of a `session/new`, or what is wrong with it.
-fn session_spec(request: NewSessionRequest) -> Result<SessionSpec, String> {
-    if !request.cwd.is_absolute() {
-        return Err(format!(
-            "cwd must be an absolute path, got {:?}",
-            request.cwd
-        ));
+/// The engine's view of a session's `cwd` and `mcpServers`, or what is wrong with them.
+fn session_spec(cwd: PathBuf, mcp_servers: Vec<McpServer>) -> Result<SessionSpec, String> {
+    if !cwd.is_absolute() {
+        return Err(format!("cwd must be an absolute path, got {cwd:?}"));
     }
-    let mut servers = Vec::with_capacity(request.mcp_servers.len());
-    for server in request.mcp_servers {
+    let mut servers = Vec::with_capacity(mcp_servers.len());
+    for server in mcp_servers {
         let spec = match server {
             McpServer::Stdio(s) => ServerSpec::Stdio {
                 name: server_name(s.name)?,
@@ -788,10 +1022,7 @@ fn session_spec(request: NewSessionRequest) -> Result<SessionSpec, String> {
         }
         servers.push(spec);
     }
-    Ok(SessionSpec {
-        cwd: request.cwd,
-        servers,
-    })
+    Ok(SessionSpec { cwd, servers })
 }
 
 fn server_name(name: String) -> Result<ServerName, String> {
@@ -996,6 +1227,52 @@ impl Translator {
         }
         SessionUpdate::ToolCall(call)
     }
+}
+
+/// A restored conversation as the updates that would have shown it: each user message as a
+/// `user_message_chunk`, the model's text as an `agent_message_chunk`, and each tool call as a
+/// `tool_call` ended with its recorded result. A compacted session shows its context as the
+/// machine holds it: the summary first, as the user message it is.
+fn history_updates(messages: &[Message]) -> Vec<SessionUpdate> {
+    let mut updates = Vec::new();
+    for message in messages {
+        match message {
+            Message::User { text } => updates.push(SessionUpdate::UserMessageChunk(
+                ContentChunk::new(ContentBlock::from(text.clone())),
+            )),
+            Message::Assistant { text, tool_calls } => {
+                if !text.trim().is_empty() {
+                    updates.push(SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                        ContentBlock::from(text.clone()),
+                    )));
+                }
+                for call in tool_calls {
+                    updates.push(SessionUpdate::ToolCall(
+                        ToolCall::new(call.id.to_string(), call.name.clone())
+                            .kind(ToolKind::Other)
+                            .status(ToolCallStatus::InProgress)
+                            .raw_input(call.arguments.clone()),
+                    ));
+                }
+            }
+            Message::ToolResult { call_id, output } => {
+                let status = if output.is_error {
+                    ToolCallStatus::Failed
+                } else {
+                    ToolCallStatus::Completed
+                };
+                let text = output.joined_text();
+                updates.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    call_id.to_string(),
+                    ToolCallUpdateFields::new()
+                        .status(status)
+                        .raw_output(json!({"text": text, "isError": output.is_error}))
+                        .content(vec![ToolCallContent::from(text)]),
+                )));
+            }
+        }
+    }
+    updates
 }
 
 fn in_progress(id: String) -> SessionUpdate {

@@ -31,7 +31,7 @@ fn session_specs_check_names_and_transports() {
         ]
     }))
     .unwrap();
-    let spec = session_spec(request).unwrap();
+    let spec = session_spec(request.cwd, request.mcp_servers).unwrap();
     assert_eq!(spec.servers.len(), 2);
     assert!(
         matches!(&spec.servers[0], ServerSpec::Stdio { env, .. } if env == &[("A".to_owned(), "1".to_owned())])
@@ -49,7 +49,10 @@ fn session_specs_check_names_and_transports() {
         json!({"cwd": "/w", "mcpServers": [{"type": "sse", "name": "s", "url": "http://x", "headers": []}]}),
     ] {
         let request: NewSessionRequest = serde_json::from_value(bad.clone()).unwrap();
-        assert!(session_spec(request).is_err(), "{bad}");
+        assert!(
+            session_spec(request.cwd, request.mcp_servers).is_err(),
+            "{bad}"
+        );
     }
 }
 
@@ -155,13 +158,28 @@ mod wire {
         async fn create(
             &self,
             spec: SessionSpec,
-        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
+        ) -> Result<Created<ScriptedLlm, InProcessHost>, String> {
             self.specs.lock().unwrap().push(spec);
             let mut sessions = self.sessions.lock().unwrap();
             if sessions.is_empty() {
                 return Err("no more sessions".into());
             }
-            Ok(sessions.remove(0))
+            Ok(Created {
+                session: sessions.remove(0),
+                record: None,
+            })
+        }
+
+        async fn restore(
+            &self,
+            _spec: SessionSpec,
+            _machine: Machine,
+        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
+            Err("these tests record nothing".into())
+        }
+
+        fn record_dir(&self) -> Option<&std::path::Path> {
+            None
         }
     }
 
@@ -331,8 +349,13 @@ mod wire {
         assert_eq!(result["protocolVersion"], 1);
         assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["http"], true);
         assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["sse"], false);
+        // These tests record nothing: nothing could be loaded, listed or resumed.
         assert_eq!(result["agentCapabilities"]["loadSession"], false);
+        let sessions = &result["agentCapabilities"]["sessionCapabilities"];
+        assert!(sessions["close"].is_object(), "{result}");
+        assert!(sessions.get("list").is_none() && sessions.get("resume").is_none());
         assert_eq!(result["agentInfo"]["name"], "hookloop");
+        assert_eq!(result["agentInfo"]["version"], env!("CARGO_PKG_VERSION"));
     }
 
     #[tokio::test]
