@@ -60,7 +60,7 @@ use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::LlmClient;
-use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason};
+use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolHints};
 use crate::mcp::ToolHost;
 use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
 use crate::transcript::RecordDir;
@@ -660,7 +660,11 @@ impl<F: SessionFactory> AgentState<F> {
         cx: ConnectionTo<Client>,
         recorded: Option<Recorded>,
     ) {
-        let mut translator = Translator::new(session.tool_concurrency());
+        let kinds = Arc::new(Mutex::new(HashMap::new()));
+        session.add_observer(KindWatcher {
+            kinds: Arc::clone(&kinds),
+        });
+        let mut translator = Translator::new(session.tool_concurrency(), kinds);
         let notifier = Notifier {
             id: id.clone(),
             cx,
@@ -811,6 +815,42 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }
     if let Err(e) = session.close() {
         tracing::warn!(error = %e, "closing the session failed");
+    }
+}
+
+/// Keeps each model-facing tool's [`ToolKind`] as the session's catalog changes.
+struct KindWatcher {
+    kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
+}
+
+impl Observer for KindWatcher {
+    fn on_fact(&mut self, _at: Duration, fact: &Input) {
+        let Input::CatalogChanged { catalog } = fact else {
+            return;
+        };
+        let kinds = catalog
+            .servers
+            .iter()
+            .flat_map(|s| {
+                s.tools.iter().map(|t| {
+                    let name = crate::hooks::qualify(s.server.as_str(), &t.name);
+                    (name, tool_kind(t.hints))
+                })
+            })
+            .collect();
+        *lock(&self.kinds) = kinds;
+    }
+}
+
+/// A call's kind from its server's hints: a read-only tool reads (or fetches, when it reaches
+/// outside the machine), one that changes things edits; with no hints it is `other`. MCP's
+/// annotations say nothing that would tell a search, a move or a command apart.
+fn tool_kind(hints: ToolHints) -> ToolKind {
+    match (hints.read_only, hints.destructive, hints.open_world) {
+        (Some(true), _, Some(true)) => ToolKind::Fetch,
+        (Some(true), _, _) => ToolKind::Read,
+        (Some(false), _, _) | (None, Some(true), _) => ToolKind::Edit,
+        (None, Some(false) | None, _) => ToolKind::Other,
     }
 }
 
@@ -1062,6 +1102,8 @@ fn unsupported(index: usize, kind: &str) -> String {
 /// Turns progress events into session updates, numbering the synthetic tool calls.
 struct Translator {
     next: u64,
+    /// Each model-facing tool's kind, from its server's hints.
+    kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
     /// How many calls of one reply the session runs at once.
     concurrency: usize,
     /// Calls running now.
@@ -1071,9 +1113,10 @@ struct Translator {
 }
 
 impl Translator {
-    fn new(concurrency: usize) -> Self {
+    fn new(concurrency: usize, kinds: Arc<Mutex<HashMap<String, ToolKind>>>) -> Self {
         Self {
             next: 0,
+            kinds,
             concurrency: concurrency.max(1),
             running: HashSet::new(),
             waiting: VecDeque::new(),
@@ -1127,9 +1170,13 @@ impl Translator {
                 name,
                 arguments,
             } => {
+                let kind = lock(&self.kinds)
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(ToolKind::Other);
                 let call = SessionUpdate::ToolCall(
                     ToolCall::new(id.clone(), name)
-                        .kind(ToolKind::Other)
+                        .kind(kind)
                         .status(ToolCallStatus::Pending)
                         .raw_input(arguments),
                 );

@@ -59,7 +59,7 @@ fn session_specs_check_names_and_transports() {
 #[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
-    let mut translator = Translator::new(1);
+    let mut translator = Translator::new(1, Arc::default());
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
 
     let injected = json(translator.updates(Event::PostCompactInjected {
@@ -552,6 +552,61 @@ mod wire {
             })
             .collect();
         assert_eq!(usage, [(1210, window), (1510, window)]);
+    }
+
+    #[tokio::test]
+    async fn tool_calls_carry_the_kind_their_servers_hints_give() {
+        use crate::machine::ToolHints;
+        let hint = |read_only, destructive, open_world| ToolHints {
+            read_only,
+            destructive,
+            open_world,
+        };
+        let llm = ScriptedLlm::new([
+            Step::tools(
+                1,
+                &[
+                    ("fs__read", json!({})),
+                    ("fs__write", json!({})),
+                    ("web__get", json!({})),
+                    ("misc__run", json!({})),
+                ],
+            ),
+            Step::text("done"),
+        ]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool("fs", "write", echo)
+            .tool("web", "get", echo)
+            .tool("misc", "run", echo)
+            .hints("fs", "read", hint(Some(true), None, Some(false)))
+            .hints("fs", "write", hint(Some(false), Some(true), None))
+            .hints("web", "get", hint(Some(true), None, Some(true)));
+        let (mut peer, _) = start(
+            vec![Session::new(config(), llm, host)],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (_, updates) = peer.reply(id).await;
+        let kinds: Vec<(String, String)> = updates
+            .iter()
+            .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
+            .map(|u| {
+                let u = &u["update"];
+                let kind = u["kind"].as_str().unwrap_or("other").to_owned();
+                (u["title"].as_str().unwrap().to_owned(), kind)
+            })
+            .collect();
+        let expected = [
+            ("fs__read", "read"),
+            ("fs__write", "edit"),
+            ("web__get", "fetch"),
+            ("misc__run", "other"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(kinds, expected);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ fn catalog() -> Catalog {
         name: name.into(),
         description: String::new(),
         input_schema: json!({"type": "object"}),
+        hints: ToolHints::default(),
     };
     let full = |name: &str| ServerTools {
         server: server(name),

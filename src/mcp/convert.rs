@@ -7,7 +7,7 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 use serde_json::{Value, json};
 
 use crate::hooks::{self, ServerName};
-use crate::machine::{Content, HookReply, ToolInfo, ToolOutput};
+use crate::machine::{Content, HookReply, ToolHints, ToolInfo, ToolOutput};
 use crate::mcp::{HostOptions, McpError};
 
 /// The longest qualified tool name: the limit model providers put on tool names.
@@ -53,10 +53,19 @@ pub(crate) fn tools_from_server(
         } else {
             schema
         };
+        let hints = tool
+            .annotations
+            .as_ref()
+            .map_or_else(ToolHints::default, |a| ToolHints {
+                read_only: a.read_only_hint,
+                destructive: a.destructive_hint,
+                open_world: a.open_world_hint,
+            });
         out.push(ToolInfo {
             name: name.to_owned(),
             description,
             input_schema,
+            hints,
         });
     }
     Ok(out)
@@ -190,7 +199,7 @@ pub(crate) fn hook_reply(result: CallToolResult, max_text: usize) -> HookReply {
 mod tests {
     use std::sync::Arc;
 
-    use rmcp::model::{EmbeddedResource, ImageContent};
+    use rmcp::model::{EmbeddedResource, ImageContent, ToolAnnotations};
 
     use super::*;
 
@@ -219,6 +228,28 @@ mod tests {
         let out = tools_from_server(&server(), tools, &HostOptions::default()).unwrap();
         let names: Vec<_> = out.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["good", "_Stop"]);
+    }
+
+    #[test]
+    fn tool_annotations_become_hints() {
+        let annotated = tool("w", "", json!({"type": "object"})).with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .open_world(false),
+        );
+        let plain = tool("p", "", json!({"type": "object"}));
+        let infos =
+            tools_from_server(&server(), vec![annotated, plain], &HostOptions::default()).unwrap();
+        assert_eq!(
+            infos[0].hints,
+            ToolHints {
+                read_only: Some(false),
+                destructive: Some(true),
+                open_world: Some(false),
+            }
+        );
+        assert!(infos[1].hints.is_unknown());
     }
 
     #[test]
