@@ -26,6 +26,7 @@
 //! ends the connection but the end of its input.
 
 pub mod frame;
+pub mod permission;
 pub mod records;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -56,6 +57,8 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
+use self::permission::Asker;
+pub use self::permission::{Gated, Permissions};
 use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
@@ -130,21 +133,25 @@ pub trait SessionFactory: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Created<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// Builds a session for `spec` that goes on from `machine`, a machine restored from a
-    /// record. Such a session is not recorded again.
+    /// record (with [`Session::with_machine`]). Such a session is not recorded again.
     fn restore(
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<AgentSession<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// The directory sessions are recorded in, if they are: what `session/list` lists and
     /// `session/load` and `session/resume` read.
     fn record_dir(&self) -> Option<&Path>;
 }
 
-/// A session a [`SessionFactory`] built.
+/// A session as the agent runs it: its host asks the client before destructive tools.
+pub type AgentSession<L, H> = Session<L, Gated<H>>;
+
+/// A session a [`SessionFactory`] built. Its host is wrapped in a [`Gated`], which the agent
+/// binds to the session's client so destructive tools ask first.
 pub struct Created<L, H> {
-    pub session: Session<L, H>,
+    pub session: AgentSession<L, H>,
     /// The file its transcript goes to, if it is recorded. Its stem becomes the session id.
     pub record: Option<PathBuf>,
 }
@@ -160,6 +167,8 @@ pub struct AgentOptions {
     /// Outgoing frames the agent holds for a client that is not reading them; at this many,
     /// every session waits before its next step until the client reads. Default: 256.
     pub max_queued_frames: usize,
+    /// Whether destructive tools ask the client first (`HOOKLOOP_ACP_PERMISSIONS`).
+    pub permissions: Permissions,
 }
 
 impl AgentOptions {
@@ -168,18 +177,28 @@ impl AgentOptions {
     /// The session limit when [`MAX_SESSIONS_VAR`](Self::MAX_SESSIONS_VAR) is unset.
     pub const DEFAULT_MAX_SESSIONS: usize = 32;
 
-    /// The defaults, with the session limit from the process environment.
+    /// The defaults, with the session limit and the permission setting from the process
+    /// environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(&env_lookup)
     }
 
-    /// The defaults, with the session limit read through `lookup` (at least 1).
+    /// The defaults, with the session limit (at least 1) and the permission setting read
+    /// through `lookup`.
     pub fn from_lookup(
         lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
     ) -> Result<Self, ConfigError> {
         let mut options = Self::default();
         if let Some(n) = parse_number(lookup, Self::MAX_SESSIONS_VAR, 1usize)? {
             options.max_sessions = n;
+        }
+        if let Some(value) = lookup(Permissions::VAR)? {
+            options.permissions =
+                Permissions::parse(&value).ok_or_else(|| ConfigError::Invalid {
+                    var: Permissions::VAR,
+                    value: value.clone(),
+                    reason: "expected `ask` or `never`".into(),
+                })?;
         }
         Ok(options)
     }
@@ -191,6 +210,7 @@ impl Default for AgentOptions {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_sessions: Self::DEFAULT_MAX_SESSIONS,
             max_queued_frames: 256,
+            permissions: Permissions::Ask,
         }
     }
 }
@@ -233,6 +253,7 @@ pub async fn serve<F: SessionFactory>(
 
     let state = Arc::new(AgentState {
         factory,
+        permissions: options.permissions,
         max_sessions: options.max_sessions,
         open: AtomicUsize::new(0),
         sessions: Mutex::new(HashMap::new()),
@@ -403,6 +424,7 @@ fn initialize_response(recorded: bool) -> InitializeResponse {
 
 struct AgentState<F> {
     factory: F,
+    permissions: Permissions,
     max_sessions: usize,
     /// Sessions open or being set up: what counts against `max_sessions`.
     open: AtomicUsize,
@@ -655,11 +677,17 @@ impl<F: SessionFactory> AgentState<F> {
     /// Watches `session` for the client and starts its actor.
     fn install(
         &self,
-        mut session: Session<F::Llm, F::Host>,
+        mut session: AgentSession<F::Llm, F::Host>,
         id: SessionId,
         cx: ConnectionTo<Client>,
         recorded: Option<Recorded>,
     ) {
+        if self.permissions == Permissions::Ask {
+            session.host().bind(Asker {
+                cx: cx.clone(),
+                session: id.clone(),
+            });
+        }
         let kinds = Arc::new(Mutex::new(HashMap::new()));
         session.add_observer(KindWatcher {
             kinds: Arc::clone(&kinds),

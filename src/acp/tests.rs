@@ -146,7 +146,7 @@ mod wire {
 
     /// Hands out prepared sessions, one per `session/new`, and records the specs.
     struct Prepared {
-        sessions: StdMutex<Vec<Session<ScriptedLlm, InProcessHost>>>,
+        sessions: StdMutex<Vec<Session<ScriptedLlm, Gated<InProcessHost>>>>,
         specs: StdMutex<Vec<SessionSpec>>,
     }
 
@@ -174,7 +174,7 @@ mod wire {
             &self,
             _spec: SessionSpec,
             _machine: Machine,
-        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
+        ) -> Result<Session<ScriptedLlm, Gated<InProcessHost>>, String> {
             Err("these tests record nothing".into())
         }
 
@@ -193,7 +193,7 @@ mod wire {
     }
 
     fn start(
-        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
+        sessions: Vec<Session<ScriptedLlm, Gated<InProcessHost>>>,
         max_frame_bytes: usize,
     ) -> (Peer, Arc<Prepared>) {
         let options = AgentOptions {
@@ -205,7 +205,7 @@ mod wire {
 
     /// An agent with these options, writing to a pipe that holds `pipe` bytes.
     fn start_with(
-        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
+        sessions: Vec<Session<ScriptedLlm, Gated<InProcessHost>>>,
         options: AgentOptions,
         pipe: usize,
     ) -> (Peer, Arc<Prepared>) {
@@ -318,6 +318,15 @@ mod wire {
         }
     }
 
+    /// A session whose host asks before destructive tools, as the agent's factories build it.
+    fn session(
+        config: Config,
+        llm: ScriptedLlm,
+        host: InProcessHost,
+    ) -> Session<ScriptedLlm, Gated<InProcessHost>> {
+        Session::new(config, llm, Gated::new(host))
+    }
+
     fn config() -> Config {
         Config::builder()
             .hook_servers(HookServers::All)
@@ -370,10 +379,8 @@ mod wire {
             Hook::Stop,
             [HookStep::Say("1 open: write tests".into())],
         );
-        let (mut peer, factory) = start(
-            vec![Session::new(config(), llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, factory) =
+            start(vec![session(config(), llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         assert_eq!(factory.specs.lock().unwrap()[0].cwd, PathBuf::from("/tmp"));
@@ -437,10 +444,7 @@ mod wire {
             .tool_concurrency(1)
             .build()
             .unwrap();
-        let (mut peer, _) = start(
-            vec![Session::new(config, llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, _) = start(vec![session(config, llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -498,10 +502,7 @@ mod wire {
             .tool_concurrency(1)
             .build()
             .unwrap();
-        let (mut peer, _) = start(
-            vec![Session::new(config, llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, _) = start(vec![session(config, llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -536,7 +537,7 @@ mod wire {
             Step::text("done").with_input_tokens(1500),
         ]);
         let host = InProcessHost::new().tool("fs", "read", echo);
-        let session = Session::new(config(), llm, host);
+        let session = session(config(), llm, host);
         let window = session.machine().policy().max_context_tokens;
         let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
@@ -582,10 +583,12 @@ mod wire {
             .hints("fs", "read", hint(Some(true), None, Some(false)))
             .hints("fs", "write", hint(Some(false), Some(true), None))
             .hints("web", "get", hint(Some(true), None, Some(true)));
-        let (mut peer, _) = start(
-            vec![Session::new(config(), llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        // Not asking: the destructive `fs__write` would wait for an answer.
+        let options = AgentOptions {
+            permissions: Permissions::Never,
+            ..AgentOptions::default()
+        };
+        let (mut peer, _) = start_with(vec![session(config(), llm, host)], options, 1 << 16);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -609,11 +612,130 @@ mod wire {
         assert_eq!(kinds, expected);
     }
 
+    /// Runs `prompt` on a fresh session, answering each permission request with `answer`
+    /// (an option id); returns the requests, the updates and the prompt's reply.
+    async fn prompt_answering(peer: &mut Peer, answer: &str) -> (Vec<Value>, Vec<Value>, Value) {
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (mut asked, mut updates) = (Vec::new(), Vec::new());
+        loop {
+            let frame = peer.read().await;
+            if frame["method"] == "session/request_permission" {
+                let reply = json!({"jsonrpc": "2.0", "id": frame["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": answer}}});
+                peer.send_raw(&reply.to_string()).await;
+                asked.push(frame["params"].clone());
+            } else if frame["method"] == "session/update" {
+                updates.push(frame["params"].clone());
+            } else if frame["id"] == json!(id) {
+                return (asked, updates, frame);
+            }
+        }
+    }
+
+    fn destructive_session(
+        llm: ScriptedLlm,
+    ) -> (Session<ScriptedLlm, Gated<InProcessHost>>, InProcessHost) {
+        let host = InProcessHost::new()
+            .tool("fs", "rm", echo)
+            .tool("fs", "read", echo)
+            .hints(
+                "fs",
+                "rm",
+                crate::machine::ToolHints {
+                    destructive: Some(true),
+                    ..Default::default()
+                },
+            );
+        (session(config(), llm, host.clone()), host)
+    }
+
+    fn tools_run(host: &InProcessHost) -> Vec<String> {
+        host.log()
+            .into_iter()
+            .filter_map(|e| match e {
+                crate::testing::HostEvent::Tool { name, .. } => Some(name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_destructive_tool_asks_first_and_always_reject_is_remembered_for_the_session() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__rm", json!({"path": "/"}))]),
+            Step::tools(2, &[("fs__rm", json!({"path": "/tmp"}))]),
+            Step::tools(3, &[("fs__read", json!({}))]),
+            Step::text("done"),
+        ]);
+        let (session, host) = destructive_session(llm.clone());
+        let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
+        let (asked, updates, reply) = prompt_answering(&mut peer, "reject_always").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        // Asked once: the second call of the same tool takes the standing answer.
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0]["toolCall"]["title"], "fs__rm");
+        assert_eq!(asked[0]["toolCall"]["rawInput"], json!({"path": "/"}));
+        let kinds: Vec<&str> = asked[0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["allow_once", "allow_always", "reject_once", "reject_always"]
+        );
+        // Neither call ran; each was answered with an error result, which the model saw.
+        assert_eq!(tools_run(&host), ["fs__read"]);
+        let failed = updates
+            .iter()
+            .filter(|u| u["update"]["status"] == "failed")
+            .count();
+        assert_eq!(failed, 2, "{updates:?}");
+        let seen = format!("{:?}", llm.requests());
+        assert!(
+            seen.contains("the user rejected this call of fs__rm"),
+            "{seen}"
+        );
+    }
+
+    #[tokio::test]
+    async fn allow_once_runs_the_call_and_asks_again_next_time() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__rm", json!({}))]),
+            Step::tools(2, &[("fs__rm", json!({}))]),
+            Step::text("done"),
+        ]);
+        let (session, host) = destructive_session(llm);
+        let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
+        let (asked, _, reply) = prompt_answering(&mut peer, "allow_once").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert_eq!(asked.len(), 2);
+        assert_eq!(tools_run(&host), ["fs__rm", "fs__rm"]);
+    }
+
+    #[tokio::test]
+    async fn with_permissions_off_destructive_tools_run_without_asking() {
+        let llm = ScriptedLlm::new([Step::tools(1, &[("fs__rm", json!({}))]), Step::text("done")]);
+        let (session, host) = destructive_session(llm);
+        let options = AgentOptions {
+            permissions: Permissions::Never,
+            ..AgentOptions::default()
+        };
+        let (mut peer, _) = start_with(vec![session], options, 1 << 16);
+        let (asked, _, reply) = prompt_answering(&mut peer, "reject_once").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert!(asked.is_empty());
+        assert_eq!(tools_run(&host), ["fs__rm"]);
+    }
+
     #[tokio::test]
     async fn a_busy_session_refuses_a_second_prompt_and_cancel_frees_it() {
         let llm = ScriptedLlm::new([Step::Hang, Step::text("fresh")]);
         let (mut peer, _) = start(
-            vec![Session::new(config(), llm, InProcessHost::new())],
+            vec![session(config(), llm, InProcessHost::new())],
             DEFAULT_MAX_FRAME_BYTES,
         );
         peer.initialize().await;
@@ -651,10 +773,7 @@ mod wire {
         let host = InProcessHost::new()
             .tool("fs", "read", echo)
             .tool_delay(Duration::from_secs(3600));
-        let (mut peer, _) = start(
-            vec![Session::new(config(), llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, _) = start(vec![session(config(), llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -681,10 +800,7 @@ mod wire {
             .hook_timeout(Duration::from_secs(3600))
             .build()
             .unwrap();
-        let (mut peer, _) = start(
-            vec![Session::new(config, llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, _) = start(vec![session(config, llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -705,12 +821,12 @@ mod wire {
 
     #[tokio::test]
     async fn sessions_run_concurrently_and_independently() {
-        let slow = Session::new(
+        let slow = session(
             config(),
             ScriptedLlm::new([Step::Hang]),
             InProcessHost::new(),
         );
-        let fast = Session::new(
+        let fast = session(
             config(),
             ScriptedLlm::new([Step::text("quick")]),
             InProcessHost::new(),
@@ -786,7 +902,7 @@ mod wire {
         let host = InProcessHost::new()
             .tool("fs", "read", echo)
             .tool_delay(Duration::from_secs(3600));
-        let (mut peer, _) = start(vec![Session::new(config(), llm, host)], 2048);
+        let (mut peer, _) = start(vec![session(config(), llm, host)], 2048);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -812,7 +928,7 @@ mod wire {
     async fn a_frame_that_is_not_utf8_is_a_parse_error_and_reaches_no_session() {
         let llm = ScriptedLlm::new([Step::text("ok")]);
         let (mut peer, _) = start(
-            vec![Session::new(config(), llm.clone(), InProcessHost::new())],
+            vec![session(config(), llm.clone(), InProcessHost::new())],
             DEFAULT_MAX_FRAME_BYTES,
         );
         peer.initialize().await;
@@ -847,7 +963,7 @@ mod wire {
                 let host = InProcessHost::new()
                     .tool("fs", "read", echo)
                     .tool_delay(Duration::from_secs(3600));
-                Session::new(config(), llm, host)
+                session(config(), llm, host)
             })
             .collect();
         let (mut peer, _) = start(sessions, DEFAULT_MAX_FRAME_BYTES);
@@ -878,7 +994,7 @@ mod wire {
     async fn a_cancel_with_no_prompt_running_does_not_cancel_the_next_prompt() {
         let llm = ScriptedLlm::new([Step::text("fine")]);
         let (mut peer, _) = start(
-            vec![Session::new(config(), llm, InProcessHost::new())],
+            vec![session(config(), llm, InProcessHost::new())],
             DEFAULT_MAX_FRAME_BYTES,
         );
         peer.initialize().await;
@@ -897,7 +1013,7 @@ mod wire {
             let host = InProcessHost::new()
                 .tool("fs", "read", echo)
                 .tool_delay(Duration::from_secs(3600));
-            Session::new(config(), llm, host)
+            session(config(), llm, host)
         };
         let options = AgentOptions {
             max_sessions: 1,
@@ -945,7 +1061,7 @@ mod wire {
     #[tokio::test]
     async fn over_the_session_limit_session_new_is_an_error_that_names_the_limit() {
         let sessions = (0..3)
-            .map(|_| Session::new(config(), ScriptedLlm::new([]), InProcessHost::new()))
+            .map(|_| session(config(), ScriptedLlm::new([]), InProcessHost::new()))
             .collect();
         let options = AgentOptions {
             max_sessions: 2,
@@ -991,6 +1107,22 @@ mod wire {
         }
     }
 
+    #[test]
+    fn the_permission_setting_is_ask_or_never_and_anything_else_is_an_error() {
+        let lookup = |value: &'static str| {
+            move |var: &str| Ok((var == Permissions::VAR).then(|| value.to_owned()))
+        };
+        let read = |value| AgentOptions::from_lookup(&lookup(value)).map(|o| o.permissions);
+        assert_eq!(AgentOptions::default().permissions, Permissions::Ask);
+        assert_eq!(read("never").unwrap(), Permissions::Never);
+        assert_eq!(read(" ask ").unwrap(), Permissions::Ask);
+        let err = read("always").unwrap_err();
+        assert!(
+            err.to_string().contains("HOOKLOOP_ACP_PERMISSIONS"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn a_client_that_stops_reading_holds_the_session_back_and_loses_no_frame() {
         const CALLS: usize = 20;
@@ -1004,11 +1136,7 @@ mod wire {
             ..AgentOptions::default()
         };
         // A pipe of 512 bytes: a few frames fill it.
-        let (mut peer, _) = start_with(
-            vec![Session::new(config(), llm.clone(), host)],
-            options,
-            512,
-        );
+        let (mut peer, _) = start_with(vec![session(config(), llm.clone(), host)], options, 512);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -1040,7 +1168,7 @@ mod wire {
     #[tokio::test]
     async fn a_prompt_with_an_image_is_invalid_params() {
         let (mut peer, _) = start(
-            vec![Session::new(
+            vec![session(
                 config(),
                 ScriptedLlm::new([]),
                 InProcessHost::new(),
@@ -1083,7 +1211,7 @@ mod wire {
     #[tokio::test]
     async fn the_end_of_input_cancels_running_prompts_and_ends_the_agent() {
         let (mut peer, _) = start(
-            vec![Session::new(
+            vec![session(
                 config(),
                 ScriptedLlm::new([Step::Hang]),
                 InProcessHost::new(),

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use std::path::Path;
 
-use hookloop::acp::{self, AgentOptions, Created, SessionFactory, SessionSpec};
+use hookloop::acp::{self, AgentOptions, Created, Gated, SessionFactory, SessionSpec};
 use hookloop::machine::Machine;
 use hookloop::transcript::RecordDir;
 use hookloop::{Config, Session};
@@ -55,7 +55,7 @@ impl SessionFactory for Factory {
 
     async fn create(&self, spec: SessionSpec) -> Result<Created<Self::Llm, Self::Host>, String> {
         let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
-        let mut session = Session::new(self.config.clone(), self.llm.clone(), host);
+        let mut session = Session::new(self.config.clone(), self.llm.clone(), Gated::new(host));
         let mut record = None;
         if let Some(dir) = &self.record_dir {
             let (_, path) = session
@@ -71,13 +71,13 @@ impl SessionFactory for Factory {
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> Result<Session<Self::Llm, Self::Host>, String> {
+    ) -> Result<Session<Self::Llm, Gated<Self::Host>>, String> {
         let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
         Ok(Session::with_machine(
             self.config.clone(),
             machine,
             self.llm.clone(),
-            host,
+            Gated::new(host),
         ))
     }
 
