@@ -16,7 +16,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hookloop::llm::{LlmClient, LlmError, LlmRequest};
 use hookloop::machine::{
     CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, Policy, ServerTools, StopReason,
-    ToolCall, ToolInfo, ToolOutput,
+    ToolCall, ToolHints, ToolInfo, ToolOutput,
 };
 use hookloop::mcp::{HookCall, ToolHost};
 use hookloop::{Config, ServerName, Session};
@@ -32,6 +32,7 @@ fn catalog() -> Catalog {
                 name: "t".into(),
                 description: "a tool".into(),
                 input_schema: json!({"type": "object"}),
+                hints: ToolHints::default(),
             }],
         }],
     }

@@ -112,6 +112,12 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         let mut policy = config.policy().clone();
         policy.media = llm.media();
         let machine = Machine::new(policy, config.system_prompt().map(str::to_owned));
+        Self::with_machine(config, machine, llm, host)
+    }
+
+    /// A session that goes on from `machine` (one rebuilt by replaying a transcript, say):
+    /// its history, counters and policy are the machine's; `config` gives the rest.
+    pub fn with_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {
         let (tx, cancel_rx) = watch::channel(0);
         Self {
             llm,
@@ -128,6 +134,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             cancel_rx,
             span: tracing::info_span!("session", id = next_session_id()),
         }
+    }
+
+    /// How many tool calls of one reply run at once; the rest wait their turn, in order.
+    pub fn tool_concurrency(&self) -> usize {
+        self.tool_concurrency
     }
 
     /// Adds an observer of every effect and fact.

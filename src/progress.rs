@@ -23,6 +23,10 @@ use crate::llm::Delta;
 use crate::machine::{CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
 use crate::text::one_line;
 
+/// The output of the [`Event::ToolFinished`] reported for a call still running when its prompt
+/// ended (it was cancelled, or dropped with the prompt).
+pub const CANCELLED_OUTPUT: &str = "cancelled";
+
 /// One thing worth showing, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -249,7 +253,7 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
                             id: id.to_string(),
                             name,
                             is_error: true,
-                            output: "cancelled".into(),
+                            output: CANCELLED_OUTPUT.into(),
                             duration_ms: millis(at.saturating_sub(started)),
                         },
                     );

@@ -17,7 +17,7 @@ use crate::hooks::{self, Hook, ServerName};
 use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
     CallId, Catalog, HookReply, LlmReply, Message, Purpose, ServerTools, StopReason, ToolCall,
-    ToolInfo, ToolOutput, ToolSpec, Usage,
+    ToolHints, ToolInfo, ToolOutput, ToolSpec, Usage,
 };
 use crate::mcp::{HookCall, ToolHost};
 
@@ -299,6 +299,20 @@ impl InProcessHost {
         self
     }
 
+    /// Gives a tool its server's hints (as MCP annotations would).
+    pub fn hints(self, server: &str, name: &str, hints: ToolHints) -> Self {
+        let server = server_name(server);
+        let mut state = self.lock();
+        for (s, info, _) in &mut state.tools {
+            if *s == server && info.name == name {
+                info.hints = hints;
+            }
+        }
+        drop(state);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self
+    }
+
     /// Delays every tool call (for cancellation tests).
     pub fn tool_delay(self, delay: Duration) -> Self {
         self.lock().tool_delay = Some(delay);
@@ -339,6 +353,7 @@ impl InProcessHost {
             name: name.to_owned(),
             description: format!("{name} on {server}"),
             input_schema: json!({"type": "object"}),
+            hints: ToolHints::default(),
         };
         state.tools.push((server, info, f));
         drop(state);

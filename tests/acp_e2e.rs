@@ -2,6 +2,7 @@
 //! Completions shape, and real MCP servers as child processes (`hookloop-test-server`, whose
 //! behaviour each test sets through its environment, and the demo's todo server).
 
+mod common;
 mod loopback;
 
 use std::process::Stdio;
@@ -446,35 +447,269 @@ async fn cancel_during_a_hook_call_ends_promptly_and_the_next_prompt_works() {
 }
 
 #[tokio::test]
-async fn malformed_and_oversized_frames_get_errors_and_other_sessions_go_on() {
+async fn malformed_and_oversized_frames_get_errors_while_a_prompt_runs_and_other_sessions_go_on() {
     let provider = FakeProvider::start(|request| match last_user_text(request).as_str() {
-        "work" if !after_tool(request) => Reply::tool("tools__slow", json!({"ms": 500})),
+        // The first session's tool hangs until cancelled: its prompt is surely running while
+        // the bad frames are read.
+        "work" if !after_tool(request) => Reply::tool("tools__hang", json!({})),
+        "other" if !after_tool(request) => Reply::tool("tools__echo", json!({"x": 1})),
         _ => Reply::text("finished"),
     });
     let mut agent = Agent::spawn(&provider, &[]);
     agent.initialize().await;
-    let session = agent.new_session(json!([test_server("tools", &[])])).await;
-    let id = agent.prompt(&session, "work").await;
+    let target = agent.new_session(json!([test_server("tools", &[])])).await;
+    let bystander = agent.new_session(json!([test_server("tools", &[])])).await;
+    let running = agent.prompt(&target, "work").await;
+    agent
+        .wait_update(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "tools__hang")
+        .await;
 
     agent.send_raw("{not json").await;
     let big = format!(
-        r#"{{"jsonrpc":"2.0","id":"huge","method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":"{}"}}]}}}}"#,
+        r#"{{"jsonrpc":"2.0","id":"huge","method":"session/prompt","params":{{"sessionId":"{target}","prompt":[{{"type":"text","text":"{}"}}]}}}}"#,
         "a".repeat(5 * 1024 * 1024)
     );
     agent.send_raw(&big).await;
-
-    let (reply, _) = agent.reply(id).await;
-    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
-    let (unknown, _) = agent.call("session/fly", json!({})).await;
-    assert_eq!(unknown["error"]["code"], -32601);
-    let parse_error = agent
-        .backlog
-        .iter()
-        .find(|f| f["error"]["code"] == -32700)
-        .cloned();
-    assert!(parse_error.is_some(), "{:?}", agent.backlog);
-    let oversized = agent.backlog.iter().find(|f| f["id"] == "huge").cloned();
+    // Both refusals come while the first prompt still runs (it cannot end by itself).
+    let mut refused = Vec::new();
+    while refused.len() < 2 {
+        let frame = agent.read().await;
+        assert_ne!(frame["id"], json!(running), "the prompt ended: {frame}");
+        if frame.get("error").is_some() {
+            refused.push(frame);
+        } else {
+            agent.backlog.push(frame);
+        }
+    }
+    assert!(
+        refused.iter().any(|f| f["error"]["code"] == -32700),
+        "{refused:?}"
+    );
+    let oversized = refused.iter().find(|f| f["id"] == "huge");
     let oversized = oversized.expect("the oversized frame is answered with its id");
     assert_eq!(oversized["error"]["code"], -32600);
+
+    // The other session runs a whole prompt meanwhile, tool call and all.
+    let (reply, updates) = agent.prompt_to_end(&bystander, "other").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        updates.iter().any(|u| u["sessionId"] == bystander.as_str()
+            && update_kind(u) == "tool_call_update:completed"),
+        "{updates:?}"
+    );
+    let (unknown, _) = agent.call("session/fly", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32601);
+
+    // And the first prompt is intact: it ends when cancelled, as a running prompt does.
+    agent
+        .notify("session/cancel", json!({"sessionId": target}))
+        .await;
+    let (reply, _) = agent.reply(running).await;
+    assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn session_close_kills_the_servers_process_groups_and_frees_the_slot() {
+    let provider = FakeProvider::start(|request| match last_user_text(request).as_str() {
+        "work" if !after_tool(request) => Reply::tool("tools__hang", json!({})),
+        _ => Reply::text("finished"),
+    });
+    let scratch = common::Scratch::new("acp-close");
+    let (pids, grandchildren) = (scratch.file("pids"), scratch.file("grandchildren"));
+    let mut agent = Agent::spawn(&provider, &[("HOOKLOOP_MAX_SESSIONS", "1")]);
+    agent.initialize().await;
+    let server = test_server(
+        "tools",
+        &[
+            ("TS_PID_FILE", pids.as_str()),
+            ("TS_GRANDCHILD_FILE", grandchildren.as_str()),
+        ],
+    );
+    let session = agent.new_session(json!([server])).await;
+    let (refused, _) = agent
+        .call(
+            "session/new",
+            json!({"cwd": std::env::temp_dir(), "mcpServers": []}),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HOOKLOOP_MAX_SESSIONS"),
+        "{refused}"
+    );
+
+    let running = agent.prompt(&session, "work").await;
+    agent
+        .wait_update(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "tools__hang")
+        .await;
+    let started: Vec<u32> = common::lines(&pids)
+        .iter()
+        .chain(&common::lines(&grandchildren))
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(
+        started.len(),
+        2,
+        "the server and its grandchild: {started:?}"
+    );
+    assert!(started.iter().all(|&pid| common::alive(pid)));
+
+    let close = agent
+        .send("session/close", json!({"sessionId": session}))
+        .await;
+    let (reply, _) = agent.reply(running).await;
+    assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+    let (reply, _) = agent.reply(close).await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    // The answer comes once the session is dropped, which kills each server's whole group.
+    let gone = common::eventually(Duration::from_secs(5), || {
+        started.iter().all(|&pid| !common::alive(pid))
+    })
+    .await;
+    assert!(gone, "still running after session/close: {started:?}");
+
+    // Its slot is free again, and the closed session is unknown.
+    let again = agent.new_session(json!([])).await;
+    assert_ne!(again, session);
+    let (reply, _) = agent
+        .call("session/close", json!({"sessionId": session}))
+        .await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_recorded_session_is_listed_then_loaded_in_a_new_process_with_its_budget_still_spent() {
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let scratch = common::Scratch::new("acp-load");
+    let records = scratch.file("records");
+    let (first_log, second_log) = (scratch.file("first.log"), scratch.file("second.log"));
+    let gate = |log: &str| {
+        test_server(
+            "checks",
+            &[
+                ("TS_HOOKS", "_Stop"),
+                ("TS_STOP", "say:not yet"),
+                ("TS_THEN", "say:still not"),
+                ("TS_LOG", log),
+            ],
+        )
+    };
+    let env = [
+        ("SPROUT_AGENT_STOP_MAX_REJECTIONS", "1"),
+        ("HOOKLOOP_RECORD_DIR", records.as_str()),
+    ];
+    let cwd = std::env::temp_dir();
+
+    // First process: one objection spends the budget of 1.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let session = agent.new_session(json!([gate(&first_log)])).await;
+    let (reply, updates) = agent
+        .prompt_to_end(&session, "tidy the repo\nand more")
+        .await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        updates.iter().any(|u| u["update"]["title"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("_Stop objection"))),
+        "{updates:?}"
+    );
+    agent.close().await;
+
+    // Second process: the session is listed, then loaded by the id `session/new` gave.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let (listed, _) = agent.call("session/list", json!({})).await;
+    let sessions = listed["result"]["sessions"].as_array().unwrap().clone();
+    assert_eq!(sessions.len(), 1, "{listed}");
+    assert_eq!(sessions[0]["sessionId"], session.as_str());
+    assert_eq!(sessions[0]["title"], "tidy the repo");
+    assert_eq!(sessions[0]["cwd"], json!(cwd));
+
+    let (loaded, history) = agent
+        .call(
+            "session/load",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": [gate(&second_log)]}),
+        )
+        .await;
+    assert_eq!(loaded["result"], json!({}), "{loaded}");
+    let kinds: Vec<String> = history.iter().map(update_kind).collect();
+    assert_eq!(kinds[0], "user_message_chunk", "{kinds:?}");
+    assert_eq!(
+        history[0]["update"]["content"]["text"],
+        "tidy the repo\nand more"
+    );
+    assert!(
+        kinds.contains(&"agent_message_chunk".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(history.iter().all(|u| u["sessionId"] == session.as_str()));
+
+    // It goes on live, and the budget spent before the restart is still spent: `_Stop` is
+    // not even asked.
+    let (reply, updates) = agent.prompt_to_end(&session, "one more thing").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        thoughts(&updates)
+            .iter()
+            .any(|t| t.contains("budget is spent")),
+        "{updates:?}"
+    );
+    assert_eq!(
+        common::count(&second_log, "call _Stop"),
+        0,
+        "{:?}",
+        common::lines(&second_log)
+    );
+    assert!(common::count(&first_log, "call _Stop") >= 1);
+    // The model saw the whole conversation, the first process's turns included.
+    let last = provider.requests().last().unwrap().to_string();
+    assert!(last.contains("tidy the repo"), "{last}");
+
+    // A session that was never recorded is refused with a clear error.
+    let (refused, _) = agent
+        .call(
+            "session/load",
+            json!({"sessionId": "1-2-3", "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no recorded session"),
+        "{refused}"
+    );
+    agent.close().await;
+
+    // Third process: `session/resume` opens it without sending the conversation back.
+    let mut agent = Agent::spawn(&provider, &env);
+    let (init, _) = agent
+        .call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+    let capabilities = &init["result"]["agentCapabilities"];
+    assert_eq!(capabilities["loadSession"], true, "{init}");
+    assert!(capabilities["sessionCapabilities"]["resume"].is_object());
+    assert!(capabilities["sessionCapabilities"]["list"].is_object());
+    let (resumed, history) = agent
+        .call(
+            "session/resume",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": [gate(&second_log)]}),
+        )
+        .await;
+    assert_eq!(resumed["result"], json!({}), "{resumed}");
+    assert!(history.is_empty(), "{history:?}");
+    let (reply, _) = agent.prompt_to_end(&session, "and again").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert_eq!(common::count(&second_log, "call _Stop"), 0);
     agent.close().await;
 }

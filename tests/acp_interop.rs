@@ -66,3 +66,105 @@ fn the_typescript_sdk_runs_a_session() {
     assert_eq!(seen["refused"]["code"], -32602, "{seen}");
     assert!(!provider.requests().is_empty());
 }
+
+/// The Python ACP SDK (PyPI `agent-client-protocol`) as a second, independent client: a session
+/// with a real MCP hook server through an objection, a tool call, a cancel and `session/close`,
+/// then `session/load` of the recorded session in a new agent process.
+///
+/// Needs `HOOKLOOP_ACP_PYTHON`, a Python with the SDK: `CI_ENV=/dev/stdout bash
+/// .ci/setup.d/41-acp-python-interop.sh` installs it and prints the variable.
+#[test]
+fn the_python_sdk_runs_objects_cancels_closes_and_loads_a_session() {
+    let Some(python) = std::env::var_os("HOOKLOOP_ACP_PYTHON").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but HOOKLOOP_ACP_PYTHON is not: .ci/setup.d/41-acp-python-interop.sh did not run"
+        );
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"acp python interop skipped: HOOKLOOP_ACP_PYTHON is unset; run `CI_ENV=/dev/stdout \
+              bash .ci/setup.d/41-acp-python-interop.sh` and export the variable it prints\n",
+        );
+        return;
+    };
+    let provider = FakeProvider::start(|request| {
+        match (
+            loopback::last_user_text(request).as_str(),
+            loopback::after_tool(request),
+        ) {
+            ("work", false) => Reply::tool("gate__echo", serde_json::json!({"x": 1})),
+            ("hang", false) => Reply::tool("gate__hang", serde_json::json!({})),
+            _ => Reply::text("done"),
+        }
+    });
+    let records = std::env::temp_dir().join(format!("hookloop-acp-py-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&records);
+    let output = Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/acp_client.py"
+        ))
+        .arg(loopback::hookloop())
+        .arg(env!("CARGO_BIN_EXE_hookloop-test-server"))
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .env("MCP_HOOK_SERVERS", "*")
+        .env("SPROUT_AGENT_STOP_MAX_REJECTIONS", "1")
+        .env("HOOKLOOP_RECORD_DIR", &records)
+        .output()
+        .expect("python runs");
+    let _ = std::fs::remove_dir_all(&records);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let first = &seen["first"];
+    assert_eq!(first["protocolVersion"], 1, "{first}");
+    assert_eq!(first["agentName"], "hookloop");
+    assert_eq!(first["loadSession"], true);
+    assert_eq!(first["worked"], "end_turn");
+    assert_eq!(first["cancelled"], "cancelled");
+    assert_eq!(first["listed"][0], first["sessionId"]);
+    assert_eq!(first["titles"][0], "work");
+    assert_eq!(first["closedError"], -32602, "a closed session is unknown");
+    let updates = first["updates"].as_array().unwrap();
+    let titles: Vec<&str> = updates.iter().filter_map(|u| u["title"].as_str()).collect();
+    assert!(titles.contains(&"gate__echo"), "{titles:?}");
+    assert!(
+        titles
+            .iter()
+            .any(|t| t.starts_with("_Stop objection from gate")),
+        "{titles:?}"
+    );
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed"),
+        "the hanging call ends failed when cancelled: {updates:?}"
+    );
+
+    let second = &seen["second"];
+    let history = second["history"].as_array().unwrap();
+    assert_eq!(
+        history[0]["sessionUpdate"], "user_message_chunk",
+        "{second}"
+    );
+    assert_eq!(history[0]["content"]["text"], "work");
+    assert_eq!(second["again"], "end_turn");
+    // The budget of 1 was spent before the restart: no objection now.
+    let later: Vec<&str> = second["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| u["title"].as_str())
+        .collect();
+    assert!(
+        !later.iter().any(|t| t.starts_with("_Stop objection")),
+        "{later:?}"
+    );
+}

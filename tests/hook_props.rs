@@ -100,6 +100,7 @@ fn catalog(s: &Scenario) -> Catalog {
         name: name.into(),
         description: "d".into(),
         input_schema: json!({"type": "object"}),
+        hints: hookloop::machine::ToolHints::default(),
     };
     let servers = s
         .servers

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, VecDeque};
 use hookloop::hooks::{self, Hook, HookServers, ServerName};
 use hookloop::machine::{
     Catalog, Effect, FinishReason, HookReply, Input, LlmReply, Machine, Media, Message, Notice,
-    Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolInfo, ToolOutput, Usage,
+    Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
+    Usage,
 };
 use hookloop::testing::check_pairing;
 use proptest::prelude::*;
@@ -225,6 +226,7 @@ impl Scenario {
             name: name.into(),
             description: "d".into(),
             input_schema: json!({"type": "object"}),
+            hints: ToolHints::default(),
         };
         Catalog {
             servers: self

@@ -7,5 +7,5 @@ mkdir -p "$dir"
 if [ ! -f "$dir/package.json" ]; then
   printf '{"name": "hookloop-acp-interop", "private": true, "type": "module"}\n' >"$dir/package.json"
 fi
-npm install --prefix "$dir" --no-audit --no-fund --silent "@agentclientprotocol/sdk@^2"
+npm install --prefix "$dir" --no-audit --no-fund --silent "@agentclientprotocol/sdk@^2.4.0"
 echo "HOOKLOOP_ACP_SDK_DIR=$dir" >>"$CI_ENV"

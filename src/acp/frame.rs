@@ -17,11 +17,18 @@ const SNIFF_BYTES: usize = 4096;
 /// One incoming frame.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
-    /// A complete line, newline removed. Not necessarily valid JSON or UTF-8 (replaced lossily:
-    /// the protocol crate answers it with a parse error).
+    /// A complete line of UTF-8, newline removed. Not necessarily valid JSON (the protocol
+    /// crate answers that with a parse error).
     Line(String),
     /// A line longer than the cap, dropped. `id` is the request id found in its first bytes.
     Oversized { id: Option<Value>, len: usize },
+    /// A line that is not UTF-8, dropped whole: replacing its bad bytes would alter the message
+    /// (a prompt's text, say) rather than refuse it. `id` as for `Oversized`; `valid_up_to` is
+    /// the offset of the first bad byte.
+    NotUtf8 {
+        id: Option<Value>,
+        valid_up_to: usize,
+    },
 }
 
 /// Reads frames of at most `max` bytes from `reader`.
@@ -87,11 +94,13 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
                 }
                 continue;
             }
-            let text = match String::from_utf8(line) {
-                Ok(text) => text,
-                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-            };
-            return Ok(Some(Frame::Line(text)));
+            return Ok(Some(match String::from_utf8(line) {
+                Ok(text) => Frame::Line(text),
+                Err(e) => Frame::NotUtf8 {
+                    valid_up_to: e.utf8_error().valid_up_to(),
+                    id: sniff_id(e.as_bytes()),
+                },
+            }));
         }
     }
 }
@@ -202,9 +211,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn invalid_utf8_is_passed_on_lossily() {
-        let got = frames(b"\xff\xfe{}\n", 64).await;
-        assert_eq!(got, [Frame::Line("\u{fffd}\u{fffd}{}".into())]);
+    async fn invalid_utf8_is_refused_with_its_id_and_the_next_frame_is_read() {
+        let got = frames(b"{\"id\":3,\"x\":\"a\xff\"}\n{}\n", 64).await;
+        assert_eq!(
+            got,
+            [
+                Frame::NotUtf8 {
+                    id: Some(json!(3)),
+                    valid_up_to: 14
+                },
+                Frame::Line("{}".into())
+            ]
+        );
     }
 
     #[test]

@@ -26,39 +26,52 @@
 //! ends the connection but the end of its input.
 
 pub mod frame;
+pub mod permission;
+pub mod records;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use agent_client_protocol::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
-    InitializeRequest, InitializeResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, ProtocolVersion,
-    SessionId, SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    ContentChunk, Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
+    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    SessionId, SessionInfo, SessionListCapabilities, SessionNotification,
+    SessionResumeCapabilities, SessionUpdate, StopReason, ToolCall, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
-use agent_client_protocol::{Agent, Client, ConnectionTo, Dispatch, Lines, Responder};
+use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
+use agent_client_protocol::{Agent, Client, Lines};
 use futures_util::StreamExt as _;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
-use crate::driver::{CancelHandle, PromptStop, Session};
+use self::permission::Asker;
+pub use self::permission::{Gated, Permissions};
+use crate::config::{ConfigError, env_lookup, parse_number};
+use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::LlmClient;
-use crate::machine::SkipReason;
+use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolHints};
 use crate::mcp::ToolHost;
-use crate::progress::{Event, ProgressObserver};
+use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
 use crate::text::lock;
+use crate::transcript::RecordDir;
 
 /// JSON-RPC error codes used here.
 mod code {
+    pub const PARSE_ERROR: i32 = -32700;
     pub const INVALID_REQUEST: i32 = -32600;
     pub const INVALID_PARAMS: i32 = -32602;
     pub const INTERNAL_ERROR: i32 = -32603;
@@ -113,11 +126,35 @@ pub trait SessionFactory: Send + Sync + 'static {
     /// Why a session could not be set up (a server would not start, say).
     type Error: std::fmt::Display + Send;
 
-    /// Builds a session for `spec`: starts its MCP servers and gives it a model client.
+    /// Builds a session for `spec`: starts its MCP servers and gives it a model client; says
+    /// where it is recorded, if it is.
     fn create(
         &self,
         spec: SessionSpec,
-    ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Created<Self::Llm, Self::Host>, Self::Error>> + Send;
+
+    /// Builds a session for `spec` that goes on from `machine`, a machine restored from a
+    /// record (with [`Session::with_machine`]). Such a session is not recorded again.
+    fn restore(
+        &self,
+        spec: SessionSpec,
+        machine: Machine,
+    ) -> impl Future<Output = Result<AgentSession<Self::Llm, Self::Host>, Self::Error>> + Send;
+
+    /// The directory sessions are recorded in, if they are: what `session/list` lists and
+    /// `session/load` and `session/resume` read.
+    fn record_dir(&self) -> Option<&Path>;
+}
+
+/// A session as the agent runs it: its host asks the client before destructive tools.
+pub type AgentSession<L, H> = Session<L, Gated<H>>;
+
+/// A session a [`SessionFactory`] built. Its host is wrapped in a [`Gated`], which the agent
+/// binds to the session's client so destructive tools ask first.
+pub struct Created<L, H> {
+    pub session: AgentSession<L, H>,
+    /// The file its transcript goes to, if it is recorded. Its stem becomes the session id.
+    pub record: Option<PathBuf>,
 }
 
 /// Settings of the agent that are not the engine's.
@@ -125,12 +162,56 @@ pub trait SessionFactory: Send + Sync + 'static {
 pub struct AgentOptions {
     /// Incoming frames longer than this are refused. Default: 4 MiB.
     pub max_frame_bytes: usize,
+    /// Sessions one connection may have open at once; `session/new` over it is refused until
+    /// one is closed. Default: [`DEFAULT_MAX_SESSIONS`](Self::DEFAULT_MAX_SESSIONS).
+    pub max_sessions: usize,
+    /// Outgoing frames the agent holds for a client that is not reading them; at this many,
+    /// every session waits before its next step until the client reads. Default: 256.
+    pub max_queued_frames: usize,
+    /// Whether destructive tools ask the client first (`HOOKLOOP_ACP_PERMISSIONS`).
+    pub permissions: Permissions,
+}
+
+impl AgentOptions {
+    /// The variable [`from_env`](Self::from_env) reads the session limit from.
+    pub const MAX_SESSIONS_VAR: &'static str = "HOOKLOOP_MAX_SESSIONS";
+    /// The session limit when [`MAX_SESSIONS_VAR`](Self::MAX_SESSIONS_VAR) is unset.
+    pub const DEFAULT_MAX_SESSIONS: usize = 32;
+
+    /// The defaults, with the session limit and the permission setting from the process
+    /// environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&env_lookup)
+    }
+
+    /// The defaults, with the session limit (at least 1) and the permission setting read
+    /// through `lookup`.
+    pub fn from_lookup(
+        lookup: &impl Fn(&str) -> Result<Option<String>, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        let mut options = Self::default();
+        if let Some(n) = parse_number(lookup, Self::MAX_SESSIONS_VAR, 1usize)? {
+            options.max_sessions = n;
+        }
+        if let Some(value) = lookup(Permissions::VAR)? {
+            options.permissions =
+                Permissions::parse(&value).ok_or_else(|| ConfigError::Invalid {
+                    var: Permissions::VAR,
+                    value: value.clone(),
+                    reason: "expected `ask` or `never`".into(),
+                })?;
+        }
+        Ok(options)
+    }
 }
 
 impl Default for AgentOptions {
     fn default() -> Self {
         Self {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_sessions: Self::DEFAULT_MAX_SESSIONS,
+            max_queued_frames: 256,
+            permissions: Permissions::Ask,
         }
     }
 }
@@ -154,8 +235,9 @@ pub async fn serve<F: SessionFactory>(
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<(), AcpError> {
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
-    let writer = tokio::spawn(write_lines(output, out_rx));
+    let outflow = Arc::new(Outflow::new(options.max_queued_frames));
+    let (out_tx, out_rx) = mpsc::channel::<String>(options.max_queued_frames.max(1));
+    let writer = tokio::spawn(write_lines(output, out_rx, Arc::clone(&outflow)));
 
     let (eof_tx, eof_rx) = oneshot::channel::<std::io::Result<()>>();
     let incoming = incoming_lines(
@@ -165,15 +247,19 @@ pub async fn serve<F: SessionFactory>(
     );
     let outgoing = futures_util::sink::unfold(out_tx, async |tx, line: String| {
         tx.send(line)
+            .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "output closed"))?;
         Ok::<_, std::io::Error>(tx)
     });
 
     let state = Arc::new(AgentState {
         factory,
+        permissions: options.permissions,
+        max_sessions: options.max_sessions,
+        open: AtomicUsize::new(0),
         sessions: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
-        actors: Mutex::new(Vec::new()),
+        outflow,
     });
     let connection =
         builder(Arc::clone(&state)).connect_to(Lines::new(Box::pin(outgoing), incoming));
@@ -198,27 +284,34 @@ pub async fn serve<F: SessionFactory>(
 /// The protocol handlers, each returning at once.
 fn builder<F: SessionFactory>(
     state: Arc<AgentState<F>>,
-) -> agent_client_protocol::Builder<
-    Agent,
-    impl agent_client_protocol::HandleDispatchFrom<Client>,
-    agent_client_protocol::NullRun,
-> {
+) -> agent_client_protocol::v1::Builder<Agent, impl agent_client_protocol::HandleDispatchFrom<Client>>
+{
+    let init_state = Arc::clone(&state);
     let new_state = Arc::clone(&state);
     let prompt_state = Arc::clone(&state);
+    let close_state = Arc::clone(&state);
+    let list_state = Arc::clone(&state);
+    let load_state = Arc::clone(&state);
+    let resume_state = Arc::clone(&state);
     let cancel_state = state;
     Agent
-        .builder()
+        .v1()
         .name("hookloop")
         .on_receive_request(
-            async |request: InitializeRequest, responder, _cx| {
+            async move |request: InitializeRequest, responder, _cx| {
                 tracing::info!(client_version = ?request.protocol_version, "initialize");
-                responder.respond(initialize_response())
+                let recorded = init_state.factory.record_dir().is_some();
+                responder.respond(initialize_response(recorded))
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
             async move |request: NewSessionRequest, responder, cx| {
-                let state = Arc::clone(&new_state);
+                // The slot is taken here, in order, so concurrent `session/new`s cannot all
+                // pass the limit while their servers start.
+                let Some(state) = new_state.reserved() else {
+                    return responder.respond_with_error(new_state.limit_error());
+                };
                 tokio::spawn(async move { state.new_session(request, responder, cx).await });
                 Ok(())
             },
@@ -227,6 +320,63 @@ fn builder<F: SessionFactory>(
         .on_receive_request(
             async move |request: PromptRequest, responder, _cx| {
                 prompt_state.prompt(request, responder)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: CloseSessionRequest, responder, _cx| {
+                close_state.close(request, responder)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ListSessionsRequest, responder, _cx| match list_state
+                .list_sessions(request.cwd.as_deref())
+            {
+                Ok(sessions) => responder.respond(ListSessionsResponse::new(sessions)),
+                Err(e) => responder.respond_with_error(e),
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: LoadSessionRequest, responder, cx| {
+                let Some(state) = load_state.reserved() else {
+                    return responder.respond_with_error(load_state.limit_error());
+                };
+                tokio::spawn(async move {
+                    let loaded = state
+                        .load_session(
+                            request.session_id,
+                            request.cwd,
+                            request.mcp_servers,
+                            true,
+                            cx,
+                        )
+                        .await;
+                    state.answer_load(loaded, responder, LoadSessionResponse::new());
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ResumeSessionRequest, responder, cx| {
+                let Some(state) = resume_state.reserved() else {
+                    return responder.respond_with_error(resume_state.limit_error());
+                };
+                tokio::spawn(async move {
+                    let loaded = state
+                        .load_session(
+                            request.session_id,
+                            request.cwd,
+                            request.mcp_servers,
+                            false,
+                            cx,
+                        )
+                        .await;
+                    state.answer_load(loaded, responder, ResumeSessionResponse::new());
+                });
+                Ok(())
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -240,71 +390,185 @@ fn builder<F: SessionFactory>(
         .on_receive_dispatch(
             // Without this, a message naming a session that no handler claims would wait
             // forever in the crate's retry queue.
-            async |message: Dispatch, cx: ConnectionTo<Client>| match message {
-                Dispatch::Request(..) => {
-                    let method = message.method().to_owned();
-                    message.respond_with_error(
-                        agent_client_protocol::Error::method_not_found().data(json!(method)),
-                        cx,
-                    )
-                }
+            async |message: Dispatch, _cx: ConnectionTo<Client>| match message {
+                Dispatch::Request(request, responder) => responder.respond_with_error(
+                    agent_client_protocol::Error::method_not_found().data(json!(request.method())),
+                ),
                 Dispatch::Notification(_) => {
                     tracing::debug!(method = message.method(), "ignoring notification");
                     Ok(())
                 }
-                Dispatch::Response(result, router) => router.respond_with_result(result),
+                Dispatch::Response(result, router) => router.route_with_result(result),
             },
             agent_client_protocol::on_receive_dispatch!(),
         )
 }
 
-fn initialize_response() -> InitializeResponse {
+/// What the agent offers; loading, listing and resuming only when sessions are `recorded`.
+fn initialize_response(recorded: bool) -> InitializeResponse {
+    let mut sessions = SessionCapabilities::new().close(SessionCloseCapabilities::new());
+    if recorded {
+        sessions = sessions
+            .list(SessionListCapabilities::new())
+            .resume(SessionResumeCapabilities::new());
+    }
     InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(
             AgentCapabilities::new()
-                .load_session(false)
+                .load_session(recorded)
                 .prompt_capabilities(PromptCapabilities::new())
-                .mcp_capabilities(McpCapabilities::new().http(true).sse(false)),
+                .mcp_capabilities(McpCapabilities::new().http(true).sse(false))
+                .session_capabilities(sessions),
         )
         .agent_info(Implementation::new("hookloop", env!("CARGO_PKG_VERSION")))
 }
 
 struct AgentState<F> {
     factory: F,
+    permissions: Permissions,
+    max_sessions: usize,
+    /// Sessions open or being set up: what counts against `max_sessions`.
+    open: AtomicUsize,
     sessions: Mutex<HashMap<SessionId, SessionHandle>>,
     next_id: AtomicU64,
-    actors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    outflow: Arc<Outflow>,
 }
 
 /// The agent's side of one session: how to reach its actor.
 struct SessionHandle {
     prompts: mpsc::UnboundedSender<PromptJob>,
     cancel: CancelHandle,
-    busy: Arc<AtomicBool>,
+    /// The cancel flag of the prompt the session has accepted and not yet answered: `Some`
+    /// while the session is busy.
+    current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    actor: tokio::task::JoinHandle<()>,
+    recorded: Option<Recorded>,
 }
 
+/// Where a session is recorded, for its side file.
+struct Recorded {
+    path: PathBuf,
+    cwd: PathBuf,
+    /// Its first prompt has given the session its title.
+    titled: AtomicBool,
+}
+
+impl Recorded {
+    /// Names the session after its first prompt, in the side file (off the async threads).
+    fn title_from(&self, prompt: &str) {
+        if self.titled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (path, cwd, prompt) = (self.path.clone(), self.cwd.clone(), prompt.to_owned());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = records::write_side_file(&path, &cwd, Some(&prompt)) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot title the session");
+            }
+        });
+    }
+}
+
+impl SessionHandle {
+    /// Cancels the prompt in flight, if any, and marks it so a cancel that lands before the
+    /// session starts running it still applies to it.
+    fn cancel(&self) {
+        if let Some(flag) = lock(&self.current).as_ref() {
+            flag.store(true, Ordering::Release);
+        }
+        self.cancel.cancel();
+    }
+
+    /// Ends the session: cancels its prompt, lets its actor close it, and drops it, which shuts
+    /// its MCP servers down (each server's whole process group is killed). An actor that has
+    /// not ended within [`SHUTDOWN_GRACE`] is aborted, which drops the session all the same.
+    async fn end(self) {
+        self.cancel();
+        drop(self.prompts);
+        let mut actor = self.actor;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut actor)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a session did not end within {SHUTDOWN_GRACE:?}; aborting it");
+            actor.abort();
+            let _ = actor.await;
+        }
+    }
+}
+
+/// One accepted `session/prompt`, on its way to the session's actor.
 struct PromptJob {
     text: String,
     responder: Responder<PromptResponse>,
+    /// Set by `session/cancel` for this prompt, whenever it lands.
+    cancelled: Arc<AtomicBool>,
 }
 
 impl<F: SessionFactory> AgentState<F> {
+    /// Takes a session slot if one is free; the state, for the task that opens the session.
+    fn reserved(self: &Arc<Self>) -> Option<Arc<Self>> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_sessions).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Arc::clone(self))
+    }
+
+    /// The refusal of a session over the limit.
+    fn limit_error(&self) -> agent_client_protocol::Error {
+        let message = format!(
+            "session limit reached: {} sessions are open on this connection ({} caps it); \
+             close one with session/close first",
+            self.max_sessions,
+            AgentOptions::MAX_SESSIONS_VAR
+        );
+        error(code::INVALID_REQUEST, message)
+    }
+
+    /// Answers a `session/load` or `session/resume`, freeing its slot if it failed.
+    fn answer_load<T: agent_client_protocol::JsonRpcResponse>(
+        &self,
+        loaded: Result<(), agent_client_protocol::Error>,
+        responder: Responder<T>,
+        response: T,
+    ) {
+        let sent = match loaded {
+            Ok(()) => responder.respond(response),
+            Err(e) => {
+                self.release_slot();
+                tracing::info!(error = %e, "session not loaded");
+                responder.respond_with_error(e)
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "could not answer a session load");
+        }
+    }
+
+    fn release_slot(&self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+
     async fn new_session(
         self: Arc<Self>,
         request: NewSessionRequest,
         responder: Responder<NewSessionResponse>,
         cx: ConnectionTo<Client>,
     ) {
-        let spec = match session_spec(request) {
+        let spec = match session_spec(request.cwd, request.mcp_servers) {
             Ok(spec) => spec,
             Err(message) => {
+                self.release_slot();
                 respond_error(responder, code::INVALID_PARAMS, message);
                 return;
             }
         };
-        let mut session = match self.factory.create(spec).await {
-            Ok(session) => session,
+        let cwd = spec.cwd.clone();
+        let Created { session, record } = match self.factory.create(spec).await {
+            Ok(created) => created,
             Err(e) => {
+                self.release_slot();
                 respond_error(
                     responder,
                     code::INTERNAL_ERROR,
@@ -313,33 +577,157 @@ impl<F: SessionFactory> AgentState<F> {
                 return;
             }
         };
-        let id = SessionId::new(format!(
-            "hl-{}",
-            self.next_id.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut translator = Translator::default();
-        let (notify_id, notify_cx) = (id.clone(), cx);
-        session.add_observer(ProgressObserver::new(move |_, event| {
-            for update in translator.updates(event) {
-                // A failed send means the connection is gone; the prompt is being cancelled.
-                let _ = notify_cx
-                    .send_notification(SessionNotification::new(notify_id.clone(), update));
+        let recorded = record.and_then(|path| {
+            let id = path.file_stem()?.to_str()?.to_owned();
+            if let Err(e) = records::write_side_file(&path, &cwd, None) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the session's side file; it will not be listed");
             }
-        }));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let busy = Arc::new(AtomicBool::new(false));
-        let handle = SessionHandle {
-            prompts: tx,
-            cancel: session.cancel_handle(),
-            busy: Arc::clone(&busy),
+            Some((id, Recorded { path, cwd, titled: AtomicBool::new(false) }))
+        });
+        let (id, recorded) = match recorded {
+            Some((id, recorded)) => (SessionId::new(id), Some(recorded)),
+            None => (
+                SessionId::new(format!(
+                    "hl-{}",
+                    self.next_id.fetch_add(1, Ordering::Relaxed)
+                )),
+                None,
+            ),
         };
-        lock(&self.sessions).insert(id.clone(), handle);
-        let actor = tokio::spawn(run_session(session, rx, busy));
-        lock(&self.actors).push(actor);
+        self.install(session, id.clone(), cx, recorded);
         tracing::info!(session = %id, "session started");
         if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
             tracing::warn!(error = %e, "could not answer session/new");
         }
+    }
+
+    /// `session/load` (with `history`: the conversation is sent back first) and
+    /// `session/resume` (without): restores a recorded session and opens it.
+    async fn load_session(
+        &self,
+        id: SessionId,
+        cwd: PathBuf,
+        servers: Vec<McpServer>,
+        history: bool,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let Some(dir) = self.factory.record_dir() else {
+            return Err(error(
+                code::INVALID_REQUEST,
+                format!(
+                    "sessions are not recorded here: set {} to load them",
+                    RecordDir::ENV_VAR
+                ),
+            ));
+        };
+        if lock(&self.sessions).contains_key(&id) {
+            let message = format!("session {id} is already open on this connection");
+            return Err(error(code::INVALID_REQUEST, message));
+        }
+        let spec = session_spec(cwd, servers).map_err(|m| error(code::INVALID_PARAMS, m))?;
+        let load_error = |e: records::LoadError| {
+            error(
+                code::INVALID_PARAMS,
+                format!("cannot load session {id}: {e}"),
+            )
+        };
+        let path = records::find(dir, &id.0).map_err(load_error)?;
+        let machine = records::restore(&path).map_err(load_error)?;
+        let conversation = history.then(|| machine.history().to_vec());
+        let session = self.factory.restore(spec, machine).await.map_err(|e| {
+            error(
+                code::INTERNAL_ERROR,
+                format!("could not start the session: {e}"),
+            )
+        })?;
+        if let Some(messages) = conversation {
+            let notifier = Notifier {
+                id: id.clone(),
+                cx: cx.clone(),
+                outflow: Arc::clone(&self.outflow),
+            };
+            for update in history_updates(&messages) {
+                notifier.send(update);
+            }
+        }
+        self.install(session, id.clone(), cx, None);
+        tracing::info!(session = %id, history, "recorded session opened");
+        Ok(())
+    }
+
+    /// `session/list`: the recorded sessions, newest first.
+    fn list_sessions(
+        &self,
+        cwd: Option<&Path>,
+    ) -> Result<Vec<SessionInfo>, agent_client_protocol::Error> {
+        let Some(dir) = self.factory.record_dir() else {
+            return Ok(Vec::new());
+        };
+        let found = records::list(dir, cwd).map_err(|e| {
+            error(
+                code::INTERNAL_ERROR,
+                format!("cannot list {}: {e}", dir.display()),
+            )
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|r| SessionInfo::new(r.id, r.cwd).title(r.title))
+            .collect())
+    }
+
+    /// Watches `session` for the client and starts its actor.
+    fn install(
+        &self,
+        mut session: AgentSession<F::Llm, F::Host>,
+        id: SessionId,
+        cx: ConnectionTo<Client>,
+        recorded: Option<Recorded>,
+    ) {
+        if self.permissions == Permissions::Ask {
+            session.host().bind(Asker {
+                cx: cx.clone(),
+                session: id.clone(),
+            });
+        }
+        let kinds = Arc::new(Mutex::new(HashMap::new()));
+        session.add_observer(KindWatcher {
+            kinds: Arc::clone(&kinds),
+        });
+        let mut translator = Translator::new(session.tool_concurrency(), kinds);
+        let notifier = Notifier {
+            id: id.clone(),
+            cx,
+            outflow: Arc::clone(&self.outflow),
+        };
+        let progress = notifier.clone();
+        session.add_observer(ProgressObserver::new(move |_, event| {
+            for update in translator.updates(event) {
+                progress.send(update);
+            }
+        }));
+        let window = session.machine().policy().max_context_tokens;
+        session.add_observer(UsageReporter {
+            window,
+            purpose: Purpose::Turn,
+            notifier,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let current = Arc::new(Mutex::new(None));
+        let cancel = session.cancel_handle();
+        let actor = tokio::spawn(run_session(
+            session,
+            rx,
+            Arc::clone(&current),
+            Arc::clone(&self.outflow),
+        ));
+        let handle = SessionHandle {
+            prompts: tx,
+            cancel,
+            current,
+            actor,
+            recorded,
+        };
+        lock(&self.sessions).insert(id, handle);
     }
 
     fn prompt(
@@ -358,16 +746,26 @@ impl<F: SessionFactory> AgentState<F> {
             let message = format!("unknown session {}", request.session_id);
             return responder.respond_with_error(error(code::INVALID_PARAMS, message));
         };
-        if handle.busy.swap(true, Ordering::AcqRel) {
+        let mut current = lock(&handle.current);
+        if current.is_some() {
             let message = format!(
                 "session {} is already running a prompt; wait for it or cancel it",
                 request.session_id
             );
             return responder.respond_with_error(error(code::INVALID_REQUEST, message));
         }
-        if let Err(mpsc::error::SendError(job)) = handle.prompts.send(PromptJob { text, responder })
-        {
-            handle.busy.store(false, Ordering::Release);
+        if let Some(recorded) = &handle.recorded {
+            recorded.title_from(&text);
+        }
+        let cancelled = Arc::new(AtomicBool::new(false));
+        *current = Some(Arc::clone(&cancelled));
+        let job = PromptJob {
+            text,
+            responder,
+            cancelled,
+        };
+        if let Err(mpsc::error::SendError(job)) = handle.prompts.send(job) {
+            *current = None;
             return job
                 .responder
                 .respond_with_error(error(code::INTERNAL_ERROR, "the session has ended".into()));
@@ -377,24 +775,41 @@ impl<F: SessionFactory> AgentState<F> {
 
     fn cancel(&self, id: &SessionId) {
         match lock(&self.sessions).get(id) {
-            Some(handle) => handle.cancel.cancel(),
+            Some(handle) => handle.cancel(),
             None => tracing::debug!(session = %id, "cancel for an unknown session"),
         }
     }
 
-    /// Cancels every running prompt and ends every actor, waiting at most [`SHUTDOWN_GRACE`].
+    /// `session/close`: the session leaves the map at once (later requests naming it are
+    /// refused), and the answer comes once it has ended and its servers are shut down.
+    fn close(
+        self: &Arc<Self>,
+        request: CloseSessionRequest,
+        responder: Responder<CloseSessionResponse>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let Some(handle) = lock(&self.sessions).remove(&request.session_id) else {
+            let message = format!("unknown session {}", request.session_id);
+            return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+        };
+        let state = Arc::clone(self);
+        let id = request.session_id;
+        tokio::spawn(async move {
+            handle.end().await;
+            state.release_slot();
+            tracing::info!(session = %id, "session closed");
+            if let Err(e) = responder.respond(CloseSessionResponse::new()) {
+                tracing::debug!(error = %e, "could not answer session/close");
+            }
+        });
+        Ok(())
+    }
+
+    /// Ends every session, all at once, each within [`SHUTDOWN_GRACE`].
     async fn shut_down(&self) {
+        // Nobody reads the frames any more that would make room for the sessions to go on.
+        self.outflow.close();
         let handles: Vec<SessionHandle> = lock(&self.sessions).drain().map(|(_, h)| h).collect();
-        for handle in &handles {
-            handle.cancel.cancel();
-        }
-        // Dropping the senders lets each actor end once its prompt has.
-        drop(handles);
-        let actors: Vec<_> = lock(&self.actors).drain(..).collect();
-        let all = futures_util::future::join_all(actors);
-        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
-            tracing::warn!("sessions did not end within {SHUTDOWN_GRACE:?}");
-        }
+        futures_util::future::join_all(handles.into_iter().map(SessionHandle::end)).await;
     }
 }
 
@@ -402,13 +817,20 @@ impl<F: SessionFactory> AgentState<F> {
 async fn run_session<L: LlmClient, H: ToolHost>(
     mut session: Session<L, H>,
     mut jobs: mpsc::UnboundedReceiver<PromptJob>,
-    busy: Arc<AtomicBool>,
+    current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    outflow: Arc<Outflow>,
 ) {
-    while let Some(PromptJob { text, responder }) = jobs.recv().await {
-        let result = session.prompt(text).await;
+    let cancel = session.cancel_handle();
+    while let Some(PromptJob {
+        text,
+        responder,
+        cancelled,
+    }) = jobs.recv().await
+    {
+        let result = run_prompt(&mut session, text, &cancelled, &cancel, &outflow).await;
         // Free the session before answering, so a client that prompts again as soon as it has
         // the answer is not told the session is busy.
-        busy.store(false, Ordering::Release);
+        *lock(&current) = None;
         let sent = match result {
             Ok(stop) => responder.respond(PromptResponse::new(stop_reason(stop))),
             Err(e) => {
@@ -425,6 +847,203 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }
 }
 
+/// Keeps each model-facing tool's [`ToolKind`] as the session's catalog changes.
+struct KindWatcher {
+    kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
+}
+
+impl Observer for KindWatcher {
+    fn on_fact(&mut self, _at: Duration, fact: &Input) {
+        let Input::CatalogChanged { catalog } = fact else {
+            return;
+        };
+        let kinds = catalog
+            .servers
+            .iter()
+            .flat_map(|s| {
+                s.tools.iter().map(|t| {
+                    let name = crate::hooks::qualify(s.server.as_str(), &t.name);
+                    (name, tool_kind(t.hints))
+                })
+            })
+            .collect();
+        *lock(&self.kinds) = kinds;
+    }
+}
+
+/// A call's kind from its server's hints: a read-only tool reads (or fetches, when it reaches
+/// outside the machine), one that changes things edits; with no hints it is `other`. MCP's
+/// annotations say nothing that would tell a search, a move or a command apart.
+fn tool_kind(hints: ToolHints) -> ToolKind {
+    match (hints.read_only, hints.destructive, hints.open_world) {
+        (Some(true), _, Some(true)) => ToolKind::Fetch,
+        (Some(true), _, _) => ToolKind::Read,
+        (Some(false), _, _) | (None, Some(true), _) => ToolKind::Edit,
+        (None, Some(false) | None, _) => ToolKind::Other,
+    }
+}
+
+/// Sends one session's updates to the client, counting each in the [`Outflow`].
+#[derive(Clone)]
+struct Notifier {
+    id: SessionId,
+    cx: ConnectionTo<Client>,
+    outflow: Arc<Outflow>,
+}
+
+impl Notifier {
+    fn send(&self, update: SessionUpdate) {
+        self.outflow.sent();
+        // A failed send means the connection is gone; the prompt is being cancelled.
+        let _ = self
+            .cx
+            .send_notification(SessionNotification::new(self.id.clone(), update));
+    }
+}
+
+/// Reports, after each model reply of a turn, how much of the context window the session
+/// uses (`usage_update`): the reply's input and output tokens, as the provider counted them.
+/// A compaction summary's reply is not reported (its input is the context being dropped),
+/// nor a reply without a usable count.
+struct UsageReporter {
+    window: u64,
+    purpose: Purpose,
+    notifier: Notifier,
+}
+
+impl Observer for UsageReporter {
+    fn on_effect(&mut self, _at: Duration, effect: &Effect) {
+        if let Effect::CallLlm { purpose, .. } = effect {
+            self.purpose = *purpose;
+        }
+    }
+
+    fn on_fact(&mut self, _at: Duration, fact: &Input) {
+        let Input::LlmReplied { reply } = fact else {
+            return;
+        };
+        let Some(usage) = reply.usage.filter(|u| u.input_tokens > 0) else {
+            return;
+        };
+        if self.purpose == Purpose::Turn {
+            let used = usage.input_tokens.saturating_add(usage.output_tokens);
+            self.notifier
+                .send(SessionUpdate::UsageUpdate(UsageUpdate::new(
+                    used,
+                    self.window,
+                )));
+        }
+    }
+}
+
+/// Runs one prompt, stepping it only while the client reads what it is sent.
+///
+/// A session takes every cancel sent before a prompt starts as meant for an earlier one (it
+/// marks them seen on the prompt's first step), so a `session/cancel` that landed while this
+/// prompt waited in the queue is sent again right after that first step.
+async fn run_prompt<L: LlmClient, H: ToolHost>(
+    session: &mut Session<L, H>,
+    text: String,
+    cancelled: &AtomicBool,
+    cancel: &CancelHandle,
+    outflow: &Outflow,
+) -> Result<PromptStop, SessionError> {
+    let mut run = std::pin::pin!(session.prompt(text));
+    let mut started = false;
+    std::future::poll_fn(|cx| {
+        if outflow.poll_room(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let poll = run.as_mut().poll(cx);
+        if !started {
+            started = true;
+            if poll.is_pending() && cancelled.load(Ordering::Acquire) {
+                cancel.cancel();
+            }
+        }
+        poll
+    })
+    .await
+}
+
+/// Frames handed to the protocol crate and not yet written out: what a client that stops
+/// reading makes the agent hold.
+///
+/// Session updates count one each when sent; every written line counts one off (never below
+/// zero). Sessions are stepped only while the count is under the cap, so a client that does not
+/// read leaves at most the cap plus one step's updates queued, and nothing is dropped: the
+/// sessions wait instead. Other frames written meanwhile (replies) count off too, which only
+/// ever lets a client that reads some of its frames get a few more.
+struct Outflow {
+    queued: AtomicUsize,
+    cap: usize,
+    /// The writer ended: nothing will make room any more, so nobody waits.
+    closed: AtomicBool,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+impl Outflow {
+    fn new(cap: usize) -> Self {
+        Self {
+            queued: AtomicUsize::new(0),
+            cap: cap.max(1),
+            closed: AtomicBool::new(false),
+            waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A session update was handed to the protocol crate.
+    fn sent(&self) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A line was written to the client.
+    fn wrote(&self) {
+        let _ = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if !self.full() {
+            self.wake_all();
+        }
+    }
+
+    /// The writer is gone; stop holding sessions back.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake_all();
+    }
+
+    fn full(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && self.queued.load(Ordering::Acquire) >= self.cap
+    }
+
+    /// Ready when a session may take its next step.
+    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.full() {
+            return Poll::Ready(());
+        }
+        {
+            let mut waiters = lock(&self.waiters);
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+        }
+        // Room may have been made between the check and the registration.
+        if self.full() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    fn wake_all(&self) {
+        let waiters = std::mem::take(&mut *lock(&self.waiters));
+        for waker in waiters {
+            waker.wake();
+        }
+    }
+}
+
 fn stop_reason(stop: PromptStop) -> StopReason {
     match stop {
         PromptStop::EndTurn => StopReason::EndTurn,
@@ -437,16 +1056,13 @@ fn stop_reason(stop: PromptStop) -> StopReason {
     }
 }
 
-/// The engine's view of a `session/new`, or what is wrong with it.
-fn session_spec(request: NewSessionRequest) -> Result<SessionSpec, String> {
-    if !request.cwd.is_absolute() {
-        return Err(format!(
-            "cwd must be an absolute path, got {:?}",
-            request.cwd
-        ));
+/// The engine's view of a session's `cwd` and `mcpServers`, or what is wrong with them.
+fn session_spec(cwd: PathBuf, mcp_servers: Vec<McpServer>) -> Result<SessionSpec, String> {
+    if !cwd.is_absolute() {
+        return Err(format!("cwd must be an absolute path, got {cwd:?}"));
     }
-    let mut servers = Vec::with_capacity(request.mcp_servers.len());
-    for server in request.mcp_servers {
+    let mut servers = Vec::with_capacity(mcp_servers.len());
+    for server in mcp_servers {
         let spec = match server {
             McpServer::Stdio(s) => ServerSpec::Stdio {
                 name: server_name(s.name)?,
@@ -477,10 +1093,7 @@ fn session_spec(request: NewSessionRequest) -> Result<SessionSpec, String> {
         }
         servers.push(spec);
     }
-    Ok(SessionSpec {
-        cwd: request.cwd,
-        servers,
-    })
+    Ok(SessionSpec { cwd, servers })
 }
 
 fn server_name(name: String) -> Result<ServerName, String> {
@@ -518,12 +1131,58 @@ fn unsupported(index: usize, kind: &str) -> String {
 }
 
 /// Turns progress events into session updates, numbering the synthetic tool calls.
-#[derive(Default)]
 struct Translator {
     next: u64,
+    /// Each model-facing tool's kind, from its server's hints.
+    kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
+    /// How many calls of one reply the session runs at once.
+    concurrency: usize,
+    /// Calls running now.
+    running: HashSet<String>,
+    /// Calls waiting for a free slot, in the order the session starts them.
+    waiting: VecDeque<String>,
 }
 
 impl Translator {
+    fn new(concurrency: usize, kinds: Arc<Mutex<HashMap<String, ToolKind>>>) -> Self {
+        Self {
+            next: 0,
+            kinds,
+            concurrency: concurrency.max(1),
+            running: HashSet::new(),
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// A call of a reply: `in_progress` if the session starts it now, else it stays `pending`
+    /// until one ends. This follows the session's rule for a reply's calls: the first
+    /// `concurrency` start at once, and each call that ends starts the next one waiting.
+    fn call_requested(&mut self, id: String) -> Option<SessionUpdate> {
+        if self.running.len() < self.concurrency && self.waiting.is_empty() {
+            self.running.insert(id.clone());
+            Some(in_progress(id))
+        } else {
+            self.waiting.push_back(id);
+            None
+        }
+    }
+
+    /// A call ended: the next one waiting starts, unless the prompt itself is ending (its
+    /// calls are then reported cancelled, and none starts).
+    fn call_ended(&mut self, id: &str, output: &str, is_error: bool) -> Option<SessionUpdate> {
+        if let Some(at) = self.waiting.iter().position(|w| w == id) {
+            self.waiting.remove(at);
+            return None;
+        }
+        self.running.remove(id);
+        if is_error && output == CANCELLED_OUTPUT {
+            return None;
+        }
+        let next = self.waiting.pop_front()?;
+        self.running.insert(next.clone());
+        Some(in_progress(next))
+    }
+
     fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
         match event {
             Event::Thinking { summary: false }
@@ -541,18 +1200,21 @@ impl Translator {
                 id,
                 name,
                 arguments,
-            } => vec![
-                SessionUpdate::ToolCall(
+            } => {
+                let kind = lock(&self.kinds)
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(ToolKind::Other);
+                let call = SessionUpdate::ToolCall(
                     ToolCall::new(id.clone(), name)
-                        .kind(ToolKind::Other)
+                        .kind(kind)
                         .status(ToolCallStatus::Pending)
                         .raw_input(arguments),
-                ),
-                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    id,
-                    ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
-                )),
-            ],
+                );
+                std::iter::once(call)
+                    .chain(self.call_requested(id))
+                    .collect()
+            }
             Event::ToolFinished {
                 id,
                 is_error,
@@ -564,12 +1226,15 @@ impl Translator {
                 } else {
                     ToolCallStatus::Completed
                 };
-                vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                let next = self.call_ended(&id, &output, is_error);
+                let done = SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
                     id,
                     ToolCallUpdateFields::new()
                         .status(status)
+                        .raw_output(json!({"text": output, "isError": is_error}))
                         .content(vec![ToolCallContent::from(output)]),
-                ))]
+                ));
+                std::iter::once(done).chain(next).collect()
             }
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
@@ -653,6 +1318,59 @@ impl Translator {
     }
 }
 
+/// A restored conversation as the updates that would have shown it: each user message as a
+/// `user_message_chunk`, the model's text as an `agent_message_chunk`, and each tool call as a
+/// `tool_call` ended with its recorded result. A compacted session shows its context as the
+/// machine holds it: the summary first, as the user message it is.
+fn history_updates(messages: &[Message]) -> Vec<SessionUpdate> {
+    let mut updates = Vec::new();
+    for message in messages {
+        match message {
+            Message::User { text } => updates.push(SessionUpdate::UserMessageChunk(
+                ContentChunk::new(ContentBlock::from(text.clone())),
+            )),
+            Message::Assistant { text, tool_calls } => {
+                if !text.trim().is_empty() {
+                    updates.push(SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                        ContentBlock::from(text.clone()),
+                    )));
+                }
+                for call in tool_calls {
+                    updates.push(SessionUpdate::ToolCall(
+                        ToolCall::new(call.id.to_string(), call.name.clone())
+                            .kind(ToolKind::Other)
+                            .status(ToolCallStatus::InProgress)
+                            .raw_input(call.arguments.clone()),
+                    ));
+                }
+            }
+            Message::ToolResult { call_id, output } => {
+                let status = if output.is_error {
+                    ToolCallStatus::Failed
+                } else {
+                    ToolCallStatus::Completed
+                };
+                let text = output.joined_text();
+                updates.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    call_id.to_string(),
+                    ToolCallUpdateFields::new()
+                        .status(status)
+                        .raw_output(json!({"text": text, "isError": output.is_error}))
+                        .content(vec![ToolCallContent::from(text)]),
+                )));
+            }
+        }
+    }
+    updates
+}
+
+fn in_progress(id: String) -> SessionUpdate {
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id,
+        ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+    ))
+}
+
 fn thought(text: &str) -> SessionUpdate {
     SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::from(text)))
 }
@@ -675,7 +1393,7 @@ fn respond_error<T: agent_client_protocol::JsonRpcResponse>(
 /// The incoming side: frames as lines for the protocol crate, oversized frames answered here.
 fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
     reader: FrameReader<R>,
-    out: mpsc::UnboundedSender<String>,
+    out: mpsc::Sender<String>,
     eof: oneshot::Sender<std::io::Result<()>>,
 ) -> impl futures_util::Stream<Item = std::io::Result<String>> + Send + 'static {
     futures_util::stream::unfold(
@@ -685,15 +1403,19 @@ fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
                 Ok(Some(Frame::Line(line))) => return Some((Ok(line), (reader, out, eof))),
                 Ok(Some(Frame::Oversized { id, len })) => {
                     tracing::warn!(len, ?id, "refused an oversized frame");
-                    let reply = json!({
-                        "jsonrpc": "2.0",
-                        "id": id,
-                        "error": {
-                            "code": code::INVALID_REQUEST,
-                            "message": format!("frame of {len} bytes exceeds the {} byte limit", reader.max()),
-                        },
-                    });
-                    let _ = out.send(reply.to_string());
+                    let message = format!(
+                        "frame of {len} bytes exceeds the {} byte limit",
+                        reader.max()
+                    );
+                    refuse_frame(&out, id, code::INVALID_REQUEST, message).await;
+                }
+                Ok(Some(Frame::NotUtf8 { id, valid_up_to })) => {
+                    tracing::warn!(?id, valid_up_to, "refused a frame that is not UTF-8");
+                    let message = format!(
+                        "parse error: the frame is not valid UTF-8 (invalid byte at offset \
+                         {valid_up_to})"
+                    );
+                    refuse_frame(&out, id, code::PARSE_ERROR, message).await;
                 }
                 // End of input is the end of the connection: tell `serve`, which winds down.
                 // The stream itself stays open so the protocol crate does not race it.
@@ -715,15 +1437,40 @@ fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
     .boxed()
 }
 
+/// An error reply to a frame refused before the protocol crate saw it: the one reply this
+/// module writes itself, since the crate never sees the frame. The id is `null` when the
+/// frame's first bytes do not show one.
+async fn refuse_frame(out: &mpsc::Sender<String>, id: Option<Value>, code: i32, message: String) {
+    let reply = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    });
+    // The writer is gone only when the connection is: nobody is left to tell.
+    let _ = out.send(reply.to_string()).await;
+}
+
 /// Writes each outgoing frame as one line, flushing after each so a client sees it at once.
 async fn write_lines(
+    output: impl AsyncWrite + Unpin,
+    lines: mpsc::Receiver<String>,
+    outflow: Arc<Outflow>,
+) -> std::io::Result<()> {
+    let written = write_each(output, lines, &outflow).await;
+    outflow.close();
+    written
+}
+
+async fn write_each(
     mut output: impl AsyncWrite + Unpin,
-    mut lines: mpsc::UnboundedReceiver<String>,
+    mut lines: mpsc::Receiver<String>,
+    outflow: &Outflow,
 ) -> std::io::Result<()> {
     while let Some(mut line) = lines.recv().await {
         line.push('\n');
         output.write_all(line.as_bytes()).await?;
         output.flush().await?;
+        outflow.wrote();
     }
     Ok(())
 }

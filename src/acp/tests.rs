@@ -31,7 +31,7 @@ fn session_specs_check_names_and_transports() {
         ]
     }))
     .unwrap();
-    let spec = session_spec(request).unwrap();
+    let spec = session_spec(request.cwd, request.mcp_servers).unwrap();
     assert_eq!(spec.servers.len(), 2);
     assert!(
         matches!(&spec.servers[0], ServerSpec::Stdio { env, .. } if env == &[("A".to_owned(), "1".to_owned())])
@@ -49,14 +49,17 @@ fn session_specs_check_names_and_transports() {
         json!({"cwd": "/w", "mcpServers": [{"type": "sse", "name": "s", "url": "http://x", "headers": []}]}),
     ] {
         let request: NewSessionRequest = serde_json::from_value(bad.clone()).unwrap();
-        assert!(session_spec(request).is_err(), "{bad}");
+        assert!(
+            session_spec(request.cwd, request.mcp_servers).is_err(),
+            "{bad}"
+        );
     }
 }
 
 #[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
-    let mut translator = Translator::default();
+    let mut translator = Translator::new(1, Arc::default());
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
 
     let injected = json(translator.updates(Event::PostCompactInjected {
@@ -143,7 +146,7 @@ mod wire {
 
     /// Hands out prepared sessions, one per `session/new`, and records the specs.
     struct Prepared {
-        sessions: StdMutex<Vec<Session<ScriptedLlm, InProcessHost>>>,
+        sessions: StdMutex<Vec<Session<ScriptedLlm, Gated<InProcessHost>>>>,
         specs: StdMutex<Vec<SessionSpec>>,
     }
 
@@ -155,13 +158,28 @@ mod wire {
         async fn create(
             &self,
             spec: SessionSpec,
-        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
+        ) -> Result<Created<ScriptedLlm, InProcessHost>, String> {
             self.specs.lock().unwrap().push(spec);
             let mut sessions = self.sessions.lock().unwrap();
             if sessions.is_empty() {
                 return Err("no more sessions".into());
             }
-            Ok(sessions.remove(0))
+            Ok(Created {
+                session: sessions.remove(0),
+                record: None,
+            })
+        }
+
+        async fn restore(
+            &self,
+            _spec: SessionSpec,
+            _machine: Machine,
+        ) -> Result<Session<ScriptedLlm, Gated<InProcessHost>>, String> {
+            Err("these tests record nothing".into())
+        }
+
+        fn record_dir(&self) -> Option<&std::path::Path> {
+            None
         }
     }
 
@@ -175,8 +193,21 @@ mod wire {
     }
 
     fn start(
-        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
+        sessions: Vec<Session<ScriptedLlm, Gated<InProcessHost>>>,
         max_frame_bytes: usize,
+    ) -> (Peer, Arc<Prepared>) {
+        let options = AgentOptions {
+            max_frame_bytes,
+            ..AgentOptions::default()
+        };
+        start_with(sessions, options, 1 << 16)
+    }
+
+    /// An agent with these options, writing to a pipe that holds `pipe` bytes.
+    fn start_with(
+        sessions: Vec<Session<ScriptedLlm, Gated<InProcessHost>>>,
+        options: AgentOptions,
+        pipe: usize,
     ) -> (Peer, Arc<Prepared>) {
         let factory = Arc::new(Prepared {
             sessions: StdMutex::new(sessions),
@@ -184,13 +215,8 @@ mod wire {
         });
         // One pipe each way: the client writes `tx`, the agent reads its other end, and so on.
         let (tx, agent_in) = tokio::io::duplex(1 << 16);
-        let (agent_out, rx) = tokio::io::duplex(1 << 16);
-        let agent = tokio::spawn(serve(
-            Arc::clone(&factory),
-            AgentOptions { max_frame_bytes },
-            agent_in,
-            agent_out,
-        ));
+        let (agent_out, rx) = tokio::io::duplex(pipe);
+        let agent = tokio::spawn(serve(Arc::clone(&factory), options, agent_in, agent_out));
         let peer = Peer {
             tx,
             rx: tokio::io::BufReader::new(rx).lines(),
@@ -292,6 +318,15 @@ mod wire {
         }
     }
 
+    /// A session whose host asks before destructive tools, as the agent's factories build it.
+    fn session(
+        config: Config,
+        llm: ScriptedLlm,
+        host: InProcessHost,
+    ) -> Session<ScriptedLlm, Gated<InProcessHost>> {
+        Session::new(config, llm, Gated::new(host))
+    }
+
     fn config() -> Config {
         Config::builder()
             .hook_servers(HookServers::All)
@@ -323,8 +358,13 @@ mod wire {
         assert_eq!(result["protocolVersion"], 1);
         assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["http"], true);
         assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["sse"], false);
+        // These tests record nothing: nothing could be loaded, listed or resumed.
         assert_eq!(result["agentCapabilities"]["loadSession"], false);
+        let sessions = &result["agentCapabilities"]["sessionCapabilities"];
+        assert!(sessions["close"].is_object(), "{result}");
+        assert!(sessions.get("list").is_none() && sessions.get("resume").is_none());
         assert_eq!(result["agentInfo"]["name"], "hookloop");
+        assert_eq!(result["agentInfo"]["version"], env!("CARGO_PKG_VERSION"));
     }
 
     #[tokio::test]
@@ -339,10 +379,8 @@ mod wire {
             Hook::Stop,
             [HookStep::Say("1 open: write tests".into())],
         );
-        let (mut peer, factory) = start(
-            vec![Session::new(config(), llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, factory) =
+            start(vec![session(config(), llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         assert_eq!(factory.specs.lock().unwrap()[0].cwd, PathBuf::from("/tmp"));
@@ -386,10 +424,318 @@ mod wire {
     }
 
     #[tokio::test]
+    async fn calls_queued_behind_the_concurrency_limit_stay_pending_until_they_start() {
+        let llm = ScriptedLlm::new([
+            Step::tools(
+                1,
+                &[
+                    ("fs__read", json!({"n": 1})),
+                    ("fs__read", json!({"n": 2})),
+                    ("fs__read", json!({"n": 3})),
+                ],
+            ),
+            Step::text("done"),
+        ]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_millis(20));
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .tool_concurrency(1)
+            .build()
+            .unwrap();
+        let (mut peer, _) = start(vec![session(config, llm, host)], DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        let calls: Vec<String> = updates
+            .iter()
+            .zip(kinds(&updates))
+            .filter(|(u, _)| u["update"]["toolCallId"].is_string())
+            .map(|(u, kind)| format!("{} {kind}", u["update"]["toolCallId"].as_str().unwrap()))
+            .collect();
+        // One at a time: each call starts only once the one before it has ended.
+        let ids: Vec<String> = updates
+            .iter()
+            .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
+            .map(|u| u["update"]["toolCallId"].as_str().unwrap().to_owned())
+            .collect();
+        let [a, b, c] = &ids[..] else {
+            panic!("{calls:?}")
+        };
+        assert_eq!(
+            calls,
+            [
+                format!("{a} tool_call:pending"),
+                format!("{a} tool_call_update:in_progress"),
+                format!("{b} tool_call:pending"),
+                format!("{c} tool_call:pending"),
+                format!("{a} tool_call_update:completed"),
+                format!("{b} tool_call_update:in_progress"),
+                format!("{b} tool_call_update:completed"),
+                format!("{c} tool_call_update:in_progress"),
+                format!("{c} tool_call_update:completed"),
+            ]
+        );
+        assert_eq!(
+            updates
+                .iter()
+                .find(|u| u["update"]["status"] == "completed")
+                .unwrap()["update"]["rawOutput"]["isError"],
+            false
+        );
+    }
+
+    #[tokio::test]
+    async fn queued_calls_of_a_cancelled_prompt_never_show_as_started() {
+        let llm = ScriptedLlm::new([Step::tools(
+            1,
+            &[("fs__read", json!({"n": 1})), ("fs__read", json!({"n": 2}))],
+        )]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_secs(3600));
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .tool_concurrency(1)
+            .build()
+            .unwrap();
+        let (mut peer, _) = start(vec![session(config, llm, host)], DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+        let kinds = kinds(&updates);
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| *k == "tool_call_update:in_progress")
+                .count(),
+            1,
+            "{kinds:?}"
+        );
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| *k == "tool_call_update:failed")
+                .count(),
+            2,
+            "{kinds:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_reply_of_a_turn_reports_the_context_used_against_the_window() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__read", json!({}))]).with_input_tokens(1200),
+            Step::text("done").with_input_tokens(1500),
+        ]);
+        let host = InProcessHost::new().tool("fs", "read", echo);
+        let session = session(config(), llm, host);
+        let window = session.machine().policy().max_context_tokens;
+        let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (_, updates) = peer.reply(id).await;
+        let usage: Vec<(u64, u64)> = updates
+            .iter()
+            .filter(|u| u["update"]["sessionUpdate"] == "usage_update")
+            .map(|u| {
+                let u = &u["update"];
+                (u["used"].as_u64().unwrap(), u["size"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(usage, [(1210, window), (1510, window)]);
+    }
+
+    #[tokio::test]
+    async fn tool_calls_carry_the_kind_their_servers_hints_give() {
+        use crate::machine::ToolHints;
+        let hint = |read_only, destructive, open_world| ToolHints {
+            read_only,
+            destructive,
+            open_world,
+        };
+        let llm = ScriptedLlm::new([
+            Step::tools(
+                1,
+                &[
+                    ("fs__read", json!({})),
+                    ("fs__write", json!({})),
+                    ("web__get", json!({})),
+                    ("misc__run", json!({})),
+                ],
+            ),
+            Step::text("done"),
+        ]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool("fs", "write", echo)
+            .tool("web", "get", echo)
+            .tool("misc", "run", echo)
+            .hints("fs", "read", hint(Some(true), None, Some(false)))
+            .hints("fs", "write", hint(Some(false), Some(true), None))
+            .hints("web", "get", hint(Some(true), None, Some(true)));
+        // Not asking: the destructive `fs__write` would wait for an answer.
+        let options = AgentOptions {
+            permissions: Permissions::Never,
+            ..AgentOptions::default()
+        };
+        let (mut peer, _) = start_with(vec![session(config(), llm, host)], options, 1 << 16);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (_, updates) = peer.reply(id).await;
+        let kinds: Vec<(String, String)> = updates
+            .iter()
+            .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
+            .map(|u| {
+                let u = &u["update"];
+                let kind = u["kind"].as_str().unwrap_or("other").to_owned();
+                (u["title"].as_str().unwrap().to_owned(), kind)
+            })
+            .collect();
+        let expected = [
+            ("fs__read", "read"),
+            ("fs__write", "edit"),
+            ("web__get", "fetch"),
+            ("misc__run", "other"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(kinds, expected);
+    }
+
+    /// Runs `prompt` on a fresh session, answering each permission request with `answer`
+    /// (an option id); returns the requests, the updates and the prompt's reply.
+    async fn prompt_answering(peer: &mut Peer, answer: &str) -> (Vec<Value>, Vec<Value>, Value) {
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+        let (mut asked, mut updates) = (Vec::new(), Vec::new());
+        loop {
+            let frame = peer.read().await;
+            if frame["method"] == "session/request_permission" {
+                let reply = json!({"jsonrpc": "2.0", "id": frame["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": answer}}});
+                peer.send_raw(&reply.to_string()).await;
+                asked.push(frame["params"].clone());
+            } else if frame["method"] == "session/update" {
+                updates.push(frame["params"].clone());
+            } else if frame["id"] == json!(id) {
+                return (asked, updates, frame);
+            }
+        }
+    }
+
+    fn destructive_session(
+        llm: ScriptedLlm,
+    ) -> (Session<ScriptedLlm, Gated<InProcessHost>>, InProcessHost) {
+        let host = InProcessHost::new()
+            .tool("fs", "rm", echo)
+            .tool("fs", "read", echo)
+            .hints(
+                "fs",
+                "rm",
+                crate::machine::ToolHints {
+                    destructive: Some(true),
+                    ..Default::default()
+                },
+            );
+        (session(config(), llm, host.clone()), host)
+    }
+
+    fn tools_run(host: &InProcessHost) -> Vec<String> {
+        host.log()
+            .into_iter()
+            .filter_map(|e| match e {
+                crate::testing::HostEvent::Tool { name, .. } => Some(name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_destructive_tool_asks_first_and_always_reject_is_remembered_for_the_session() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__rm", json!({"path": "/"}))]),
+            Step::tools(2, &[("fs__rm", json!({"path": "/tmp"}))]),
+            Step::tools(3, &[("fs__read", json!({}))]),
+            Step::text("done"),
+        ]);
+        let (session, host) = destructive_session(llm.clone());
+        let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
+        let (asked, updates, reply) = prompt_answering(&mut peer, "reject_always").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        // Asked once: the second call of the same tool takes the standing answer.
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0]["toolCall"]["title"], "fs__rm");
+        assert_eq!(asked[0]["toolCall"]["rawInput"], json!({"path": "/"}));
+        let kinds: Vec<&str> = asked[0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["allow_once", "allow_always", "reject_once", "reject_always"]
+        );
+        // Neither call ran; each was answered with an error result, which the model saw.
+        assert_eq!(tools_run(&host), ["fs__read"]);
+        let failed = updates
+            .iter()
+            .filter(|u| u["update"]["status"] == "failed")
+            .count();
+        assert_eq!(failed, 2, "{updates:?}");
+        let seen = format!("{:?}", llm.requests());
+        assert!(
+            seen.contains("the user rejected this call of fs__rm"),
+            "{seen}"
+        );
+    }
+
+    #[tokio::test]
+    async fn allow_once_runs_the_call_and_asks_again_next_time() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__rm", json!({}))]),
+            Step::tools(2, &[("fs__rm", json!({}))]),
+            Step::text("done"),
+        ]);
+        let (session, host) = destructive_session(llm);
+        let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
+        let (asked, _, reply) = prompt_answering(&mut peer, "allow_once").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert_eq!(asked.len(), 2);
+        assert_eq!(tools_run(&host), ["fs__rm", "fs__rm"]);
+    }
+
+    #[tokio::test]
+    async fn with_permissions_off_destructive_tools_run_without_asking() {
+        let llm = ScriptedLlm::new([Step::tools(1, &[("fs__rm", json!({}))]), Step::text("done")]);
+        let (session, host) = destructive_session(llm);
+        let options = AgentOptions {
+            permissions: Permissions::Never,
+            ..AgentOptions::default()
+        };
+        let (mut peer, _) = start_with(vec![session], options, 1 << 16);
+        let (asked, _, reply) = prompt_answering(&mut peer, "reject_once").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert!(asked.is_empty());
+        assert_eq!(tools_run(&host), ["fs__rm"]);
+    }
+
+    #[tokio::test]
     async fn a_busy_session_refuses_a_second_prompt_and_cancel_frees_it() {
         let llm = ScriptedLlm::new([Step::Hang, Step::text("fresh")]);
         let (mut peer, _) = start(
-            vec![Session::new(config(), llm, InProcessHost::new())],
+            vec![session(config(), llm, InProcessHost::new())],
             DEFAULT_MAX_FRAME_BYTES,
         );
         peer.initialize().await;
@@ -427,10 +773,7 @@ mod wire {
         let host = InProcessHost::new()
             .tool("fs", "read", echo)
             .tool_delay(Duration::from_secs(3600));
-        let (mut peer, _) = start(
-            vec![Session::new(config(), llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, _) = start(vec![session(config(), llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -457,10 +800,7 @@ mod wire {
             .hook_timeout(Duration::from_secs(3600))
             .build()
             .unwrap();
-        let (mut peer, _) = start(
-            vec![Session::new(config, llm, host)],
-            DEFAULT_MAX_FRAME_BYTES,
-        );
+        let (mut peer, _) = start(vec![session(config, llm, host)], DEFAULT_MAX_FRAME_BYTES);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -481,12 +821,12 @@ mod wire {
 
     #[tokio::test]
     async fn sessions_run_concurrently_and_independently() {
-        let slow = Session::new(
+        let slow = session(
             config(),
             ScriptedLlm::new([Step::Hang]),
             InProcessHost::new(),
         );
-        let fast = Session::new(
+        let fast = session(
             config(),
             ScriptedLlm::new([Step::text("quick")]),
             InProcessHost::new(),
@@ -528,6 +868,12 @@ mod wire {
                 .contains("1024 byte limit")
         );
 
+        // The protocol crate refuses every request before `initialize` has been answered.
+        let (reply, _) = peer.call("no/such/method", json!({})).await;
+        assert_eq!(reply["error"]["code"], -32600, "{reply}");
+        let reply = peer.initialize().await;
+        assert_eq!(reply["result"]["protocolVersion"], 1);
+
         let (reply, _) = peer.call("no/such/method", json!({})).await;
         assert_eq!(reply["error"]["code"], -32601, "{reply}");
 
@@ -547,37 +893,282 @@ mod wire {
 
         let (reply, _) = peer.call("session/prompt", json!({"sessionId": 5})).await;
         assert_eq!(reply["error"]["code"], -32602, "{reply}");
-
-        let reply = peer.initialize().await;
-        assert_eq!(reply["result"]["protocolVersion"], 1);
     }
 
     #[tokio::test]
-    async fn an_oversized_frame_does_not_disturb_a_running_prompt() {
+    async fn an_oversized_frame_is_refused_while_a_prompt_runs_and_the_prompt_goes_on() {
+        // The tool never ends on its own: the prompt is still running when the refusal comes.
         let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))]), Step::text("ok")]);
         let host = InProcessHost::new()
             .tool("fs", "read", echo)
-            .tool_delay(Duration::from_millis(200));
-        let (mut peer, _) = start(vec![Session::new(config(), llm, host)], 2048);
+            .tool_delay(Duration::from_secs(3600));
+        let (mut peer, _) = start(vec![session(config(), llm, host)], 2048);
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
         peer.send_raw(&format!(r#"{{"id":"big","x":"{}"}}"#, "y".repeat(10_000)))
             .await;
+        loop {
+            let frame = peer.read().await;
+            assert_ne!(frame["id"], json!(id), "the prompt ended first: {frame}");
+            if frame["id"] == "big" {
+                assert_eq!(frame["error"]["code"], -32600, "{frame}");
+                break;
+            }
+        }
+        // The prompt is unharmed: it is still running, and a cancel ends it as it should.
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
         let (reply, updates) = peer.reply(id).await;
-        assert_eq!(reply["result"]["stopReason"], "end_turn");
-        assert_eq!(updates.last().unwrap()["update"]["content"]["text"], "ok");
-        assert!(
-            peer.backlog
-                .iter()
-                .any(|f| f["id"] == "big" && f["error"]["code"] == -32600)
+        assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+        assert!(kinds(&updates).contains(&"tool_call_update:failed".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_is_not_utf8_is_a_parse_error_and_reaches_no_session() {
+        let llm = ScriptedLlm::new([Step::text("ok")]);
+        let (mut peer, _) = start(
+            vec![session(config(), llm.clone(), InProcessHost::new())],
+            DEFAULT_MAX_FRAME_BYTES,
         );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":"caf"#
+        );
+        let mut bytes = frame.into_bytes();
+        bytes.extend_from_slice(b"\xe9\"}]}}\n");
+        peer.tx.write_all(&bytes).await.unwrap();
+        let reply = peer.read().await;
+        assert_eq!(reply["id"], 9, "{reply}");
+        assert_eq!(reply["error"]["code"], -32700, "{reply}");
+        assert!(
+            llm.requests().is_empty(),
+            "an altered prompt reached the model"
+        );
+
+        // The connection and the session go on.
+        let id = peer.prompt(&session, "café").await;
+        let (reply, _) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn");
+        assert_eq!(llm.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_sent_right_after_a_prompt_always_cancels_it() {
+        const ROUNDS: usize = 50;
+        let sessions = (0..ROUNDS)
+            .map(|_| {
+                let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))])]);
+                let host = InProcessHost::new()
+                    .tool("fs", "read", echo)
+                    .tool_delay(Duration::from_secs(3600));
+                session(config(), llm, host)
+            })
+            .collect();
+        let (mut peer, _) = start(sessions, DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        for round in 0..ROUNDS {
+            let session = peer.new_session().await;
+            // Both frames in one write: the cancel lands while the prompt is still queued.
+            peer.next_id += 1;
+            let id = peer.next_id;
+            let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+                "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}});
+            let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel",
+                "params": {"sessionId": session}});
+            peer.send_raw(&format!("{prompt}\n{cancel}")).await;
+            let (reply, _) = peer.reply(id).await;
+            assert_eq!(
+                reply["result"]["stopReason"], "cancelled",
+                "round {round}: {reply}"
+            );
+            let (reply, _) = peer
+                .call("session/close", json!({"sessionId": session}))
+                .await;
+            assert!(reply.get("result").is_some(), "{reply}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_with_no_prompt_running_does_not_cancel_the_next_prompt() {
+        let llm = ScriptedLlm::new([Step::text("fine")]);
+        let (mut peer, _) = start(
+            vec![session(config(), llm, InProcessHost::new())],
+            DEFAULT_MAX_FRAME_BYTES,
+        );
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        peer.notify("session/cancel", json!({"sessionId": session}))
+            .await;
+        let id = peer.prompt(&session, "go").await;
+        let (reply, _) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    }
+
+    #[tokio::test]
+    async fn closing_a_session_cancels_its_prompt_frees_its_slot_and_forgets_it() {
+        let busy = || {
+            let llm = ScriptedLlm::new([Step::tools(1, &[("fs__read", json!({}))])]);
+            let host = InProcessHost::new()
+                .tool("fs", "read", echo)
+                .tool_delay(Duration::from_secs(3600));
+            session(config(), llm, host)
+        };
+        let options = AgentOptions {
+            max_sessions: 1,
+            ..AgentOptions::default()
+        };
+        let (mut peer, _) = start_with(vec![busy(), busy()], options, 1 << 16);
+        peer.initialize().await;
+        let first = peer.new_session().await;
+        let prompt = peer.prompt(&first, "go").await;
+        let (refused, _) = peer
+            .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+            .await;
+        assert_eq!(refused["error"]["code"], -32600, "{refused}");
+
+        let close = peer
+            .send_request("session/close", json!({"sessionId": first}))
+            .await;
+        let (reply, _) = peer.reply(prompt).await;
+        assert_eq!(reply["result"]["stopReason"], "cancelled", "{reply}");
+        let (reply, _) = peer.reply(close).await;
+        assert_eq!(reply["result"], json!({}), "{reply}");
+
+        // The slot is free again, and the closed session is gone.
+        let second = peer.new_session().await;
+        assert_ne!(second, first);
+        let (reply, _) = peer
+            .call(
+                "session/prompt",
+                json!({"sessionId": first, "prompt": [{"type": "text", "text": "x"}]}),
+            )
+            .await;
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown session"),
+            "{reply}"
+        );
+        let (reply, _) = peer
+            .call("session/close", json!({"sessionId": first}))
+            .await;
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    }
+
+    #[tokio::test]
+    async fn over_the_session_limit_session_new_is_an_error_that_names_the_limit() {
+        let sessions = (0..3)
+            .map(|_| session(config(), ScriptedLlm::new([]), InProcessHost::new()))
+            .collect();
+        let options = AgentOptions {
+            max_sessions: 2,
+            ..AgentOptions::default()
+        };
+        let (mut peer, factory) = start_with(sessions, options, 1 << 16);
+        peer.initialize().await;
+        peer.new_session().await;
+        peer.new_session().await;
+        let (reply, _) = peer
+            .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+            .await;
+        assert_eq!(reply["error"]["code"], -32600, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("session limit") && message.contains("HOOKLOOP_MAX_SESSIONS"),
+            "{message}"
+        );
+        // Refused before any server was started for it.
+        assert_eq!(factory.specs.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_session_limit_is_read_from_its_variable_and_checked() {
+        let lookup = |value: &'static str| {
+            move |var: &str| Ok((var == AgentOptions::MAX_SESSIONS_VAR).then(|| value.to_owned()))
+        };
+        assert_eq!(
+            AgentOptions::from_lookup(&lookup("5"))
+                .unwrap()
+                .max_sessions,
+            5
+        );
+        assert_eq!(
+            AgentOptions::from_lookup(&|_: &str| Ok(None))
+                .unwrap()
+                .max_sessions,
+            32
+        );
+        for bad in ["0", "-1", "many"] {
+            let err = AgentOptions::from_lookup(&lookup(bad)).unwrap_err();
+            assert!(err.to_string().contains("HOOKLOOP_MAX_SESSIONS"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_permission_setting_is_ask_or_never_and_anything_else_is_an_error() {
+        let lookup = |value: &'static str| {
+            move |var: &str| Ok((var == Permissions::VAR).then(|| value.to_owned()))
+        };
+        let read = |value| AgentOptions::from_lookup(&lookup(value)).map(|o| o.permissions);
+        assert_eq!(AgentOptions::default().permissions, Permissions::Ask);
+        assert_eq!(read("never").unwrap(), Permissions::Never);
+        assert_eq!(read(" ask ").unwrap(), Permissions::Ask);
+        let err = read("always").unwrap_err();
+        assert!(
+            err.to_string().contains("HOOKLOOP_ACP_PERMISSIONS"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_holds_the_session_back_and_loses_no_frame() {
+        const CALLS: usize = 20;
+        let calls: Vec<(&str, Value)> = (0..CALLS).map(|i| ("fs__read", json!({"n": i}))).collect();
+        let llm = ScriptedLlm::new([Step::tools(1, &calls), Step::text("done")]);
+        let host = InProcessHost::new()
+            .tool("fs", "read", echo)
+            .tool_delay(Duration::from_millis(20));
+        let options = AgentOptions {
+            max_queued_frames: 4,
+            ..AgentOptions::default()
+        };
+        // A pipe of 512 bytes: a few frames fill it.
+        let (mut peer, _) = start_with(vec![session(config(), llm.clone(), host)], options, 512);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "go").await;
+
+        // Not reading: the tools are long done, but the session may not go on to its next
+        // model request while its frames wait.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            llm.remaining(),
+            1,
+            "the session ran on while nothing was read"
+        );
+
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert_eq!(llm.remaining(), 0);
+        // Every call's three updates arrived, none dropped.
+        let kinds = kinds(&updates);
+        for kind in ["tool_call:pending", "tool_call_update:completed"] {
+            assert_eq!(
+                kinds.iter().filter(|k| *k == kind).count(),
+                CALLS,
+                "{kinds:?}"
+            );
+        }
+        assert_eq!(updates.last().unwrap()["update"]["content"]["text"], "done");
     }
 
     #[tokio::test]
     async fn a_prompt_with_an_image_is_invalid_params() {
         let (mut peer, _) = start(
-            vec![Session::new(
+            vec![session(
                 config(),
                 ScriptedLlm::new([]),
                 InProcessHost::new(),
@@ -620,7 +1211,7 @@ mod wire {
     #[tokio::test]
     async fn the_end_of_input_cancels_running_prompts_and_ends_the_agent() {
         let (mut peer, _) = start(
-            vec![Session::new(
+            vec![session(
                 config(),
                 ScriptedLlm::new([Step::Hang]),
                 InProcessHost::new(),

@@ -2,7 +2,10 @@
 
 use std::process::ExitCode;
 
-use hookloop::acp::{self, AgentOptions, SessionFactory, SessionSpec};
+use std::path::Path;
+
+use hookloop::acp::{self, AgentOptions, Created, Gated, SessionFactory, SessionSpec};
+use hookloop::machine::Machine;
 use hookloop::transcript::RecordDir;
 use hookloop::{Config, Session};
 
@@ -14,14 +17,12 @@ pub async fn main() -> ExitCode {
         Ok(factory) => factory,
         Err(failure) => return failure.report(),
     };
+    let options = match AgentOptions::from_env() {
+        Ok(options) => options,
+        Err(e) => return Failure::from(e).report(),
+    };
     tracing::info!("serving the Agent Client Protocol on stdio");
-    let served = acp::serve(
-        factory,
-        AgentOptions::default(),
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-    )
-    .await;
+    let served = acp::serve(factory, options, tokio::io::stdin(), tokio::io::stdout()).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => Failure::failed(e).report(),
@@ -52,15 +53,35 @@ impl SessionFactory for Factory {
     type Host = wire::Host;
     type Error = String;
 
-    async fn create(&self, spec: SessionSpec) -> Result<Session<Self::Llm, Self::Host>, String> {
+    async fn create(&self, spec: SessionSpec) -> Result<Created<Self::Llm, Self::Host>, String> {
         let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
-        let mut session = Session::new(self.config.clone(), self.llm.clone(), host);
+        let mut session = Session::new(self.config.clone(), self.llm.clone(), Gated::new(host));
+        let mut record = None;
         if let Some(dir) = &self.record_dir {
             let (_, path) = session
                 .record_in(dir)
                 .map_err(|e| format!("cannot record the session: {e}"))?;
             tracing::info!(path = %path.display(), "recording the session");
+            record = Some(path);
         }
-        Ok(session)
+        Ok(Created { session, record })
+    }
+
+    async fn restore(
+        &self,
+        spec: SessionSpec,
+        machine: Machine,
+    ) -> Result<Session<Self::Llm, Gated<Self::Host>>, String> {
+        let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
+        Ok(Session::with_machine(
+            self.config.clone(),
+            machine,
+            self.llm.clone(),
+            Gated::new(host),
+        ))
+    }
+
+    fn record_dir(&self) -> Option<&Path> {
+        self.record_dir.as_ref().map(RecordDir::path)
     }
 }

@@ -141,4 +141,29 @@ pub struct ToolInfo {
     #[serde(default)]
     pub description: String,
     pub input_schema: Value,
+    /// What the server says about the tool's behaviour; absent when it says nothing.
+    #[serde(default, skip_serializing_if = "ToolHints::is_unknown")]
+    pub hints: ToolHints,
+}
+
+/// A server's hints about what a tool does (MCP tool annotations). Hints, not guarantees:
+/// front ends use them to label calls, never to decide policy on a server's word alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolHints {
+    /// The tool does not change its environment (`readOnlyHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// The tool may destroy or overwrite things (`destructiveHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    /// The tool reaches outside the machine, such as the web (`openWorldHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    /// The server gave no hint.
+    pub fn is_unknown(&self) -> bool {
+        *self == Self::default()
+    }
 }

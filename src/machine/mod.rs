@@ -60,7 +60,7 @@ pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::{BYTES_PER_TOKEN, History};
 pub use self::input::{
-    Catalog, HookReply, Input, LlmReply, ServerTools, StopReason, ToolInfo, Usage,
+    Catalog, HookReply, Input, LlmReply, ServerTools, StopReason, ToolHints, ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::policy::{Counters, Media, Policy};

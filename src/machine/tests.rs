@@ -16,6 +16,7 @@ fn catalog() -> Catalog {
         name: name.into(),
         description: String::new(),
         input_schema: json!({"type": "object"}),
+        hints: ToolHints::default(),
     };
     let full = |name: &str| ServerTools {
         server: server(name),
@@ -1174,6 +1175,7 @@ fn machine_with_every_hook(policy: Policy) -> Machine {
         name: name.into(),
         description: String::new(),
         input_schema: json!({"type": "object"}),
+        hints: crate::machine::ToolHints::default(),
     };
     let full = |name: &str| ServerTools {
         server: server(name),

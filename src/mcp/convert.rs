@@ -7,7 +7,7 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 use serde_json::{Value, json};
 
 use crate::hooks::{self, Hook, ServerName};
-use crate::machine::{Content, HookReply, ToolInfo, ToolOutput};
+use crate::machine::{Content, HookReply, ToolHints, ToolInfo, ToolOutput};
 use crate::mcp::{HostOptions, McpError};
 use crate::text::{self, Cut};
 
@@ -64,10 +64,19 @@ pub(crate) fn tools_from_server(
         } else {
             schema
         };
+        let hints = tool
+            .annotations
+            .as_ref()
+            .map_or_else(ToolHints::default, |a| ToolHints {
+                read_only: a.read_only_hint,
+                destructive: a.destructive_hint,
+                open_world: a.open_world_hint,
+            });
         out.push(ToolInfo {
             name: name.to_owned(),
             description,
             input_schema,
+            hints,
         });
     }
     Ok(out)
@@ -255,7 +264,7 @@ fn block_kind(block: &ContentBlock) -> &'static str {
 mod tests {
     use std::sync::Arc;
 
-    use rmcp::model::{EmbeddedResource, ImageContent};
+    use rmcp::model::{EmbeddedResource, ImageContent, ToolAnnotations};
 
     use super::*;
 
@@ -297,6 +306,28 @@ mod tests {
         let out = tools_from_server(&server, tools, &HostOptions::default()).unwrap();
         let names: Vec<_> = out.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["_PostCompact", "_Stop"]);
+    }
+
+    #[test]
+    fn tool_annotations_become_hints() {
+        let annotated = tool("w", "", json!({"type": "object"})).with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .open_world(false),
+        );
+        let plain = tool("p", "", json!({"type": "object"}));
+        let infos =
+            tools_from_server(&server(), vec![annotated, plain], &HostOptions::default()).unwrap();
+        assert_eq!(
+            infos[0].hints,
+            ToolHints {
+                read_only: Some(false),
+                destructive: Some(true),
+                open_world: Some(false),
+            }
+        );
+        assert!(infos[1].hints.is_unknown());
     }
 
     #[test]

@@ -202,6 +202,11 @@ impl Replayer {
     pub fn machine(&self) -> &Machine {
         &self.machine
     }
+
+    /// The machine as the records so far left it, to go on with live.
+    pub fn into_machine(self) -> Machine {
+        self.machine
+    }
 }
 
 /// Feeds a recorded supervision fact, or checks a recorded order against the supervisor's next.

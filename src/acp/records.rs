@@ -1,0 +1,284 @@
+//! The recorded sessions of a record directory (`HOOKLOOP_RECORD_DIR`), for `session/list`,
+//! `session/load` and `session/resume`.
+//!
+//! A recorded ACP session is its transcript, `<id>.jsonl`, plus a small side file,
+//! `<id>.session.json`, holding what the transcript does not: the session's working directory
+//! and its title (the first line of its first prompt). The session id a client sees is the
+//! transcript's file stem, so the id it was given by `session/new` is the one it loads by.
+//!
+//! A session is restored by replaying its transcript through the replay code
+//! ([`Replayer`]): the rebuilt machine has the recorded history, counters (the `_Stop` budget
+//! already spent stays spent) and compactions, and any divergence refuses the load with the
+//! replay's own description of the first one.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::{Input, Machine, Phase};
+use crate::transcript::{Event, Replayer, Transcript};
+
+/// The longest title kept, in characters.
+const TITLE_CHARS: usize = 120;
+
+/// What `session/list` shows of one recorded session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedSession {
+    /// The session id: the transcript's file stem.
+    pub id: String,
+    /// The session's working directory.
+    pub cwd: PathBuf,
+    /// The first line of its first prompt, if it had one.
+    pub title: Option<String>,
+}
+
+/// The side file's contents.
+#[derive(Debug, Serialize, Deserialize)]
+struct SideFile {
+    cwd: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    title: Option<String>,
+}
+
+/// Why a recorded session cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The id is not one this agent hands out (it must be a plain file stem).
+    #[error("{0:?} is not a recorded session id")]
+    BadId(String),
+    /// No transcript of that id in the directory.
+    #[error("no recorded session {id:?} in {}", dir.display())]
+    Unknown { id: String, dir: PathBuf },
+    /// The transcript could not be read.
+    #[error("{0}")]
+    Transcript(#[from] crate::transcript::TranscriptError),
+    /// The transcript's last line was cut short: what it lost cannot be replayed.
+    #[error("the record was cut short at line {line}; it cannot be continued")]
+    Truncated { line: usize },
+    /// The transcript does not replay cleanly.
+    #[error("the record does not replay: {0}")]
+    Diverged(String),
+    /// The record stops in the middle of a prompt (the agent died during it).
+    #[error("the record stops in the middle of a prompt (the machine was {0})")]
+    MidPrompt(Phase),
+}
+
+/// The side file of the transcript at `record`.
+fn side_path(record: &Path) -> PathBuf {
+    record.with_extension("session.json")
+}
+
+/// Writes the side file of the transcript at `record`.
+pub fn write_side_file(record: &Path, cwd: &Path, title: Option<&str>) -> std::io::Result<()> {
+    let side = SideFile {
+        cwd: cwd.to_owned(),
+        title: title.map(title_of),
+    };
+    let json = serde_json::to_vec(&side).map_err(std::io::Error::other)?;
+    std::fs::write(side_path(record), json)
+}
+
+/// A prompt's first non-blank line, cut to [`TITLE_CHARS`].
+pub fn title_of(prompt: &str) -> String {
+    let line = prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    match line.char_indices().nth(TITLE_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    }
+}
+
+/// The recorded sessions of `dir` that have a side file, newest first (file names start with
+/// the recording's start time), those in `cwd` only when it is given.
+pub fn list(dir: &Path, cwd: Option<&Path>) -> std::io::Result<Vec<RecordedSession>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        let Some(id) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        // Transcripts without a side file were not written by an ACP session.
+        let Ok(bytes) = std::fs::read(side_path(&path)) else {
+            continue;
+        };
+        let side: SideFile = match serde_json::from_slice(&bytes) {
+            Ok(side) => side,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable session side file");
+                continue;
+            }
+        };
+        if cwd.is_some_and(|cwd| cwd != side.cwd) {
+            continue;
+        }
+        found.push(RecordedSession {
+            id: id.to_owned(),
+            cwd: side.cwd,
+            title: side.title,
+        });
+    }
+    found.sort_by(|a, b| b.id.cmp(&a.id));
+    Ok(found)
+}
+
+/// The transcript of session `id` in `dir`.
+pub fn find(dir: &Path, id: &str) -> Result<PathBuf, LoadError> {
+    let plain = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !plain {
+        return Err(LoadError::BadId(id.to_owned()));
+    }
+    let path = dir.join(format!("{id}.jsonl"));
+    if !path.is_file() {
+        return Err(LoadError::Unknown {
+            id: id.to_owned(),
+            dir: dir.to_owned(),
+        });
+    }
+    Ok(path)
+}
+
+/// Rebuilds the machine of the session recorded at `path` by replaying its records up to the
+/// session's end (its `closed` fact, if it has one: a closed machine takes no more prompts).
+pub fn restore(path: &Path) -> Result<Machine, LoadError> {
+    let transcript = Transcript::read(path)?;
+    if let Some(cut) = &transcript.truncated {
+        return Err(LoadError::Truncated { line: cut.line });
+    }
+    let mut replayer = Replayer::new(&transcript.header);
+    for (index, record) in transcript.records.iter().enumerate() {
+        if matches!(record.event, Event::Fact(Input::Closed)) {
+            break;
+        }
+        if let Err(mut divergence) = replayer.step(record) {
+            divergence.index = index;
+            divergence.line = transcript.line_of(index);
+            return Err(LoadError::Diverged(divergence.to_string()));
+        }
+    }
+    let mut machine = replayer.into_machine();
+    let phase = machine.phase();
+    if phase != Phase::Idle {
+        return Err(LoadError::MidPrompt(phase));
+    }
+    if let Some(order) = machine.poll_effect() {
+        return Err(LoadError::Diverged(format!(
+            "the record ends before the machine's order {order:?}"
+        )));
+    }
+    Ok(machine)
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::testing::{HookStep, InProcessHost, ScriptedLlm, Step};
+    use crate::{Config, Hook, HookServers, Session};
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("hookloop-records-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Records a session of one prompt whose `_Stop` objects once, then closes it.
+    async fn record(path: &Path) {
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .stop_max_rejections(3)
+            .build()
+            .unwrap();
+        let llm = ScriptedLlm::new([Step::text("first"), Step::text("second")]);
+        let host = InProcessHost::new().hook(
+            "gate",
+            Hook::Stop,
+            [
+                HookStep::Say("not yet".into()),
+                HookStep::Say(String::new()),
+            ],
+        );
+        let mut session = Session::new(config, llm, host);
+        let recorder = session.record_to(path).unwrap();
+        session.prompt("go").await.unwrap();
+        session.close().await.unwrap();
+        recorder.check().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_recorded_session_restores_with_its_history_and_counters() {
+        let dir = scratch("restore");
+        let path = dir.join("1-1-1.jsonl");
+        record(&path).await;
+        let machine = restore(&path).unwrap();
+        assert_eq!(machine.phase(), Phase::Idle);
+        assert_eq!(machine.counters().objections, 1);
+        assert!(matches!(&machine.history()[0], crate::Message::User { text } if text == "go"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_record_that_does_not_replay_is_refused_with_its_first_divergence() {
+        let dir = scratch("diverged");
+        let path = dir.join("1-1-1.jsonl");
+        record(&path).await;
+        // Drop the first record after the header: the machine's first order is then missing.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.remove(1);
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let err = restore(&path).unwrap_err();
+        assert!(matches!(err, LoadError::Diverged(_)), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("replay diverged at record"), "{message}");
+        assert!(message.contains("(line "), "{message}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn listing_is_newest_first_filtered_by_cwd_and_skips_foreign_transcripts() {
+        let dir = scratch("list");
+        for (id, cwd, title) in [
+            ("100-1-1", "/a", Some("old\nsecond line")),
+            ("200-1-1", "/b", None),
+            ("300-1-1", "/a", Some("  \n new ")),
+        ] {
+            let path = dir.join(format!("{id}.jsonl"));
+            std::fs::write(&path, "").unwrap();
+            write_side_file(&path, Path::new(cwd), title).unwrap();
+        }
+        // A transcript without a side file (not an ACP session's) is not listed.
+        std::fs::write(dir.join("400-1-1.jsonl"), "").unwrap();
+        let all = list(&dir, None).unwrap();
+        let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["300-1-1", "200-1-1", "100-1-1"]);
+        assert_eq!(all[0].title.as_deref(), Some("new"));
+        assert_eq!(all[2].title.as_deref(), Some("old"));
+        assert_eq!(all[1].title, None);
+        let in_a = list(&dir, Some(Path::new("/a"))).unwrap();
+        assert_eq!(in_a.len(), 2);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn ids_that_are_not_plain_file_stems_are_refused() {
+        let dir = scratch("find");
+        for bad in ["", "../x", "a/b", "a.b", "x y"] {
+            assert!(matches!(find(&dir, bad), Err(LoadError::BadId(_))), "{bad}");
+        }
+        assert!(matches!(
+            find(&dir, "123-4-5"),
+            Err(LoadError::Unknown { .. })
+        ));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
