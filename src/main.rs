@@ -81,20 +81,28 @@ enum Command {
     #[command(after_long_help = cli::ENV_HELP)]
     Acp,
 
-    /// Replay a transcript through the engine and report the first divergence, if any.
+    /// Replay transcripts through the engine and report each one's first divergence, if any.
     ///
     /// The machine is run on the recorded facts and each effect it emits is checked against the
-    /// record; no model, no server, no clock. Exit status: 0 the replay matched; 1 it diverged
-    /// (the report shows the record, the state, and expected against actual); 2 the file could
-    /// not be read or is not a transcript.
+    /// record; no model, no server, no clock. PATHs are files or folders (every `*.jsonl`
+    /// beneath), replayed in parallel, one per core: one line per file, then a summary; each
+    /// divergence in full on stderr (the record, the state, and expected against actual). Exit
+    /// status: 0 every file matched; 1 one diverged; 2 a file could not be read or is not a
+    /// transcript.
     ///
-    /// With --live-tools, the model's side still comes from the record, but tools and hooks run
-    /// against live MCP servers (from --mcp-config, default ./.mcp.json), and every answer that
-    /// differs from the record is reported (server drift): exit 0 when none drifted, 1 otherwise.
+    /// With --live-tools (one FILE), the model's side still comes from the record, but tools
+    /// and hooks run against live MCP servers (from --mcp-config, default ./.mcp.json), and
+    /// every answer that differs from the record is reported (server drift): exit 0 when none
+    /// drifted, 1 otherwise.
     Replay {
-        /// The transcript (JSONL) to replay.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
+        /// Transcripts (JSONL) and folders of them.
+        #[arg(value_name = "PATH", required = true)]
+        paths: Vec<PathBuf>,
+
+        /// Write a JUnit XML report to FILE: one test case per transcript, each divergence's
+        /// diff in its failure.
+        #[arg(long, value_name = "FILE", conflicts_with = "live_tools")]
+        junit: Option<PathBuf>,
 
         /// Run tools and hooks against live servers and report where they drift from the record.
         #[arg(long)]
@@ -105,9 +113,34 @@ enum Command {
         mcp_config: Option<PathBuf>,
     },
 
+    /// Read transcripts.
+    #[command(subcommand)]
+    Transcript(TranscriptCommand),
+
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
     #[command(hide = true)]
     TodoServer,
+}
+
+#[derive(Debug, Subcommand)]
+enum TranscriptCommand {
+    /// Show a recorded session as a person reads it, rebuilt by replaying its facts.
+    ///
+    /// Each prompt, each model request (its messages as sent, with the part the request before
+    /// also sent folded, and the tools offered when they changed), each reply, tool call and
+    /// result, hook round (servers, answers, latencies, timeouts, kills), objection with the
+    /// budget left, and compaction with its sizes, each at its recorded time. A transcript that
+    /// was cut short or that diverges is shown up to its last good record, with where it stops
+    /// (exit status 1); exit 2 when the file cannot be read.
+    Show {
+        /// The transcript (JSONL).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+
+        /// Print the session as one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -116,7 +149,12 @@ fn main() -> ExitCode {
         // It runs its own runtime; its stdout is its protocol stream.
         return todo_server();
     }
-    if let Err(failure) = cli::init_logging("warn") {
+    // A replay re-enacts warnings the session logged when it ran; they are not news.
+    let default_log = match cli.command {
+        Command::Replay { .. } | Command::Transcript(_) => "error",
+        _ => "warn",
+    };
+    if let Err(failure) = cli::init_logging(default_log) {
         return failure.report();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -140,15 +178,28 @@ fn main() -> ExitCode {
             } => cli::run::main(mcp_config, json, record, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
             Command::Replay {
-                file,
+                paths,
+                junit,
                 live_tools: false,
                 ..
-            } => cli::replay(&file),
+            } => cli::replay(&paths, junit.as_deref()),
             Command::Replay {
-                file,
+                paths,
                 live_tools: true,
                 mcp_config,
-            } => cli::replay_live(&file, mcp_config.as_deref()).await,
+                ..
+            } => match paths.as_slice() {
+                [file] => cli::replay_live(file, mcp_config.as_deref()).await,
+                _ => cli::Failure::usage("--live-tools replays one FILE").report(),
+            },
+            Command::Transcript(TranscriptCommand::Show { file, json }) => {
+                let format = if json {
+                    cli::transcript::ShowFormat::Json
+                } else {
+                    cli::transcript::ShowFormat::Text
+                };
+                cli::transcript::show(&file, format)
+            }
             // Served above, outside this runtime.
             Command::TodoServer => ExitCode::from(cli::exit::USAGE),
         }

@@ -4,6 +4,7 @@
 pub mod acp;
 pub mod demo;
 pub mod run;
+pub mod transcript;
 mod wire;
 
 use std::fmt;
@@ -86,21 +87,40 @@ impl From<hookloop::ConfigError> for Failure {
     }
 }
 
-/// `hookloop replay FILE`: replays a transcript and reports how it went.
-pub fn replay(file: &std::path::Path) -> ExitCode {
-    use hookloop::transcript::ReplayError;
-    match hookloop::transcript::replay(file) {
-        Ok(report) => {
-            println!("{report}");
-            ExitCode::from(exit::OK)
+/// `hookloop replay PATH...`: replays every transcript given or found beneath a folder, one per
+/// core; prints one line per file, each divergence in full on stderr, and a summary. Exit 1
+/// when any diverged, else 2 when any could not be read, else 0.
+pub fn replay(paths: &[std::path::PathBuf], junit: Option<&std::path::Path>) -> ExitCode {
+    use hookloop::transcript::{Outcome, default_threads, replay_files, suite_files};
+    let files = match suite_files(paths) {
+        Ok(files) => files,
+        Err(e) => return Failure::usage(e).report(),
+    };
+    if files.is_empty() {
+        return Failure::usage("no transcript (*.jsonl) found").report();
+    }
+    let report = replay_files(&files, default_threads());
+    for result in &report.results {
+        println!("{result}");
+        if let Outcome::Diverged(divergence) = &result.outcome {
+            eprintln!(
+                "{}: the replay diverged\n{divergence}",
+                result.path.display()
+            );
         }
-        Err(ReplayError::Diverged(divergence)) => {
-            eprintln!("{}: the replay diverged\n{divergence}", file.display());
-            ExitCode::from(exit::FAILED)
-        }
-        Err(e @ ReplayError::Load(_)) => {
-            Failure::usage(format!("{}: {e}", file.display())).report()
-        }
+    }
+    println!("{report}");
+    if let Some(out) = junit
+        && let Err(e) = std::fs::write(out, report.to_junit())
+    {
+        return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
+    }
+    if report.diverged() > 0 {
+        ExitCode::from(exit::FAILED)
+    } else if report.unreadable() > 0 {
+        ExitCode::from(exit::USAGE)
+    } else {
+        ExitCode::from(exit::OK)
     }
 }
 

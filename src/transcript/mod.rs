@@ -52,6 +52,8 @@ mod live;
 mod recorder;
 mod redact;
 mod replay;
+mod show;
+mod suite;
 
 use std::io;
 use std::path::PathBuf;
@@ -66,6 +68,10 @@ pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
 pub use self::replay::{
     Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, replay, replay_str,
+};
+pub use self::show::{End, Entry, EntryKind, HookAnswer, ServerView, SessionView, ToolRun};
+pub use self::suite::{
+    FileResult, Outcome, SuiteReport, default_threads, replay_files, suite_files,
 };
 
 /// A transcript that cannot be read or written.

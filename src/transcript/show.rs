@@ -1,0 +1,874 @@
+//! A transcript as a person reads it: the session rebuilt by replaying its facts, one entry per
+//! step — prompts, model requests as sent, replies, tool calls, hook rounds, objections,
+//! compactions — each with its recorded time.
+//!
+//! [`SessionView::build`] replays the records through a [`Replayer`], so the requests it shows
+//! are the machine's own (the record pins them only by digest). A transcript that was cut
+//! short or that diverges is shown up to its last good record, and [`End`] says where it
+//! stops. The view serialises to JSON for tools; [`SessionView::to_text`] renders it for a
+//! terminal and [`html`](crate::transcript::html) for a browser.
+
+use std::fmt::{self, Write};
+
+use serde::Serialize;
+
+use crate::hooks::{Hook, HookServers, ServerName, cap_middle};
+use crate::machine::{
+    Catalog, Effect, FinishReason, HookContext, HookReply, Input, LlmReply, Message, Notice,
+    Policy, Purpose, SkipReason, ToolCall, ToolOutput,
+};
+use crate::transcript::{Event, Replayer, Transcript};
+
+/// A whole session, ready to read.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionView {
+    /// The engine that wrote the transcript.
+    pub engine: String,
+    /// The transcript's format version.
+    pub version: u32,
+    /// The settings the session ran under.
+    pub policy: Policy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Every step, in record order.
+    pub entries: Vec<Entry>,
+    /// How far the view goes.
+    pub end: End,
+}
+
+/// One step of the session.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Entry {
+    /// The record it starts at (0 = the first record after the header).
+    pub index: usize,
+    /// Its recorded time, in ms since the session started.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub kind: EntryKind,
+}
+
+/// What a step was.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub enum EntryKind {
+    /// The servers and their tools, at start-up or after a change (a server gone or back).
+    Catalog { servers: Vec<ServerView> },
+    /// The user's prompt; `number` counts from 1.
+    Prompt { number: usize, text: String },
+    /// A model request, as the machine built it. Messages the previous request also began
+    /// with are folded: `folded` counts them and `messages` holds the rest.
+    Request {
+        round: usize,
+        purpose: Purpose,
+        folded: usize,
+        messages: Vec<Message>,
+        /// The tools offered, when they differ from the previous request's; `None` when they
+        /// are the same.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tools: Option<Vec<String>>,
+        tools_offered: usize,
+        /// The final instruction of a summary request.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        instruction: Option<String>,
+    },
+    /// The model's answer to request `round`, `latency_ms` after it was sent.
+    Reply {
+        round: usize,
+        latency_ms: u64,
+        reply: LlmReply,
+    },
+    /// Request `round` failed after the client's retries.
+    ModelFailed {
+        round: usize,
+        latency_ms: u64,
+        error: String,
+    },
+    /// Tool calls run together, each with its result when it came.
+    Tools { calls: Vec<ToolRun> },
+    /// A hook called on each server at once, with each server's answer.
+    HookRound {
+        hook: Hook,
+        /// Rounds of this hook so far, this one included.
+        number: usize,
+        timeout_ms: u64,
+        context: HookContext,
+        answers: Vec<HookAnswer>,
+    },
+    /// A `_Stop` answer objected: the model is asked again.
+    Objection {
+        server: ServerName,
+        text: String,
+        budget_left: u32,
+    },
+    /// The history was compacted; sizes in messages and in bytes of content.
+    Compaction {
+        summarized: bool,
+        messages_before: usize,
+        messages_after: usize,
+        bytes_before: usize,
+        bytes_after: usize,
+    },
+    /// A `_PostCompact` answer was put into the fresh context.
+    PostCompactInjected { server: ServerName, text: String },
+    /// A hook call ended without a usable answer and counted as none.
+    HookFailedOpen {
+        server: ServerName,
+        hook: Hook,
+        reason: String,
+    },
+    /// The model ended its turn and `_Stop` was not asked.
+    StopSkipped { reason: SkipReason },
+    /// The model called a hook or an unknown tool; it was refused.
+    UnknownToolRefused { name: String },
+    /// The engine killed a server (it comes back on its next use).
+    ServerKilled { server: ServerName },
+    /// The user cancelled the prompt.
+    Cancelled,
+    /// The prompt ended.
+    Finish { reason: FinishReason },
+    /// The session was closed.
+    Closed,
+}
+
+/// One server of a catalog.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerView {
+    pub server: ServerName,
+    /// Its tools' bare names, hooks included.
+    pub tools: Vec<String>,
+}
+
+/// One tool call and, once it came, its result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolRun {
+    pub call: ToolCall,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<ToolOutput>,
+    /// When the result came, in ms since the session started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub done_ms: Option<u64>,
+}
+
+/// One server's answer in a hook round.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HookAnswer {
+    pub server: ServerName,
+    /// `None` while the server has not answered (the transcript stops before it did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<HookReply>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+}
+
+/// Where the view stops.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "end", rename_all = "snake_case")]
+pub enum End {
+    /// Every record replayed.
+    Complete { records: usize },
+    /// The last line was cut short; every record before it replayed.
+    Truncated {
+        records: usize,
+        line: usize,
+        reason: String,
+    },
+    /// The machine parted from the record at record `index`; the view shows what came before.
+    Diverged {
+        index: usize,
+        line: usize,
+        message: String,
+    },
+}
+
+impl End {
+    /// Whether the whole transcript replayed.
+    pub fn is_complete(&self) -> bool {
+        matches!(self, Self::Complete { .. })
+    }
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Complete { records } => write!(f, "all {records} records replayed"),
+            Self::Truncated {
+                records,
+                line,
+                reason,
+            } => write!(
+                f,
+                "the transcript stops after {records} records: line {line} was cut short \
+                 ({reason})"
+            ),
+            Self::Diverged {
+                index,
+                line,
+                message,
+            } => write!(
+                f,
+                "shown up to record {index} (line {line}), where the replay diverged: {message}"
+            ),
+        }
+    }
+}
+
+impl SessionView {
+    /// Rebuilds the session by replaying `transcript`, up to its last good record.
+    pub fn build(transcript: &Transcript) -> Self {
+        let header = &transcript.header;
+        let mut builder = Builder::default();
+        let mut replayer = Replayer::new(header);
+        let mut end = None;
+        for (index, record) in transcript.records.iter().enumerate() {
+            let bytes_before = history_bytes(replayer.machine().history());
+            if let Err(divergence) = replayer.step(record) {
+                end = Some(End::Diverged {
+                    index,
+                    line: transcript.line_of(index),
+                    message: divergence.to_string(),
+                });
+                break;
+            }
+            builder.record(index, record.at_ms, &record.event, &replayer, bytes_before);
+        }
+        let records = transcript.records.len();
+        let end = end.unwrap_or_else(|| match &transcript.truncated {
+            Some(cut) => End::Truncated {
+                records,
+                line: cut.line,
+                reason: cut.reason.clone(),
+            },
+            None => match replayer.finish(false) {
+                Ok(_) => End::Complete { records },
+                Err(divergence) => End::Diverged {
+                    index: records,
+                    line: transcript.line_of(records),
+                    message: divergence.to_string(),
+                },
+            },
+        });
+        Self {
+            engine: header.engine.clone(),
+            version: header.version,
+            policy: header.config.policy.clone(),
+            system_prompt: header.config.system_prompt.clone(),
+            entries: builder.entries,
+            end,
+        }
+    }
+
+    /// Model requests in the view.
+    pub fn rounds(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::Request { .. }))
+    }
+
+    /// Hook rounds in the view, of every hook.
+    pub fn hook_rounds(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::HookRound { .. }))
+    }
+
+    /// Objections in the view.
+    pub fn objections(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::Objection { .. }))
+    }
+
+    /// Compactions in the view.
+    pub fn compactions(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::Compaction { .. }))
+    }
+
+    fn count(&self, pick: impl Fn(&EntryKind) -> bool) -> usize {
+        self.entries
+            .iter()
+            .filter(|entry| pick(&entry.kind))
+            .count()
+    }
+
+    /// The session as text, one block per entry, for a terminal.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = self.write_text(&mut out);
+        out
+    }
+
+    fn write_text(&self, out: &mut String) -> fmt::Result {
+        let policy = &self.policy;
+        writeln!(
+            out,
+            "hookloop transcript, format {}, engine {}",
+            self.version, self.engine
+        )?;
+        writeln!(
+            out,
+            "policy: hook servers {}, hook timeout {} ms, {} _Stop objection(s) per session, \
+             round cap {}, context {} tokens ({} for output)",
+            match &policy.hook_servers {
+                HookServers::Off => "off".to_owned(),
+                HookServers::All => "all".to_owned(),
+                HookServers::Named(names) => names.join(","),
+            },
+            policy.hook_timeout_ms,
+            policy.stop_max_rejections,
+            policy.max_rounds,
+            policy.max_context_tokens,
+            policy.max_output_tokens,
+        )?;
+        if let Some(system) = &self.system_prompt {
+            writeln!(out, "system: {}", one_line(system))?;
+        }
+        for entry in &self.entries {
+            write!(out, "\n{:>8} ms  #{:<4} ", entry.at_ms, entry.index)?;
+            write_entry(out, &entry.kind)?;
+        }
+        writeln!(out, "\nend: {}", self.end)
+    }
+}
+
+/// The indent of an entry's detail lines, under its headline.
+const DETAIL: &str = "                   ";
+
+fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
+    match kind {
+        EntryKind::Catalog { servers } => {
+            writeln!(out, "catalog: {} server(s)", servers.len())?;
+            for server in servers {
+                writeln!(
+                    out,
+                    "{DETAIL}{}: {}",
+                    server.server,
+                    server.tools.join(", ")
+                )?;
+            }
+        }
+        EntryKind::Prompt { number, text } => {
+            writeln!(out, "prompt {number}")?;
+            write_block(out, "user", text)?;
+        }
+        EntryKind::Request {
+            round,
+            purpose,
+            folded,
+            messages,
+            tools,
+            tools_offered,
+            instruction,
+        } => {
+            let what = match purpose {
+                Purpose::Turn => "turn".to_owned(),
+                Purpose::Summary { from } => format!("summary of messages from {from}"),
+            };
+            writeln!(
+                out,
+                "request {round} ({what}): {} message(s), {tools_offered} tool(s) offered",
+                folded + messages.len()
+            )?;
+            if *folded > 0 {
+                writeln!(
+                    out,
+                    "{DETAIL}… {folded} message(s) as in the request before"
+                )?;
+            }
+            for message in messages {
+                write_message(out, message)?;
+            }
+            if let Some(instruction) = instruction {
+                write_block(out, "instruction", instruction)?;
+            }
+            match tools {
+                Some(tools) if tools.is_empty() => writeln!(out, "{DETAIL}tools: none")?,
+                Some(tools) => writeln!(out, "{DETAIL}tools: {}", tools.join(", "))?,
+                None => {}
+            }
+        }
+        EntryKind::Reply {
+            round,
+            latency_ms,
+            reply,
+        } => {
+            write!(
+                out,
+                "reply {round} after {latency_ms} ms, stop {}",
+                serde_name(&reply.stop)
+            )?;
+            if let Some(usage) = &reply.usage {
+                write!(
+                    out,
+                    ", {} tokens in, {} out",
+                    usage.input_tokens, usage.output_tokens
+                )?;
+            }
+            out.push('\n');
+            if !reply.text.is_empty() {
+                write_block(out, "assistant", &reply.text)?;
+            }
+            for call in &reply.tool_calls {
+                writeln!(
+                    out,
+                    "{DETAIL}calls {} {} {}",
+                    call.id, call.name, call.arguments
+                )?;
+            }
+        }
+        EntryKind::ModelFailed {
+            round,
+            latency_ms,
+            error,
+        } => writeln!(out, "request {round} failed after {latency_ms} ms: {error}")?,
+        EntryKind::Tools { calls } => {
+            writeln!(out, "tools: {} call(s)", calls.len())?;
+            for run in calls {
+                let status = match (&run.output, run.done_ms) {
+                    (Some(output), Some(done)) if output.is_error => format!("error at {done} ms"),
+                    (Some(_), Some(done)) => format!("done at {done} ms"),
+                    _ => "no result".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "{DETAIL}{} {} {} — {status}",
+                    run.call.id, run.call.name, run.call.arguments
+                )?;
+                if let Some(output) = &run.output {
+                    write_block(out, "result", &output.joined_text())?;
+                }
+            }
+        }
+        EntryKind::HookRound {
+            hook,
+            number,
+            timeout_ms,
+            context,
+            answers,
+        } => {
+            writeln!(
+                out,
+                "{hook} round {number}: {} server(s), timeout {timeout_ms} ms, {} objection(s) \
+                 so far, budget left {}",
+                answers.len(),
+                context.objections_so_far,
+                context.budget_left
+            )?;
+            for answer in answers {
+                let (Some(reply), Some(latency)) = (&answer.reply, answer.latency_ms) else {
+                    writeln!(out, "{DETAIL}{}: no answer recorded", answer.server)?;
+                    continue;
+                };
+                let said = match reply {
+                    HookReply::Text { text } if text.trim().is_empty() => "nothing".to_owned(),
+                    HookReply::Text { text } => format!("{:?}", one_line(text)),
+                    HookReply::ErrorResult { text } => format!("an error: {:?}", one_line(text)),
+                    HookReply::Failed { error } => format!("failed: {}", one_line(error)),
+                    HookReply::TimedOut => "timed out".to_owned(),
+                };
+                writeln!(out, "{DETAIL}{} after {latency} ms: {said}", answer.server)?;
+            }
+        }
+        EntryKind::Objection {
+            server,
+            text,
+            budget_left,
+        } => {
+            writeln!(out, "objection from {server}, budget left {budget_left}")?;
+            write_block(out, "hook", text)?;
+        }
+        EntryKind::Compaction {
+            summarized,
+            messages_before,
+            messages_after,
+            bytes_before,
+            bytes_after,
+        } => writeln!(
+            out,
+            "compaction ({}): {messages_before} → {messages_after} messages, {bytes_before} → \
+             {bytes_after} bytes",
+            if *summarized {
+                "summarized"
+            } else {
+                "oldest turns dropped"
+            }
+        )?,
+        EntryKind::PostCompactInjected { server, text } => {
+            writeln!(out, "_PostCompact from {server} injected")?;
+            write_block(out, "hook", text)?;
+        }
+        EntryKind::HookFailedOpen {
+            server,
+            hook,
+            reason,
+        } => writeln!(out, "{hook} on {server} failed open: {reason}")?,
+        EntryKind::StopSkipped { reason } => {
+            let why = match reason {
+                SkipReason::BudgetSpent => "the objection budget is spent",
+                SkipReason::DeclinedObjection => "the model declined the objection",
+            };
+            writeln!(out, "_Stop not asked: {why}")?;
+        }
+        EntryKind::UnknownToolRefused { name } => {
+            writeln!(
+                out,
+                "refused a call to {name}: not a tool the model may call"
+            )?;
+        }
+        EntryKind::ServerKilled { server } => writeln!(out, "server {server} killed")?,
+        EntryKind::Cancelled => writeln!(out, "cancelled")?,
+        EntryKind::Finish { reason } => match reason {
+            FinishReason::Failed { error } => writeln!(out, "prompt ended: failed: {error}")?,
+            other => writeln!(out, "prompt ended: {}", serde_name(other))?,
+        },
+        EntryKind::Closed => writeln!(out, "session closed")?,
+    }
+    Ok(())
+}
+
+fn write_message(out: &mut String, message: &Message) -> fmt::Result {
+    match message {
+        Message::User { text } => write_block(out, "user", text),
+        Message::Assistant { text, tool_calls } => {
+            if !text.is_empty() || tool_calls.is_empty() {
+                write_block(out, "assistant", text)?;
+            }
+            for call in tool_calls {
+                writeln!(
+                    out,
+                    "{DETAIL}assistant calls {} {} {}",
+                    call.id, call.name, call.arguments
+                )?;
+            }
+            Ok(())
+        }
+        Message::ToolResult { call_id, output } => {
+            let label = if output.is_error {
+                format!("error for {call_id}")
+            } else {
+                format!("result for {call_id}")
+            };
+            write_block(out, &label, &output.joined_text())
+        }
+    }
+}
+
+/// Text blocks longer than this are shown with their middle elided: a person skims them.
+const MAX_BLOCK_BYTES: usize = 2_000;
+
+/// `label: text`, continuation lines indented under the text.
+fn write_block(out: &mut String, label: &str, text: &str) -> fmt::Result {
+    let text = cap_middle(text, MAX_BLOCK_BYTES);
+    let mut lines = text.lines();
+    writeln!(out, "{DETAIL}{label}: {}", lines.next().unwrap_or_default())?;
+    let pad = " ".repeat(label.len() + 2);
+    for line in lines {
+        writeln!(out, "{DETAIL}{pad}{line}")?;
+    }
+    Ok(())
+}
+
+/// The name serde gives a unit variant (`"end_turn"`) or a tagged one (`{"reason": ...}`).
+fn serde_name(value: &impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        Ok(serde_json::Value::Object(fields)) => fields
+            .values()
+            .next()
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn history_bytes(messages: &[Message]) -> usize {
+    messages.iter().map(Message::size_bytes).sum()
+}
+
+/// Turns records into entries, pairing each answer with the order it answers.
+#[derive(Default)]
+struct Builder {
+    entries: Vec<Entry>,
+    prompts: usize,
+    rounds: usize,
+    hook_rounds: [usize; 2],
+    /// The last request's round and time, until its answer.
+    open_request: Option<(usize, u64)>,
+    /// The entry of the tool round or hook round being answered.
+    open_calls: Option<usize>,
+    /// What the last request sent, to fold the next one's unchanged prefix.
+    last_messages: Vec<Message>,
+    last_tools: Option<Vec<String>>,
+    /// The history's size before the fact that compacted it.
+    bytes_before_fact: usize,
+}
+
+impl Builder {
+    fn record(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        event: &Event,
+        replayer: &Replayer,
+        bytes_before: usize,
+    ) {
+        match event {
+            Event::Effect(effect) => self.effect(index, at_ms, effect, replayer),
+            Event::Fact(fact) => {
+                self.bytes_before_fact = bytes_before;
+                self.fact(index, at_ms, fact);
+            }
+        }
+    }
+
+    fn push(&mut self, index: usize, at_ms: u64, kind: EntryKind) {
+        self.entries.push(Entry { index, at_ms, kind });
+    }
+
+    fn effect(&mut self, index: usize, at_ms: u64, effect: &Effect, replayer: &Replayer) {
+        let machine = replayer.machine();
+        let kind = match effect {
+            Effect::CallLlm { purpose, .. } => {
+                self.rounds += 1;
+                self.open_request = Some((self.rounds, at_ms));
+                let request = machine.request(*purpose);
+                let folded = self
+                    .last_messages
+                    .iter()
+                    .zip(request.messages)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+                let changed = self.last_tools.as_ref() != Some(&tools);
+                let kind = EntryKind::Request {
+                    round: self.rounds,
+                    purpose: *purpose,
+                    folded,
+                    messages: request.messages[folded..].to_vec(),
+                    tools_offered: tools.len(),
+                    tools: changed.then(|| tools.clone()),
+                    instruction: request.instruction.map(str::to_owned),
+                };
+                self.last_messages = request.messages.to_vec();
+                self.last_tools = Some(tools);
+                kind
+            }
+            Effect::CallTools { calls } => {
+                self.open_calls = Some(self.entries.len());
+                EntryKind::Tools {
+                    calls: calls
+                        .iter()
+                        .map(|call| ToolRun {
+                            call: call.clone(),
+                            output: None,
+                            done_ms: None,
+                        })
+                        .collect(),
+                }
+            }
+            Effect::CallHooks {
+                hook,
+                servers,
+                timeout_ms,
+                context,
+            } => {
+                let count = &mut self.hook_rounds[match hook {
+                    Hook::Stop => 0,
+                    Hook::PostCompact => 1,
+                }];
+                *count += 1;
+                self.open_calls = Some(self.entries.len());
+                EntryKind::HookRound {
+                    hook: *hook,
+                    number: *count,
+                    timeout_ms: *timeout_ms,
+                    context: *context,
+                    answers: servers
+                        .iter()
+                        .map(|server| HookAnswer {
+                            server: server.clone(),
+                            reply: None,
+                            latency_ms: None,
+                        })
+                        .collect(),
+                }
+            }
+            Effect::KillServer { server } => EntryKind::ServerKilled {
+                server: server.clone(),
+            },
+            Effect::Notify { notice } => self.notice(notice, machine.history()),
+            Effect::Finish { reason } => EntryKind::Finish {
+                reason: reason.clone(),
+            },
+        };
+        self.push(index, at_ms, kind);
+    }
+
+    fn notice(&self, notice: &Notice, history: &[Message]) -> EntryKind {
+        match notice {
+            Notice::Objection {
+                server,
+                text,
+                budget_left,
+            } => EntryKind::Objection {
+                server: server.clone(),
+                text: text.clone(),
+                budget_left: *budget_left,
+            },
+            Notice::StopSkipped { reason } => EntryKind::StopSkipped { reason: *reason },
+            Notice::PostCompactInjected { server, text } => EntryKind::PostCompactInjected {
+                server: server.clone(),
+                text: text.clone(),
+            },
+            Notice::Compacted {
+                summarized,
+                messages_before,
+                messages_after,
+            } => EntryKind::Compaction {
+                summarized: *summarized,
+                messages_before: *messages_before,
+                messages_after: *messages_after,
+                bytes_before: self.bytes_before_fact,
+                bytes_after: history_bytes(history),
+            },
+            Notice::HookFailedOpen {
+                server,
+                hook,
+                reason,
+            } => EntryKind::HookFailedOpen {
+                server: server.clone(),
+                hook: *hook,
+                reason: reason.clone(),
+            },
+            Notice::UnknownToolRefused { name } => {
+                EntryKind::UnknownToolRefused { name: name.clone() }
+            }
+        }
+    }
+
+    fn fact(&mut self, index: usize, at_ms: u64, fact: &Input) {
+        match fact {
+            Input::Prompted { text } => {
+                self.prompts += 1;
+                let number = self.prompts;
+                self.push(
+                    index,
+                    at_ms,
+                    EntryKind::Prompt {
+                        number,
+                        text: text.clone(),
+                    },
+                );
+            }
+            Input::CatalogChanged { catalog } => {
+                self.push(index, at_ms, catalog_entry(catalog));
+            }
+            Input::LlmReplied { reply } => {
+                let (round, sent) = self.open_request.take().unwrap_or((self.rounds, at_ms));
+                self.push(
+                    index,
+                    at_ms,
+                    EntryKind::Reply {
+                        round,
+                        latency_ms: at_ms.saturating_sub(sent),
+                        reply: reply.clone(),
+                    },
+                );
+            }
+            Input::LlmFailed { error } => {
+                let (round, sent) = self.open_request.take().unwrap_or((self.rounds, at_ms));
+                self.push(
+                    index,
+                    at_ms,
+                    EntryKind::ModelFailed {
+                        round,
+                        latency_ms: at_ms.saturating_sub(sent),
+                        error: error.clone(),
+                    },
+                );
+            }
+            Input::ToolFinished { id, output } => {
+                if let Some(Entry {
+                    kind: EntryKind::Tools { calls },
+                    ..
+                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
+                    && let Some(run) = calls.iter_mut().find(|run| run.call.id == *id)
+                {
+                    run.output = Some(output.clone());
+                    run.done_ms = Some(at_ms);
+                }
+            }
+            Input::HookAnswered { server, reply, .. } => {
+                if let Some(Entry {
+                    kind: EntryKind::HookRound { answers, .. },
+                    at_ms: started,
+                    ..
+                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
+                    && let Some(answer) = answers
+                        .iter_mut()
+                        .find(|answer| answer.server == *server && answer.reply.is_none())
+                {
+                    answer.reply = Some(reply.clone());
+                    answer.latency_ms = Some(at_ms.saturating_sub(*started));
+                }
+            }
+            Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),
+            Input::Closed => self.push(index, at_ms, EntryKind::Closed),
+        }
+    }
+}
+
+fn catalog_entry(catalog: &Catalog) -> EntryKind {
+    EntryKind::Catalog {
+        servers: catalog
+            .servers
+            .iter()
+            .map(|server| ServerView {
+                server: server.server.clone(),
+                tools: server.tools.iter().map(|t| t.name.clone()).collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::{Header, Record};
+
+    #[test]
+    fn a_divergence_shows_the_records_before_it_and_says_where() {
+        let records = vec![
+            Record::fact(0, Input::Prompted { text: "hi".into() }),
+            // The machine asks for one message with another digest.
+            Record::effect(
+                5,
+                Effect::CallLlm {
+                    purpose: Purpose::Turn,
+                    messages: 1,
+                    digest: 0,
+                },
+            ),
+        ];
+        let header = Header::from_parts(Policy::default(), None);
+        let view = SessionView::build(&Transcript::new(header, records));
+        assert_eq!(view.entries.len(), 1);
+        assert!(matches!(
+            view.entries[0].kind,
+            EntryKind::Prompt { number: 1, .. }
+        ));
+        assert!(
+            matches!(
+                view.end,
+                End::Diverged {
+                    index: 1,
+                    line: 3,
+                    ..
+                }
+            ),
+            "{:?}",
+            view.end
+        );
+        assert!(view.to_text().contains("shown up to record 1 (line 3)"));
+    }
+}
