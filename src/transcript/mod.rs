@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+mod check;
 mod diff;
 mod format;
 mod live;
@@ -58,6 +59,7 @@ mod suite;
 use std::io;
 use std::path::PathBuf;
 
+pub use self::check::{BLESS_VAR, CheckFailed, Checked, bless, check_dir, check_dir_with};
 pub use self::diff::line_diff;
 pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
