@@ -138,8 +138,13 @@ enum TranscriptCommand {
         file: PathBuf,
 
         /// Print the session as one JSON document instead of text.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "html")]
         json: bool,
+
+        /// Write the session as one self-contained HTML page to OUT (no script, nothing
+        /// fetched): a timeline picture above the conversation.
+        #[arg(long, value_name = "OUT")]
+        html: Option<PathBuf>,
     },
 }
 
@@ -192,11 +197,11 @@ fn main() -> ExitCode {
                 [file] => cli::replay_live(file, mcp_config.as_deref()).await,
                 _ => cli::Failure::usage("--live-tools replays one FILE").report(),
             },
-            Command::Transcript(TranscriptCommand::Show { file, json }) => {
-                let format = if json {
-                    cli::transcript::ShowFormat::Json
-                } else {
-                    cli::transcript::ShowFormat::Text
+            Command::Transcript(TranscriptCommand::Show { file, json, html }) => {
+                let format = match (json, html) {
+                    (_, Some(out)) => cli::transcript::ShowFormat::Html(out),
+                    (true, None) => cli::transcript::ShowFormat::Json,
+                    (false, None) => cli::transcript::ShowFormat::Text,
                 };
                 cli::transcript::show(&file, format)
             }

@@ -173,3 +173,88 @@ fn an_unreadable_file_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(text(&out.stderr).contains("could not read"), "{out:?}");
 }
+
+/// How often `needle` occurs in `haystack`.
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn the_html_page_shows_every_round_hook_round_and_objection_of_its_transcript() {
+    let dir = tempdir("html");
+    for name in [
+        "stop_budget_spans_prompts",
+        "hook_timeout_fails_open_and_kills_on_the_second",
+        "compaction_with_post_compact",
+        "several_servers_answer_in_config_order",
+    ] {
+        let path = golden(name);
+        let view = SessionView::build(&Transcript::read(&path).unwrap());
+        let out_file = dir.join(format!("{name}.html"));
+        let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let page = std::fs::read_to_string(&out_file).unwrap();
+        let (svg, conversation) = page
+            .split_once("</svg>")
+            .expect("a timeline above the rest");
+        // The picture: a bar per model round and hook round, a mark per objection.
+        let rounds =
+            count(svg, r#"<rect class="round""#) + count(svg, r#"<rect class="summary-round""#);
+        assert_eq!(rounds, view.rounds(), "{name}");
+        assert_eq!(
+            count(svg, r#"<rect class="hook-round""#),
+            view.hook_rounds(),
+            "{name}"
+        );
+        assert_eq!(
+            count(svg, r#"<circle class="objection""#),
+            view.objections(),
+            "{name}"
+        );
+        assert_eq!(
+            count(svg, r#"<line class="compaction""#),
+            view.compactions(),
+            "{name}"
+        );
+        // The conversation: an entry per request, hook round and objection.
+        assert_eq!(
+            count(conversation, "entry entry-request"),
+            view.rounds(),
+            "{name}"
+        );
+        assert_eq!(
+            count(conversation, "entry entry-hook_round"),
+            view.hook_rounds(),
+            "{name}"
+        );
+        assert_eq!(
+            count(conversation, "entry entry-objection"),
+            view.objections(),
+            "{name}"
+        );
+        // Self-contained: no script, nothing to fetch.
+        for banned in ["<script", "src=", "href=", "@import", "url("] {
+            assert!(!page.contains(banned), "{name}: the page has {banned}");
+        }
+    }
+    // The goldens above do have something of each to count.
+    let view = SessionView::build(&Transcript::read(golden("stop_budget_spans_prompts")).unwrap());
+    assert!(view.rounds() > 3 && view.hook_rounds() > 1 && view.objections() > 1);
+}
+
+#[test]
+fn the_html_page_escapes_what_the_transcript_holds() {
+    let full = std::fs::read_to_string(golden("stop_objection_is_injected")).unwrap();
+    let path = tempdir("escape").join("markup.jsonl");
+    // The prompt is the user's text: it must show as text, never as markup.
+    std::fs::write(
+        &path,
+        full.replace("Finish the feature.", "<script>alert(1)</script>"),
+    )
+    .unwrap();
+    let out_file = path.with_extension("html");
+    let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&out_file).unwrap();
+    assert!(!page.contains("<script"), "{out:?}");
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+}

@@ -4,15 +4,17 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use hookloop::transcript::{SessionView, Transcript};
+use hookloop::transcript::{SessionView, Transcript, render_html};
 
 use crate::cli::{Failure, exit};
 
 /// How `show` prints the session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShowFormat {
     Text,
     Json,
+    /// One self-contained page written to this file.
+    Html(std::path::PathBuf),
 }
 
 /// `hookloop transcript show FILE`: prints the session; exit 1 when it stops early (cut short
@@ -29,6 +31,16 @@ pub fn show(file: &Path, format: ShowFormat) -> ExitCode {
             Ok(json) => println!("{json}"),
             Err(e) => return Failure::failed(format!("cannot write JSON: {e}")).report(),
         },
+        ShowFormat::Html(out) => {
+            let title = file.file_name().map_or_else(
+                || file.display().to_string(),
+                |name| name.to_string_lossy().into_owned(),
+            );
+            if let Err(e) = std::fs::write(&out, render_html(&view, &title)) {
+                return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
+            }
+            println!("{}: {}", out.display(), view.end);
+        }
     }
     if view.end.is_complete() {
         ExitCode::from(exit::OK)

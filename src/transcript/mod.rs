@@ -49,6 +49,7 @@
 mod check;
 mod diff;
 mod format;
+mod html;
 mod live;
 mod recorder;
 mod redact;
@@ -65,6 +66,7 @@ pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
     Truncation, VERSION,
 };
+pub use self::html::render_html;
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};

@@ -292,17 +292,12 @@ impl SessionView {
         out
     }
 
-    fn write_text(&self, out: &mut String) -> fmt::Result {
+    /// The settings in one line.
+    pub fn policy_line(&self) -> String {
         let policy = &self.policy;
-        writeln!(
-            out,
-            "hookloop transcript, format {}, engine {}",
-            self.version, self.engine
-        )?;
-        writeln!(
-            out,
-            "policy: hook servers {}, hook timeout {} ms, {} _Stop objection(s) per session, \
-             round cap {}, context {} tokens ({} for output)",
+        format!(
+            "hook servers {}, hook timeout {} ms, {} _Stop objection(s) per session, round cap \
+             {}, context {} tokens ({} for output)",
             match &policy.hook_servers {
                 HookServers::Off => "off".to_owned(),
                 HookServers::All => "all".to_owned(),
@@ -313,7 +308,16 @@ impl SessionView {
             policy.max_rounds,
             policy.max_context_tokens,
             policy.max_output_tokens,
+        )
+    }
+
+    fn write_text(&self, out: &mut String) -> fmt::Result {
+        writeln!(
+            out,
+            "hookloop transcript, format {}, engine {}",
+            self.version, self.engine
         )?;
+        writeln!(out, "policy: {}", self.policy_line())?;
         if let Some(system) = &self.system_prompt {
             writeln!(out, "system: {}", one_line(system))?;
         }
@@ -327,6 +331,39 @@ impl SessionView {
 
 /// The indent of an entry's detail lines, under its headline.
 const DETAIL: &str = "                   ";
+
+impl EntryKind {
+    /// The entry as text: a headline, then detail lines (indented), as `show` prints it.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = write_entry(&mut out, self);
+        out
+    }
+
+    /// A short name of the kind, as in the JSON (`request`, `hook_round`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Catalog { .. } => "catalog",
+            Self::Prompt { .. } => "prompt",
+            Self::Request { .. } => "request",
+            Self::Reply { .. } => "reply",
+            Self::ModelFailed { .. } => "model_failed",
+            Self::Tools { .. } => "tools",
+            Self::HookRound { .. } => "hook_round",
+            Self::Objection { .. } => "objection",
+            Self::Compaction { .. } => "compaction",
+            Self::PostCompactInjected { .. } => "post_compact_injected",
+            Self::HookFailedOpen { .. } => "hook_failed_open",
+            Self::StopSkipped { .. } => "stop_skipped",
+            Self::UnknownToolRefused { .. } => "unknown_tool_refused",
+            Self::ServerKilled { .. } => "server_killed",
+            Self::Cancelled => "cancelled",
+            Self::Finish { .. } => "finish",
+            Self::Closed => "closed",
+        }
+    }
+}
 
 fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
     match kind {
