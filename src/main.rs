@@ -101,16 +101,39 @@ enum Command {
 
         /// Write a JUnit XML report to FILE: one test case per transcript, each divergence's
         /// diff in its failure.
-        #[arg(long, value_name = "FILE", conflicts_with = "live_tools")]
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["live_tools", "live"])]
         junit: Option<PathBuf>,
 
         /// Run tools and hooks against live servers and report where they drift from the record.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "live")]
         live_tools: bool,
 
-        /// With --live-tools: the servers, in the `.mcp.json` format. Default: ./.mcp.json.
-        #[arg(long, value_name = "FILE", requires = "live_tools")]
+        /// With --live-tools or --live: the servers, in the `.mcp.json` format. Default:
+        /// ./.mcp.json.
+        #[arg(long, value_name = "FILE")]
         mcp_config: Option<PathBuf>,
+
+        /// With --live: replay FILE up to POINT — a record index N, `prompt:K` (before the K-th
+        /// prompt, which is asked again) or `stop:K` (before the K-th `_Stop` round) — then go
+        /// on with the configured model and live MCP servers, as `hookloop run` does, to the end
+        /// of that prompt. Prints the model's last answer; exit status as `run`.
+        #[arg(long, value_name = "POINT", requires = "live")]
+        until: Option<String>,
+
+        /// Continue live from --until (the environment of `hookloop run`: HOOKLOOP_MODEL,
+        /// the provider's key and URL, MCP_HOOK_SERVERS...).
+        #[arg(long, requires = "until")]
+        live: bool,
+
+        /// With --live: answer the `_Stop` round at POINT with TEXT instead of asking the
+        /// servers ("what would the model do with this wording?").
+        #[arg(long, value_name = "TEXT", requires = "live")]
+        objection: Option<String>,
+
+        /// With --live: write the recorded prefix and the live continuation to OUT, one
+        /// transcript that replays.
+        #[arg(long, value_name = "OUT", requires = "live")]
+        record: Option<PathBuf>,
     },
 
     /// Read transcripts.
@@ -182,6 +205,26 @@ fn main() -> ExitCode {
                 prompt,
             } => cli::run::main(mcp_config, json, record, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
+            Command::Replay {
+                paths,
+                until: Some(point),
+                objection,
+                record,
+                mcp_config,
+                ..
+            } => match paths.as_slice() {
+                [file] => {
+                    cli::transcript::fork(
+                        file,
+                        &point,
+                        objection.as_deref(),
+                        record.as_deref(),
+                        mcp_config.as_deref(),
+                    )
+                    .await
+                }
+                _ => cli::Failure::usage("--live replays one FILE").report(),
+            },
             Command::Replay {
                 paths,
                 junit,

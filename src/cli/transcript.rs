@@ -4,9 +4,11 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use hookloop::transcript::{SessionView, Transcript, render_html};
+use hookloop::Config;
+use hookloop::machine::Message;
+use hookloop::transcript::{ForkPoint, Recorder, SessionView, Transcript, render_html};
 
-use crate::cli::{Failure, exit};
+use crate::cli::{Failure, exit, run, wire};
 
 /// How `show` prints the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,4 +50,66 @@ pub fn show(file: &Path, format: ShowFormat) -> ExitCode {
         eprintln!("{}: {}", file.display(), view.end);
         ExitCode::from(exit::FAILED)
     }
+}
+
+/// `hookloop replay FILE --until POINT --live`: replays the record up to POINT, then goes on
+/// with the configured provider and live MCP servers (as `hookloop run` would), and prints the
+/// model's last answer. The exit status is `run`'s.
+pub async fn fork(
+    file: &Path,
+    point: &str,
+    objection: Option<&str>,
+    record: Option<&Path>,
+    mcp_config: Option<&Path>,
+) -> ExitCode {
+    match run_fork(file, point, objection, record, mcp_config).await {
+        Ok(code) => code,
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn run_fork(
+    file: &Path,
+    point: &str,
+    objection: Option<&str>,
+    record: Option<&Path>,
+    mcp_config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
+    let point: ForkPoint = point
+        .parse()
+        .map_err(|e| Failure::usage(format!("--until {e}")))?;
+    let transcript =
+        Transcript::read(file).map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    let fork = hookloop::transcript::fork(&transcript, point, objection)
+        .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    let config = Config::from_env()?;
+    let llm = wire::model_from_env()?;
+    let host = wire::connect(wire::load_mcp_config(mcp_config)?).await?;
+    let recorder = record
+        .map(|path| {
+            Recorder::create(path, &fork.header)
+                .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))
+        })
+        .transpose()?;
+    let mut run = fork
+        .run(config, llm, host, recorder.clone())
+        .await
+        .map_err(Failure::failed)?;
+    run.session.close().map_err(Failure::failed)?;
+    if let Some(recorder) = recorder {
+        recorder.check().map_err(Failure::failed)?;
+    }
+    let answer = run
+        .session
+        .history()
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            Message::Assistant { text, .. } if !text.is_empty() => Some(text.as_str()),
+            _ => None,
+        });
+    if let Some(answer) = answer {
+        println!("{answer}");
+    }
+    Ok(ExitCode::from(run::stop_code(run.stop)))
 }

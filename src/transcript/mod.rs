@@ -48,6 +48,7 @@
 
 mod check;
 mod diff;
+mod fork;
 mod format;
 mod html;
 mod live;
@@ -62,6 +63,7 @@ use std::path::PathBuf;
 
 pub use self::check::{BLESS_VAR, CheckFailed, Checked, bless, check_dir, check_dir_with};
 pub use self::diff::line_diff;
+pub use self::fork::{Continuation, Fork, ForkError, ForkPoint, ForkRun, fork};
 pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
     Truncation, VERSION,

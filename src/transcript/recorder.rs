@@ -12,7 +12,7 @@ use crate::llm::LlmClient;
 use crate::machine::{Effect, Input, Phase, Purpose};
 use crate::mcp::ToolHost;
 use crate::transcript::format::{RecordRef, write_line};
-use crate::transcript::{Header, Redaction, TranscriptError};
+use crate::transcript::{Event, Header, Record, Redaction, TranscriptError};
 
 /// Writes a transcript: the header when created, then every effect and fact it observes.
 ///
@@ -130,6 +130,16 @@ impl Recorder {
         self.shared
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Writes a record as it stands: the prefix copied from another transcript, before the
+    /// recorder observes a session that goes on from it.
+    pub fn write_record(&self, record: &Record) {
+        let (effect, fact) = match &record.event {
+            Event::Effect(effect) => (Some(effect), None),
+            Event::Fact(fact) => (None, Some(fact)),
+        };
+        self.record(Duration::from_millis(record.at_ms), effect, fact);
     }
 
     fn record(&self, at: Duration, effect: Option<&Effect>, fact: Option<&Input>) {

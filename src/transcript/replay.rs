@@ -161,6 +161,11 @@ impl Replayer {
     pub fn machine(&self) -> &Machine {
         &self.machine
     }
+
+    /// The machine as the records so far left it, to go on from there (a fork).
+    pub fn into_machine(self) -> Machine {
+        self.machine
+    }
 }
 
 /// What a clean replay found.
