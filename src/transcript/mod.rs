@@ -57,6 +57,7 @@ mod redact;
 mod replay;
 mod show;
 mod suite;
+mod text;
 
 use std::io;
 use std::path::PathBuf;
