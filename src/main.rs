@@ -94,6 +94,10 @@ enum Command {
     /// and hooks run against live MCP servers (from --mcp-config, default ./.mcp.json), and
     /// every answer that differs from the record is reported (server drift): exit 0 when none
     /// drifted, 1 otherwise.
+    ///
+    /// With --until POINT --live (one FILE), the record is replayed up to POINT and the same
+    /// session goes on with the configured model and live MCP servers: a fork of the recorded
+    /// session, optionally with a new `_Stop` objection (--objection) and recorded (--record).
     Replay {
         /// Transcripts (JSONL) and folders of them.
         #[arg(value_name = "PATH", required = true)]
