@@ -6,6 +6,9 @@
 //!   events from its text (goal < 5 ms).
 //! - `replay_cpu/...`: the same, in the thread's CPU time rather than wall-clock time, for
 //!   figures that hold on a machine busy with other work.
+//! - `replay_suite/1000x1000`: `hookloop replay DIR` as a library call — 1,000 transcript
+//!   files of 1,000 records each read, parsed and replayed on one thread per core (goal < 2 s
+//!   on two cores). The files are hard links to one recording, so the bench writes it once.
 //! - Before the timings, the memory an idle session holds (goal ≤ 64 KiB without MCP
 //!   children), measured with a counting global allocator and printed: the bare `Session`.
 //! - Then what a real idle ACP session holds besides (its actor, channels, observer, host
@@ -14,7 +17,7 @@
 //!   growth per session is printed. Resident memory moves by pages and with the allocator's
 //!   arenas, so it is averaged over many sessions.
 //!
-//! Run: `cargo bench --bench replay`.
+//! Run: `cargo bench --bench replay` (only the suite: `cargo bench --bench replay -- replay_suite`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -27,7 +30,7 @@ use hookloop::llm::LlmRequest;
 use hookloop::machine::{Catalog, HookReply, LlmReply, ToolCall, ToolOutput};
 use hookloop::mcp::HookCall;
 use hookloop::testing::{HookStep, InProcessHost, ScriptedLlm, Step, echo};
-use hookloop::transcript::{Recorder, Transcript};
+use hookloop::transcript::{Recorder, Transcript, default_threads, replay_files};
 use hookloop::{Config, Hook, HookServers, LlmClient, LlmError, ServerName, Session, ToolHost};
 use serde_json::json;
 
@@ -134,6 +137,44 @@ fn replay_benches<M: Measurement>(c: &mut Criterion<M>, group: &str, text: &str)
         b.iter(|| Transcript::parse(black_box(text)).expect("parses"));
     });
     group.finish();
+}
+
+/// A folder of `files` transcripts, each `text`: hard links to one file, so the page cache
+/// holds one copy and the bench measures reading, parsing and replaying, not the disk.
+fn suite_dir(text: &str, files: usize) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+    let dir = std::env::temp_dir().join(format!("hookloop-bench-suite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let first = dir.join("0000.jsonl");
+    std::fs::write(&first, text).expect("write transcript");
+    let mut paths = vec![first.clone()];
+    for i in 1..files {
+        let path = dir.join(format!("{i:04}.jsonl"));
+        std::fs::hard_link(&first, &path).expect("hard link");
+        paths.push(path);
+    }
+    (dir, paths)
+}
+
+fn suite_bench(c: &mut Criterion, text: &str) {
+    const FILES: usize = 1_000;
+    let records = Transcript::parse(text).expect("parses").records.len();
+    let (dir, files) = suite_dir(text, FILES);
+    let threads = default_threads();
+    let report = replay_files(&files, threads);
+    assert!(report.is_clean(), "{report}");
+    println!("replay_suite: {FILES} files of {records} records on {threads} thread(s): {report}");
+    let mut group = c.benchmark_group("replay_suite");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((FILES * records) as u64));
+    group.bench_function(format!("{FILES}x{records}"), |b| {
+        b.iter(|| {
+            let report = replay_files(black_box(&files), threads);
+            assert_eq!(report.passed(), FILES);
+        });
+    });
+    group.finish();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The calling thread's CPU time: on a machine shared with other work, wall-clock figures
@@ -334,6 +375,7 @@ fn main() {
         .measurement_time(Duration::from_secs(5))
         .configure_from_args();
     replay_benches(&mut wall, "replay", &text);
+    suite_bench(&mut wall, &text);
     wall.final_summary();
     let mut cpu = Criterion::default()
         .with_measurement(ThreadCpuTime)

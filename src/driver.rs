@@ -207,6 +207,29 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         .await
     }
 
+    /// A session that goes on from `machine` mid-way: a machine rebuilt from a transcript (see
+    /// [`transcript::fork`](crate::transcript::fork)). Orders it still holds are performed by
+    /// [`resume`](Self::resume); an idle one takes the next [`prompt`](Self::prompt).
+    pub fn from_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {
+        let mut session = Self::new(config, llm, host);
+        session.boundary.machine = machine;
+        session
+    }
+
+    /// Performs the orders the machine holds and runs on until the prompt they belong to
+    /// finishes, as [`prompt`](Self::prompt) would have.
+    pub async fn resume(&mut self) -> Result<PromptStop, SessionError> {
+        let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
+        async {
+            self.cancel_rx.borrow_and_update();
+            self.boundary.llm_error = None;
+            let next = self.boundary.drain(&self.host).await?;
+            self.run_until_finish(next).await
+        }
+        .instrument(span)
+        .await
+    }
+
     async fn run_prompt(&mut self, text: String) -> Result<PromptStop, SessionError> {
         // A cancel that came before this prompt started is not for it.
         self.cancel_rx.borrow_and_update();
@@ -214,7 +237,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         self.boundary.settle_abandoned(&self.host).await?;
         self.boundary.sync_catalog(&self.host)?;
         self.boundary.feed(Input::Prompted { text })?;
-        let mut next = self.boundary.drain(&self.host).await?;
+        let next = self.boundary.drain(&self.host).await?;
+        self.run_until_finish(next).await
+    }
+
+    async fn run_until_finish(
+        &mut self,
+        mut next: Option<Next>,
+    ) -> Result<PromptStop, SessionError> {
         loop {
             let work = match next {
                 Some(Next::Finish(reason)) => return self.boundary.outcome(reason),

@@ -89,39 +89,102 @@ enum Command {
     #[command(after_long_help = cli::ENV_HELP)]
     Acp,
 
-    /// Replay a transcript through the engine and report the first divergence, if any.
+    /// Replay transcripts through the engine and report each one's first divergence, if any.
     ///
     /// The machine is run on the recorded facts and each effect it emits is checked against the
-    /// record; no model, no server, no clock. Exit status: 0 the replay matched; 1 it diverged
-    /// (the report shows the record, the state, and expected against actual), or the record is
-    /// cut short or ends mid-prompt (unless --allow-truncated); 2 the file could not be read or
-    /// is not a transcript.
+    /// record; no model, no server, no clock. PATHs are files or folders (every `*.jsonl`
+    /// beneath), replayed in parallel, one per core: one line per file, then a summary; each
+    /// divergence in full on stderr (the record, the state, and expected against actual). Exit
+    /// status: 0 every file matched; 1 one diverged, or a record is cut short or ends mid-prompt
+    /// (unless --allow-truncated); 2 a file could not be read or is not a transcript.
     ///
-    /// With --live-tools, the model's side still comes from the record, but tools and hooks run
-    /// against live MCP servers (from --mcp-config, default ./.mcp.json), and every answer that
-    /// differs from the record is reported (server drift): exit 0 when none drifted, 1 otherwise.
+    /// With --live-tools (one FILE), the model's side still comes from the record, but tools
+    /// and hooks run against live MCP servers (from --mcp-config, default ./.mcp.json), and
+    /// every answer that differs from the record is reported (server drift): exit 0 when none
+    /// drifted, 1 otherwise.
+    ///
+    /// With --until POINT --live (one FILE), the record is replayed up to POINT and the same
+    /// session goes on with the configured model and live MCP servers: a fork of the recorded
+    /// session, optionally with a new `_Stop` objection (--objection) and recorded (--record).
     Replay {
-        /// The transcript (JSONL) to replay.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
+        /// Transcripts (JSONL) and folders of them.
+        #[arg(value_name = "PATH", required = true)]
+        paths: Vec<PathBuf>,
+
+        /// Write a JUnit XML report to FILE: one test case per transcript, each divergence's
+        /// diff in its failure.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["live_tools", "live"])]
+        junit: Option<PathBuf>,
 
         /// Run tools and hooks against live servers and report where they drift from the record.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "live")]
         live_tools: bool,
 
-        /// With --live-tools: the servers, in the `.mcp.json` format. Default: ./.mcp.json.
-        #[arg(long, value_name = "FILE", requires = "live_tools")]
+        /// With --live-tools or --live: the servers, in the `.mcp.json` format. Default:
+        /// ./.mcp.json.
+        #[arg(long, value_name = "FILE")]
         mcp_config: Option<PathBuf>,
 
         /// Accept a record that was cut short (a crash, a write error) or ends mid-prompt: the
         /// part that was recorded must still match.
         #[arg(long)]
         allow_truncated: bool,
+        /// With --live: replay FILE up to POINT — a record index N, `prompt:K` (before the K-th
+        /// prompt, which is asked again) or `stop:K` (before the K-th `_Stop` round) — then go
+        /// on with the configured model and live MCP servers, as `hookloop run` does, to the end
+        /// of that prompt. Prints the model's last answer; exit status as `run`.
+        #[arg(long, value_name = "POINT", requires = "live")]
+        until: Option<String>,
+
+        /// Continue live from --until (the environment of `hookloop run`: HOOKLOOP_MODEL,
+        /// the provider's key and URL, MCP_HOOK_SERVERS...).
+        #[arg(long, requires = "until")]
+        live: bool,
+
+        /// With --live: answer the `_Stop` round at POINT with TEXT instead of asking the
+        /// servers ("what would the model do with this wording?").
+        #[arg(long, value_name = "TEXT", requires = "live")]
+        objection: Option<String>,
+
+        /// With --live: write the recorded prefix and the live continuation to OUT, one
+        /// transcript that replays.
+        #[arg(long, value_name = "OUT", requires = "live")]
+        record: Option<PathBuf>,
     },
+
+    /// Read transcripts.
+    #[command(subcommand)]
+    Transcript(TranscriptCommand),
 
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
     #[command(hide = true)]
     TodoServer,
+}
+
+#[derive(Debug, Subcommand)]
+enum TranscriptCommand {
+    /// Show a recorded session as a person reads it, rebuilt by replaying its facts.
+    ///
+    /// Each prompt, each model request (its messages as sent, with the part the request before
+    /// also sent folded, and the tools offered when they changed), each reply, tool call and
+    /// result, hook round (servers, answers, latencies, timeouts, kills), objection with the
+    /// budget left, and compaction with its sizes, each at its recorded time. A transcript that
+    /// was cut short or that diverges is shown up to its last good record, with where it stops
+    /// (exit status 1); exit 2 when the file cannot be read.
+    Show {
+        /// The transcript (JSONL).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+
+        /// Print the session as one JSON document instead of text.
+        #[arg(long, conflicts_with = "html")]
+        json: bool,
+
+        /// Write the session as one self-contained HTML page to OUT (no script, nothing
+        /// fetched): a timeline picture above the conversation.
+        #[arg(long, value_name = "OUT")]
+        html: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -130,7 +193,12 @@ fn main() -> ExitCode {
         // It runs its own runtime; its stdout is its protocol stream.
         return todo_server();
     }
-    if let Err(failure) = cli::init_logging("warn") {
+    // A replay re-enacts warnings the session logged when it ran; they are not news.
+    let default_log = match cli.command {
+        Command::Replay { .. } | Command::Transcript(_) => "error",
+        _ => "warn",
+    };
+    if let Err(failure) = cli::init_logging(default_log) {
         return failure.report();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -155,17 +223,50 @@ fn main() -> ExitCode {
             } => cli::run::main(mcp_config, json, record, redact_content, prompt.join(" ")).await,
             Command::Acp => cli::acp::main().await,
             Command::Replay {
-                file,
+                paths,
+                until: Some(point),
+                objection,
+                record,
+                mcp_config,
+                ..
+            } => match paths.as_slice() {
+                [file] => {
+                    cli::transcript::fork(
+                        file,
+                        &point,
+                        objection.as_deref(),
+                        record.as_deref(),
+                        mcp_config.as_deref(),
+                    )
+                    .await
+                }
+                _ => cli::Failure::usage("--live replays one FILE").report(),
+            },
+            Command::Replay {
+                paths,
+                junit,
                 live_tools: false,
                 allow_truncated,
                 ..
-            } => cli::replay(&file, allow_truncated),
+            } => cli::replay(&paths, junit.as_deref(), allow_truncated),
             Command::Replay {
-                file,
+                paths,
                 live_tools: true,
                 mcp_config,
                 allow_truncated,
-            } => cli::replay_live(&file, mcp_config.as_deref(), allow_truncated).await,
+                ..
+            } => match paths.as_slice() {
+                [file] => cli::replay_live(file, mcp_config.as_deref(), allow_truncated).await,
+                _ => cli::Failure::usage("--live-tools replays one FILE").report(),
+            },
+            Command::Transcript(TranscriptCommand::Show { file, json, html }) => {
+                let format = match (json, html) {
+                    (_, Some(out)) => cli::transcript::ShowFormat::Html(out),
+                    (true, None) => cli::transcript::ShowFormat::Json,
+                    (false, None) => cli::transcript::ShowFormat::Text,
+                };
+                cli::transcript::show(&file, format)
+            }
             // Served above, outside this runtime.
             Command::TodoServer => ExitCode::from(cli::exit::USAGE),
         }

@@ -5,6 +5,7 @@ pub mod acp;
 pub mod demo;
 pub mod run;
 pub mod script;
+pub mod transcript;
 mod wire;
 
 use std::fmt;
@@ -91,30 +92,62 @@ impl From<hookloop::ConfigError> for Failure {
     }
 }
 
-/// `hookloop replay FILE`: replays a transcript and reports how it went. A record that is cut
-/// short or ends mid-prompt fails (exit 1) unless `allow_truncated`.
-pub fn replay(file: &std::path::Path, allow_truncated: bool) -> ExitCode {
-    use hookloop::transcript::ReplayError;
-    match hookloop::transcript::replay(file) {
-        Ok(report) if report.is_whole() || allow_truncated => {
-            println!("{report}");
-            ExitCode::from(exit::OK)
+/// `hookloop replay PATH...`: replays every transcript given or found beneath a folder, one per
+/// core; prints one line per file, each divergence in full on stderr, and a summary. Exit 1
+/// when any diverged, or when a record is cut short or ends mid-prompt (unless
+/// `allow_truncated`), else 2 when any could not be read, else 0.
+pub fn replay(
+    paths: &[std::path::PathBuf],
+    junit: Option<&std::path::Path>,
+    allow_truncated: bool,
+) -> ExitCode {
+    use hookloop::transcript::{Outcome, default_threads, replay_files, suite_files};
+    let files = match suite_files(paths) {
+        Ok(files) => files,
+        Err(e) => return Failure::usage(e).report(),
+    };
+    if files.is_empty() {
+        return Failure::usage("no transcript (*.jsonl) found").report();
+    }
+    let report = replay_files(&files, default_threads());
+    let mut not_whole = 0;
+    for result in &report.results {
+        println!("{result}");
+        match &result.outcome {
+            Outcome::Diverged(divergence) => eprintln!(
+                "{}: the replay diverged\n{divergence}",
+                result.path.display()
+            ),
+            Outcome::Passed(replay) if !replay.is_whole() => {
+                if allow_truncated {
+                    println!("{replay}");
+                } else {
+                    not_whole += 1;
+                    eprintln!(
+                        "{}: the replay matched as far as the record goes, but it is not whole \
+                         (--allow-truncated accepts that)\n{replay}",
+                        result.path.display()
+                    );
+                }
+            }
+            Outcome::Unreadable(message) => {
+                eprintln!("{}: {message}", result.path.display());
+            }
+            Outcome::Passed(_) => {}
         }
-        Ok(report) => {
-            eprintln!(
-                "{}: the replay matched as far as the record goes, but it is not whole \
-                 (--allow-truncated accepts that)\n{report}",
-                file.display()
-            );
-            ExitCode::from(exit::FAILED)
-        }
-        Err(ReplayError::Diverged(divergence)) => {
-            eprintln!("{}: the replay diverged\n{divergence}", file.display());
-            ExitCode::from(exit::FAILED)
-        }
-        Err(e @ ReplayError::Load(_)) => {
-            Failure::usage(format!("{}: {e}", file.display())).report()
-        }
+    }
+    println!("{report}");
+    if let Some(out) = junit
+        && let Err(e) = std::fs::write(out, report.to_junit())
+    {
+        return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
+    }
+    if report.diverged() > 0 || not_whole > 0 {
+        ExitCode::from(exit::FAILED)
+    } else if report.unreadable() > 0 {
+        ExitCode::from(exit::USAGE)
+    } else {
+        ExitCode::from(exit::OK)
     }
 }
 

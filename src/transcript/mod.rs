@@ -49,27 +49,40 @@
 //! # }
 //! ```
 
+mod check;
 mod content;
 mod diff;
+mod fork;
 mod format;
+mod html;
 mod live;
 mod recorder;
 mod redact;
 mod replay;
+mod show;
+mod suite;
+mod text;
 
 use std::io;
 use std::path::PathBuf;
 
+pub use self::check::{BLESS_VAR, CheckFailed, Checked, bless, check_dir, check_dir_with};
 pub use self::diff::line_diff;
+pub use self::fork::{Continuation, Fork, ForkError, ForkPoint, ForkRun, fork};
 pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, MAX_LINE_BYTES, Record, RecordedConfig, ServerEntry,
     Transcript, Truncation, VERSION,
 };
+pub use self::html::render_html;
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
 pub use self::replay::{
     Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, replay, replay_str,
+};
+pub use self::show::{End, Entry, EntryKind, HookAnswer, ServerView, SessionView, ToolRun};
+pub use self::suite::{
+    FileResult, Outcome, SuiteReport, default_threads, replay_files, suite_files,
 };
 
 /// What to do with a transcript of another version.

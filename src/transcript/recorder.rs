@@ -21,7 +21,7 @@ use crate::mcp::ToolHost;
 use crate::supervisor;
 use crate::transcript::content::{redact_effect, redact_input};
 use crate::transcript::format::{RecordRef, write_line};
-use crate::transcript::{Header, Redaction, TranscriptError};
+use crate::transcript::{Event, Header, Record, Redaction, TranscriptError};
 
 /// Lines a file recorder holds for its writer thread before the session waits for the disk.
 pub const QUEUE_LINES: usize = 256;
@@ -172,6 +172,26 @@ impl Recorder {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.shared.state)
+    }
+
+    /// Writes a record as it stands: the prefix copied from another transcript, before the
+    /// recorder observes a session that goes on from it.
+    pub fn write_record(&self, record: &Record) {
+        let event = match &record.event {
+            Event::Effect(effect) => RecordRef {
+                effect: Some(effect),
+                ..RecordRef::EMPTY
+            },
+            Event::Fact(fact) => RecordRef {
+                fact: Some(fact),
+                ..RecordRef::EMPTY
+            },
+            Event::Supervision(event) => RecordRef {
+                supervision: Some(event),
+                ..RecordRef::EMPTY
+            },
+        };
+        self.record(Duration::from_millis(record.at_ms), event);
     }
 
     /// Waits for the writer thread to write what is queued; false if it is gone.

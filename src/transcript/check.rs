@@ -1,0 +1,195 @@
+//! One call for a crate's own test suite: replay every transcript in a folder, fail with every
+//! divergence listed, and under `HOOKLOOP_BLESS=1` rewrite the diverging files' effects.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::machine::Machine;
+use crate::transcript::diff::line_diff;
+use crate::transcript::suite::{Outcome, default_threads, replay_files, suite_files};
+use crate::transcript::{Divergence, DivergenceKind, Event, Record, Transcript};
+
+/// The variable that turns [`check_dir`] into a rewrite of the diverging files.
+pub const BLESS_VAR: &str = "HOOKLOOP_BLESS";
+
+/// Replays every `*.jsonl` beneath `dir` (one per core) and fails with every file that
+/// diverged or could not be read, each with its report and diff.
+///
+/// With `HOOKLOOP_BLESS` set (to anything but empty or `0`), each diverging file is rewritten
+/// instead: its facts stay as recorded and its effects become the ones this engine gives for
+/// them (see [`bless`]); what changed is printed to stderr, where the test harness shows it.
+/// A folder with no transcript fails too, so a wrong path cannot pass unnoticed.
+///
+/// ```no_run
+/// // tests/transcripts.rs
+/// #[test]
+/// fn transcripts_replay() -> Result<(), hookloop::transcript::CheckFailed> {
+///     hookloop::transcript::check_dir("tests/transcripts")?;
+///     Ok(())
+/// }
+/// ```
+pub fn check_dir(dir: impl AsRef<Path>) -> Result<Checked, CheckFailed> {
+    let bless = std::env::var(BLESS_VAR).is_ok_and(|v| !v.is_empty() && v != "0");
+    check_dir_with(dir, bless)
+}
+
+/// [`check_dir`] with blessing chosen by the caller rather than the environment.
+pub fn check_dir_with(dir: impl AsRef<Path>, bless: bool) -> Result<Checked, CheckFailed> {
+    let dir = dir.as_ref();
+    let files = suite_files(&[dir.to_owned()]).map_err(|e| CheckFailed::whole(dir, e))?;
+    if files.is_empty() {
+        return Err(CheckFailed::whole(dir, "no transcript (*.jsonl) found"));
+    }
+    let report = replay_files(&files, default_threads());
+    let mut checked = Checked {
+        files: files.len(),
+        blessed: Vec::new(),
+    };
+    let mut failures = Vec::new();
+    for result in report.results {
+        match result.outcome {
+            Outcome::Passed(_) => {}
+            Outcome::Unreadable(message) => failures.push((result.path, message)),
+            Outcome::Diverged(divergence) if !bless => {
+                failures.push((result.path, divergence.to_string()));
+            }
+            Outcome::Diverged(_) => match bless_file(&result.path) {
+                Ok(diff) => {
+                    // The test harness captures stderr and shows it with the test: this is
+                    // the report of what the rewrite changed, for review like code.
+                    eprintln!("blessed {}:\n{diff}", result.path.display());
+                    checked.blessed.push(result.path);
+                }
+                Err(message) => failures.push((result.path, message)),
+            },
+        }
+    }
+    if failures.is_empty() {
+        Ok(checked)
+    } else {
+        Err(CheckFailed {
+            dir: dir.to_owned(),
+            files: checked.files,
+            failures,
+            bless,
+        })
+    }
+}
+
+/// Rewrites one diverging file; the line diff of its old and new text, or why it cannot be.
+fn bless_file(path: &Path) -> Result<String, String> {
+    let transcript = Transcript::read(path).map_err(|e| e.to_string())?;
+    let blessed = bless(&transcript).map_err(|divergence| {
+        format!("cannot bless: the facts no longer fit this engine; record it again.\n{divergence}")
+    })?;
+    let (old, new) = (transcript.to_jsonl(), blessed.to_jsonl());
+    std::fs::write(path, &new).map_err(|e| format!("cannot write it: {e}"))?;
+    Ok(line_diff(&old, &new))
+}
+
+/// The transcript with its facts as recorded and its effects as this engine gives them: the
+/// machine is fed each recorded fact, and every order it gives before the next fact is written
+/// in place of the recorded ones, at the time of the fact it follows (as a recorder writes
+/// them). Fails when the machine refuses a recorded fact: the session no longer goes that way,
+/// and only a new recording can say how it goes.
+pub fn bless(transcript: &Transcript) -> Result<Transcript, Box<Divergence>> {
+    let config = &transcript.header.config;
+    let mut machine = Machine::new(config.policy.clone(), config.system_prompt.clone());
+    let mut records = Vec::with_capacity(transcript.records.len());
+    let mut at_ms = 0;
+    for (index, record) in transcript.records.iter().enumerate() {
+        let Event::Fact(fact) = &record.event else {
+            continue;
+        };
+        drain(&mut machine, at_ms, &mut records);
+        let phase = machine.phase();
+        if let Err(error) = machine.handle(fact.clone()) {
+            return Err(Box::new(Divergence {
+                index,
+                line: transcript.line_of(index),
+                phase,
+                kind: DivergenceKind::FactRefused {
+                    fact: fact.clone(),
+                    error,
+                },
+            }));
+        }
+        at_ms = record.at_ms;
+        records.push(record.clone());
+    }
+    drain(&mut machine, at_ms, &mut records);
+    Ok(Transcript::new(transcript.header.clone(), records))
+}
+
+fn drain(machine: &mut Machine, at_ms: u64, records: &mut Vec<Record>) {
+    while let Some(effect) = machine.poll_effect() {
+        records.push(Record::effect(at_ms, effect));
+    }
+}
+
+/// A folder whose transcripts all replayed (or were blessed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// Transcripts found.
+    pub files: usize,
+    /// Files rewritten under `HOOKLOOP_BLESS`.
+    pub blessed: Vec<PathBuf>,
+}
+
+/// Transcripts that did not replay. Its `Debug` is its report, so a test that returns it (or
+/// unwraps it) shows every file with its diff.
+pub struct CheckFailed {
+    dir: PathBuf,
+    files: usize,
+    /// Each failing file and its report.
+    failures: Vec<(PathBuf, String)>,
+    bless: bool,
+}
+
+impl CheckFailed {
+    fn whole(dir: &Path, reason: impl fmt::Display) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            files: 0,
+            failures: vec![(dir.to_owned(), reason.to_string())],
+            bless: false,
+        }
+    }
+
+    /// Each failing file and its report (the divergence with its diff, or why it could not
+    /// be read).
+    pub fn failures(&self) -> &[(PathBuf, String)] {
+        &self.failures
+    }
+}
+
+impl fmt::Display for CheckFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} of {} transcript(s) in {} failed:",
+            self.failures.len(),
+            self.files,
+            self.dir.display()
+        )?;
+        for (path, report) in &self.failures {
+            writeln!(f, "\n{}: {report}", path.display())?;
+        }
+        if !self.bless && self.files > 0 {
+            write!(
+                f,
+                "\nIf the engine's new behaviour is intended, run the tests again with \
+                 {BLESS_VAR}=1 to rewrite the effects of the diverging files, and review the diff."
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for CheckFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for CheckFailed {}

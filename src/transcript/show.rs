@@ -1,0 +1,798 @@
+//! A transcript as a person reads it: the session rebuilt by replaying its facts, one entry per
+//! step — prompts, model requests as sent, replies, tool calls, hook rounds, objections,
+//! compactions — each with its recorded time.
+//!
+//! [`SessionView::build`] replays the records through a [`Replayer`], so the requests it shows
+//! are the machine's own (the record pins them only by digest). A transcript that was cut
+//! short or that diverges is shown up to its last good record, and [`End`] says where it
+//! stops. The view serialises to JSON for tools; [`SessionView::to_text`] renders it for a
+//! terminal and [`render_html`](crate::transcript::render_html) for a browser.
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::hooks::{Hook, ServerName};
+use crate::machine::{
+    Catalog, Effect, FinishReason, HookContext, HookReply, Input, LlmReply, Media, Message, Notice,
+    Policy, Purpose, SkipReason, ToolCall, ToolOutput,
+};
+use crate::supervisor::{self, Fact, Order};
+use crate::transcript::{Event, Replayer, Transcript};
+
+/// A whole session, ready to read.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionView {
+    /// The engine that wrote the transcript.
+    pub engine: String,
+    /// The transcript's format version.
+    pub version: u32,
+    /// The settings the session ran under.
+    pub policy: Policy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Every step, in record order.
+    pub entries: Vec<Entry>,
+    /// How far the view goes.
+    pub end: End,
+}
+
+/// One step of the session.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Entry {
+    /// The record it starts at (0 = the first record after the header).
+    pub index: usize,
+    /// Its recorded time, in ms since the session started.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub kind: EntryKind,
+}
+
+/// What a step was.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub enum EntryKind {
+    /// The servers and their tools, at start-up or after a change (a server gone or back).
+    Catalog { servers: Vec<ServerView> },
+    /// The user's prompt; `number` counts from 1.
+    Prompt { number: usize, text: String },
+    /// A model request, as the machine built it. Messages the previous request also began
+    /// with are folded: `folded` counts them and `messages` holds the rest.
+    Request {
+        round: usize,
+        purpose: Purpose,
+        folded: usize,
+        messages: Vec<Message>,
+        /// The tools offered, when they differ from the previous request's; `None` when they
+        /// are the same.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tools: Option<Vec<String>>,
+        tools_offered: usize,
+        /// The final instruction of a summary request.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        instruction: Option<String>,
+    },
+    /// The model's answer to request `round`, `latency_ms` after it was sent.
+    Reply {
+        round: usize,
+        latency_ms: u64,
+        reply: LlmReply,
+    },
+    /// Request `round` failed after the client's retries.
+    ModelFailed {
+        round: usize,
+        latency_ms: u64,
+        error: String,
+    },
+    /// Tool calls run together, each with its result when it came.
+    Tools { calls: Vec<ToolRun> },
+    /// A hook called on each server at once, with each server's answer: one call per server
+    /// and subject (one per server when the round has no subjects).
+    HookRound {
+        hook: Hook,
+        /// Rounds of this hook so far, this one included.
+        number: usize,
+        timeout_ms: u64,
+        context: HookContext,
+        /// What each call was about (a `_PreToolUse` or `_PostToolUse` tool call, say); empty
+        /// when the calls carry no arguments.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        subjects: Vec<Value>,
+        answers: Vec<HookAnswer>,
+    },
+    /// A `_Stop` answer objected: the model is asked again.
+    Objection {
+        server: ServerName,
+        text: String,
+        budget_left: u32,
+    },
+    /// The history was compacted; sizes in messages and in bytes of content.
+    Compaction {
+        summarized: bool,
+        messages_before: usize,
+        messages_after: usize,
+        bytes_before: usize,
+        bytes_after: usize,
+    },
+    /// A `_PostCompact` answer was put into the fresh context.
+    PostCompactInjected { server: ServerName, text: String },
+    /// A `_SessionStart`, `_UserPromptSubmit` or `_PostToolUse` answer was injected as
+    /// context, or a `_PreCompact` answer added to the summary instruction.
+    HookInjected {
+        hook: Hook,
+        server: ServerName,
+        text: String,
+    },
+    /// A `_PreToolUse` answer denied a tool call: it did not run, the model got the denial.
+    ToolDenied {
+        server: ServerName,
+        tool: String,
+        text: String,
+    },
+    /// A server sat a hook round out (it was between lives); the round went on without it.
+    HookSkipped {
+        server: ServerName,
+        hook: Hook,
+        reason: String,
+    },
+    /// A hook call ended without a usable answer and counted as none.
+    HookFailedOpen {
+        server: ServerName,
+        hook: Hook,
+        reason: String,
+    },
+    /// The model ended its turn and `_Stop` was not asked.
+    StopSkipped { reason: SkipReason },
+    /// The model called a hook or an unknown tool; it was refused.
+    UnknownToolRefused { name: String },
+    /// The engine killed a server (it comes back on its next use).
+    ServerKilled { server: ServerName },
+    /// Supervision: a life of the server started.
+    ServerStarted { server: ServerName },
+    /// Supervision: a start of the server failed.
+    StartFailed { server: ServerName, error: String },
+    /// Supervision: the server's life ended; `answered` says whether it answered any call.
+    ServerExited {
+        server: ServerName,
+        answered: bool,
+        reason: String,
+    },
+    /// Supervision: the server is to be started again after `after_ms`.
+    RestartScheduled { server: ServerName, after_ms: u64 },
+    /// Supervision: the server ran out of restarts; its tools are gone for good.
+    ServerRetired { server: ServerName, bad_ends: u32 },
+    /// The user cancelled the prompt.
+    Cancelled,
+    /// The prompt ended.
+    Finish { reason: FinishReason },
+    /// The session was closed.
+    Closed,
+}
+
+/// One server of a catalog.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerView {
+    pub server: ServerName,
+    /// Its tools' bare names, hooks included.
+    pub tools: Vec<String>,
+}
+
+/// One tool call and, once it came, its result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolRun {
+    pub call: ToolCall,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<ToolOutput>,
+    /// When the result came, in ms since the session started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub done_ms: Option<u64>,
+}
+
+/// One server's answer in a hook round.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HookAnswer {
+    pub server: ServerName,
+    /// Which of the round's subjects the call was about; `None` when the round has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<u32>,
+    /// `None` while the server has not answered (the transcript stops before it did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<HookReply>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+}
+
+/// Where the view stops.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "end", rename_all = "snake_case")]
+pub enum End {
+    /// Every record replayed.
+    Complete { records: usize },
+    /// The last line was cut short; every record before it replayed.
+    Truncated {
+        records: usize,
+        line: usize,
+        reason: String,
+    },
+    /// The machine parted from the record at record `index`; the view shows what came before.
+    Diverged {
+        index: usize,
+        line: usize,
+        message: String,
+    },
+}
+
+impl End {
+    /// Whether the whole transcript replayed.
+    pub fn is_complete(&self) -> bool {
+        matches!(self, Self::Complete { .. })
+    }
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Complete { records } => write!(f, "all {records} records replayed"),
+            Self::Truncated {
+                records,
+                line,
+                reason,
+            } => write!(
+                f,
+                "the transcript stops after {records} records: line {line} was cut short \
+                 ({reason})"
+            ),
+            Self::Diverged {
+                index,
+                line,
+                message,
+            } => write!(
+                f,
+                "shown up to record {index} (line {line}), where the replay diverged: {message}"
+            ),
+        }
+    }
+}
+
+impl SessionView {
+    /// Rebuilds the session by replaying `transcript`, up to its last good record.
+    pub fn build(transcript: &Transcript) -> Self {
+        let header = &transcript.header;
+        let media = header.config.policy.media.clone();
+        let mut builder = Builder {
+            media: media.clone(),
+            ..Builder::default()
+        };
+        let mut replayer = Replayer::new(header);
+        let mut end = None;
+        for (index, record) in transcript.records.iter().enumerate() {
+            let bytes_before = history_bytes(replayer.machine().history(), &media);
+            if let Err(divergence) = replayer.step(record) {
+                end = Some(End::Diverged {
+                    index,
+                    line: transcript.line_of(index),
+                    message: divergence.to_string(),
+                });
+                break;
+            }
+            builder.record(index, record.at_ms, &record.event, &replayer, bytes_before);
+        }
+        let records = transcript.records.len();
+        let end = end.unwrap_or_else(|| match &transcript.truncated {
+            Some(cut) => End::Truncated {
+                records,
+                line: cut.line,
+                reason: cut.reason.clone(),
+            },
+            None => match replayer.finish(false) {
+                Ok(_) => End::Complete { records },
+                Err(divergence) => End::Diverged {
+                    index: records,
+                    line: transcript.line_of(records),
+                    message: divergence.to_string(),
+                },
+            },
+        });
+        Self {
+            engine: header.engine.clone(),
+            version: header.version,
+            policy: header.config.policy.clone(),
+            system_prompt: header.config.system_prompt.clone(),
+            entries: builder.entries,
+            end,
+        }
+    }
+
+    /// Model requests in the view.
+    pub fn rounds(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::Request { .. }))
+    }
+
+    /// Hook rounds in the view, of every hook.
+    pub fn hook_rounds(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::HookRound { .. }))
+    }
+
+    /// Hook rounds of `hook` in the view.
+    pub fn hook_rounds_of(&self, hook: Hook) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::HookRound { hook: h, .. } if *h == hook))
+    }
+
+    /// Supervision entries in the view: servers started, failed, exited, restarted, retired.
+    pub fn supervision_events(&self) -> usize {
+        self.count(|kind| {
+            matches!(
+                kind,
+                EntryKind::ServerStarted { .. }
+                    | EntryKind::StartFailed { .. }
+                    | EntryKind::ServerExited { .. }
+                    | EntryKind::RestartScheduled { .. }
+                    | EntryKind::ServerRetired { .. }
+            )
+        })
+    }
+
+    /// Objections in the view.
+    pub fn objections(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::Objection { .. }))
+    }
+
+    /// Compactions in the view.
+    pub fn compactions(&self) -> usize {
+        self.count(|kind| matches!(kind, EntryKind::Compaction { .. }))
+    }
+
+    fn count(&self, pick: impl Fn(&EntryKind) -> bool) -> usize {
+        self.entries
+            .iter()
+            .filter(|entry| pick(&entry.kind))
+            .count()
+    }
+}
+
+fn history_bytes(messages: &[Message], media: &Media) -> usize {
+    messages
+        .iter()
+        .map(|message| message.size_bytes(media))
+        .sum()
+}
+
+/// Where a hook stands in [`Hook::ALL`], to count its rounds.
+fn hook_slot(hook: Hook) -> usize {
+    match hook {
+        Hook::SessionStart => 0,
+        Hook::UserPromptSubmit => 1,
+        Hook::PreToolUse => 2,
+        Hook::PostToolUse => 3,
+        Hook::Stop => 4,
+        Hook::PreCompact => 5,
+        Hook::PostCompact => 6,
+        Hook::SessionEnd => 7,
+    }
+}
+
+/// Turns records into entries, pairing each answer with the order it answers.
+#[derive(Default)]
+struct Builder {
+    entries: Vec<Entry>,
+    prompts: usize,
+    rounds: usize,
+    hook_rounds: [usize; Hook::ALL.len()],
+    /// The last request's round and time, until its answer.
+    open_request: Option<(usize, u64)>,
+    /// The entry of the tool round or hook round being answered.
+    open_calls: Option<usize>,
+    /// What the last request sent, to fold the next one's unchanged prefix.
+    last_messages: Vec<Message>,
+    last_tools: Option<Vec<String>>,
+    /// The history's size before the fact that compacted it.
+    bytes_before_fact: usize,
+    /// How the session sizes media, for the byte counts.
+    media: Media,
+}
+
+impl Builder {
+    fn record(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        event: &Event,
+        replayer: &Replayer,
+        bytes_before: usize,
+    ) {
+        match event {
+            Event::Effect(effect) => self.effect(index, at_ms, effect, replayer),
+            Event::Fact(fact) => {
+                self.bytes_before_fact = bytes_before;
+                self.fact(index, at_ms, fact);
+            }
+            Event::Supervision(event) => self.supervision(index, at_ms, event),
+        }
+    }
+
+    fn supervision(&mut self, index: usize, at_ms: u64, event: &supervisor::Event) {
+        let kind = match event {
+            supervisor::Event::Fact(Fact::ServerStarted { server, .. }) => {
+                EntryKind::ServerStarted {
+                    server: server.clone(),
+                }
+            }
+            supervisor::Event::Fact(Fact::StartFailed { server, error, .. }) => {
+                EntryKind::StartFailed {
+                    server: server.clone(),
+                    error: error.clone(),
+                }
+            }
+            supervisor::Event::Fact(Fact::ServerExited {
+                server,
+                answered,
+                reason,
+                ..
+            }) => EntryKind::ServerExited {
+                server: server.clone(),
+                answered: *answered,
+                reason: reason.clone(),
+            },
+            supervisor::Event::Order(Order::StartServer { server, after_ms }) => {
+                EntryKind::RestartScheduled {
+                    server: server.clone(),
+                    after_ms: *after_ms,
+                }
+            }
+            supervisor::Event::Order(Order::RetireServer { server, bad_ends }) => {
+                EntryKind::ServerRetired {
+                    server: server.clone(),
+                    bad_ends: *bad_ends,
+                }
+            }
+        };
+        self.push(index, at_ms, kind);
+    }
+
+    fn push(&mut self, index: usize, at_ms: u64, kind: EntryKind) {
+        self.entries.push(Entry { index, at_ms, kind });
+    }
+
+    fn effect(&mut self, index: usize, at_ms: u64, effect: &Effect, replayer: &Replayer) {
+        let machine = replayer.machine();
+        let kind = match effect {
+            Effect::CallLlm { purpose, .. } => {
+                self.rounds += 1;
+                self.open_request = Some((self.rounds, at_ms));
+                let request = machine.request(*purpose);
+                let folded = self
+                    .last_messages
+                    .iter()
+                    .zip(request.messages)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+                let changed = self.last_tools.as_ref() != Some(&tools);
+                let kind = EntryKind::Request {
+                    round: self.rounds,
+                    purpose: *purpose,
+                    folded,
+                    messages: request.messages[folded..].to_vec(),
+                    tools_offered: tools.len(),
+                    tools: changed.then(|| tools.clone()),
+                    instruction: request.instruction.map(str::to_owned),
+                };
+                self.last_messages = request.messages.to_vec();
+                self.last_tools = Some(tools);
+                kind
+            }
+            Effect::CallTools { calls } => {
+                self.open_calls = Some(self.entries.len());
+                EntryKind::Tools {
+                    calls: calls
+                        .iter()
+                        .map(|call| ToolRun {
+                            call: call.clone(),
+                            output: None,
+                            done_ms: None,
+                        })
+                        .collect(),
+                }
+            }
+            Effect::CallHooks {
+                hook,
+                servers,
+                timeout_ms,
+                context,
+                subjects,
+            } => {
+                let count = &mut self.hook_rounds[hook_slot(*hook)];
+                *count += 1;
+                self.open_calls = Some(self.entries.len());
+                let calls: Vec<Option<u32>> = if subjects.is_empty() {
+                    vec![None]
+                } else {
+                    (0..subjects.len())
+                        .map(|i| Some(u32::try_from(i).unwrap_or(u32::MAX)))
+                        .collect()
+                };
+                EntryKind::HookRound {
+                    hook: *hook,
+                    number: *count,
+                    timeout_ms: *timeout_ms,
+                    context: *context,
+                    subjects: subjects.clone(),
+                    answers: servers
+                        .iter()
+                        .flat_map(|server| {
+                            calls.iter().map(move |subject| HookAnswer {
+                                server: server.clone(),
+                                subject: *subject,
+                                reply: None,
+                                latency_ms: None,
+                            })
+                        })
+                        .collect(),
+                }
+            }
+            Effect::KillServer { server } => EntryKind::ServerKilled {
+                server: server.clone(),
+            },
+            Effect::Notify { notice } => self.notice(notice, machine.history()),
+            Effect::Finish { reason } => EntryKind::Finish {
+                reason: reason.clone(),
+            },
+        };
+        self.push(index, at_ms, kind);
+    }
+
+    fn notice(&self, notice: &Notice, history: &[Message]) -> EntryKind {
+        match notice {
+            Notice::Objection {
+                server,
+                text,
+                budget_left,
+            } => EntryKind::Objection {
+                server: server.clone(),
+                text: text.clone(),
+                budget_left: *budget_left,
+            },
+            Notice::StopSkipped { reason } => EntryKind::StopSkipped { reason: *reason },
+            Notice::PostCompactInjected { server, text } => EntryKind::PostCompactInjected {
+                server: server.clone(),
+                text: text.clone(),
+            },
+            Notice::Compacted {
+                summarized,
+                messages_before,
+                messages_after,
+            } => EntryKind::Compaction {
+                summarized: *summarized,
+                messages_before: *messages_before,
+                messages_after: *messages_after,
+                bytes_before: self.bytes_before_fact,
+                bytes_after: history_bytes(history, &self.media),
+            },
+            Notice::HookFailedOpen {
+                server,
+                hook,
+                reason,
+            } => EntryKind::HookFailedOpen {
+                server: server.clone(),
+                hook: *hook,
+                reason: reason.clone(),
+            },
+            Notice::HookInjected { hook, server, text } => EntryKind::HookInjected {
+                hook: *hook,
+                server: server.clone(),
+                text: text.clone(),
+            },
+            Notice::ToolDenied { server, tool, text } => EntryKind::ToolDenied {
+                server: server.clone(),
+                tool: tool.clone(),
+                text: text.clone(),
+            },
+            Notice::HookSkipped {
+                server,
+                hook,
+                reason,
+            } => EntryKind::HookSkipped {
+                server: server.clone(),
+                hook: *hook,
+                reason: reason.clone(),
+            },
+            Notice::UnknownToolRefused { name } => {
+                EntryKind::UnknownToolRefused { name: name.clone() }
+            }
+        }
+    }
+
+    fn fact(&mut self, index: usize, at_ms: u64, fact: &Input) {
+        match fact {
+            Input::Prompted { text } => {
+                self.prompts += 1;
+                let number = self.prompts;
+                self.push(
+                    index,
+                    at_ms,
+                    EntryKind::Prompt {
+                        number,
+                        text: text.clone(),
+                    },
+                );
+            }
+            Input::CatalogChanged { catalog } => {
+                self.push(index, at_ms, catalog_entry(catalog));
+            }
+            Input::LlmReplied { reply } => {
+                let (round, sent) = self.open_request.take().unwrap_or((self.rounds, at_ms));
+                self.push(
+                    index,
+                    at_ms,
+                    EntryKind::Reply {
+                        round,
+                        latency_ms: at_ms.saturating_sub(sent),
+                        reply: reply.clone(),
+                    },
+                );
+            }
+            Input::LlmFailed { error } => {
+                let (round, sent) = self.open_request.take().unwrap_or((self.rounds, at_ms));
+                self.push(
+                    index,
+                    at_ms,
+                    EntryKind::ModelFailed {
+                        round,
+                        latency_ms: at_ms.saturating_sub(sent),
+                        error: error.clone(),
+                    },
+                );
+            }
+            Input::ToolFinished { id, output } => {
+                if let Some(Entry {
+                    kind: EntryKind::Tools { calls },
+                    ..
+                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
+                    && let Some(run) = calls.iter_mut().find(|run| run.call.id == *id)
+                {
+                    run.output = Some(output.clone());
+                    run.done_ms = Some(at_ms);
+                }
+            }
+            Input::HookAnswered {
+                server,
+                reply,
+                subject,
+                ..
+            } => {
+                if let Some(Entry {
+                    kind: EntryKind::HookRound { answers, .. },
+                    at_ms: started,
+                    ..
+                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
+                    && let Some(answer) = answers.iter_mut().find(|answer| {
+                        answer.server == *server
+                            && answer.subject == *subject
+                            && answer.reply.is_none()
+                    })
+                {
+                    answer.reply = Some(reply.clone());
+                    answer.latency_ms = Some(at_ms.saturating_sub(*started));
+                }
+            }
+            Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),
+            Input::Closed => self.push(index, at_ms, EntryKind::Closed),
+        }
+    }
+}
+
+fn catalog_entry(catalog: &Catalog) -> EntryKind {
+    EntryKind::Catalog {
+        servers: catalog
+            .servers
+            .iter()
+            .map(|server| ServerView {
+                server: server.server.clone(),
+                tools: server.tools.iter().map(|t| t.name.clone()).collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{Digest, RequestDigest};
+    use crate::transcript::{Header, Record};
+
+    #[test]
+    fn supervision_records_are_shown_as_server_lives() {
+        let todo = ServerName::new("todo").unwrap();
+        let records = vec![
+            Record::supervision(
+                790,
+                supervisor::Event::Fact(Fact::ServerExited {
+                    server: todo.clone(),
+                    at_ms: 790,
+                    answered: true,
+                    reason: "connection closed".into(),
+                    jitter: supervisor::Jitter(500),
+                }),
+            ),
+            Record::supervision(
+                790,
+                supervisor::Event::Order(Order::StartServer {
+                    server: todo.clone(),
+                    after_ms: 143,
+                }),
+            ),
+            Record::supervision(
+                933,
+                supervisor::Event::Fact(Fact::ServerStarted {
+                    server: todo.clone(),
+                    at_ms: 933,
+                }),
+            ),
+            Record::supervision(
+                990,
+                supervisor::Event::Order(Order::RetireServer {
+                    server: todo,
+                    bad_ends: 4,
+                }),
+            ),
+        ];
+        let header = Header::from_parts(Policy::default(), None);
+        let view = SessionView::build(&Transcript::new(header, records));
+        assert!(view.end.is_complete(), "{:?}", view.end);
+        assert_eq!(view.supervision_events(), 4);
+        let text = view.to_text();
+        for line in [
+            "server todo exited (it had answered): connection closed",
+            "server todo restart scheduled in 143 ms",
+            "server todo started",
+            "server todo retired after 4 bad end(s)",
+        ] {
+            assert!(text.contains(line), "{line:?} not in {text}");
+        }
+        let html = crate::transcript::render_html(&view, "t");
+        assert!(html.contains("entry-server_retired"), "{html}");
+    }
+
+    #[test]
+    fn a_divergence_shows_the_records_before_it_and_says_where() {
+        let records = vec![
+            Record::fact(0, Input::Prompted { text: "hi".into() }),
+            // The machine asks for one message with another digest.
+            Record::effect(
+                5,
+                Effect::CallLlm {
+                    purpose: Purpose::Turn,
+                    messages: 1,
+                    digest: RequestDigest {
+                        system: Digest::default(),
+                        messages: Digest::default(),
+                        tools: Digest::default(),
+                        instruction: Digest::default(),
+                        limits: Digest::default(),
+                    },
+                },
+            ),
+        ];
+        let header = Header::from_parts(Policy::default(), None);
+        let view = SessionView::build(&Transcript::new(header, records));
+        assert_eq!(view.entries.len(), 1);
+        assert!(matches!(
+            view.entries[0].kind,
+            EntryKind::Prompt { number: 1, .. }
+        ));
+        assert!(
+            matches!(
+                view.end,
+                End::Diverged {
+                    index: 1,
+                    line: 3,
+                    ..
+                }
+            ),
+            "{:?}",
+            view.end
+        );
+        assert!(view.to_text().contains("shown up to record 1 (line 3)"));
+    }
+}

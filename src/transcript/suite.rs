@@ -1,0 +1,292 @@
+//! Suites: many transcripts replayed at once, one per core, with a report per file and a JUnit
+//! report for CI systems.
+
+use std::fmt;
+use std::io;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use quick_xml::Writer;
+use quick_xml::events::{BytesDecl, BytesText, Event as XmlEvent};
+
+use crate::transcript::{Divergence, ReplayReport, Transcript, TranscriptError};
+
+/// The files of a suite: each path that is a file, and every `*.jsonl` beneath each folder,
+/// folders walked in name order so a report lists files the same way on every machine.
+pub fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TranscriptError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            collect_jsonl(path, &mut files)?;
+        } else {
+            // A missing file is reported by its replay, with the others.
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn collect_jsonl(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), TranscriptError> {
+    let read_error = |source| TranscriptError::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut entries = std::fs::read_dir(dir)
+        .map_err(read_error)?
+        .map(|entry| entry.map(|entry| entry.path()))
+        .collect::<Result<Vec<_>, io::Error>>()
+        .map_err(read_error)?;
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect_jsonl(&path, files)?;
+        } else if path.extension().is_some_and(|ext| ext == "jsonl") {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Replays every file on `threads` threads (at least one), each thread taking the next file
+/// when it is done with one. Results come back in the order of `files`.
+pub fn replay_files(files: &[PathBuf], threads: usize) -> SuiteReport {
+    let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<FileResult>>> = Mutex::new(vec![None; files.len()]);
+    let threads = threads.clamp(1, files.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = files.get(index) else { break };
+                    let result = replay_file(path);
+                    // A panic elsewhere cannot leave the vector half-written: each slot is
+                    // one assignment.
+                    let mut slots = results.lock().unwrap_or_else(|p| p.into_inner());
+                    slots[index] = Some(result);
+                }
+            });
+        }
+    });
+    let results = results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .flatten()
+        .collect();
+    SuiteReport {
+        results,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// One thread per core, as the OS reports them.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
+fn replay_file(path: &Path) -> FileResult {
+    let started = Instant::now();
+    let outcome = match Transcript::read(path) {
+        Err(error) => Outcome::Unreadable(error.to_string()),
+        Ok(transcript) if transcript.header.content_redacted => {
+            Outcome::Unreadable(crate::transcript::TranscriptError::ContentRedacted.to_string())
+        }
+        Ok(transcript) => match transcript.replay() {
+            Ok(mut report) => {
+                report.truncated.clone_from(&transcript.truncated);
+                Outcome::Passed(report)
+            }
+            Err(divergence) => Outcome::Diverged(divergence),
+        },
+    };
+    FileResult {
+        path: path.to_owned(),
+        outcome,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// How every file of a suite replayed.
+#[derive(Clone, Debug)]
+pub struct SuiteReport {
+    /// One per file, in the order given.
+    pub results: Vec<FileResult>,
+    /// Wall-clock time of the whole suite.
+    pub elapsed: Duration,
+}
+
+/// How one file replayed.
+#[derive(Clone, Debug)]
+pub struct FileResult {
+    pub path: PathBuf,
+    pub outcome: Outcome,
+    pub elapsed: Duration,
+}
+
+/// The three ways a file can replay.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Every effect matched.
+    Passed(ReplayReport),
+    /// The machine parted from the record.
+    Diverged(Box<Divergence>),
+    /// The file could not be read or is not a transcript; the message says why.
+    Unreadable(String),
+}
+
+impl SuiteReport {
+    /// Files that replayed cleanly.
+    pub fn passed(&self) -> usize {
+        self.count(|outcome| matches!(outcome, Outcome::Passed(_)))
+    }
+
+    /// Files that diverged.
+    pub fn diverged(&self) -> usize {
+        self.count(|outcome| matches!(outcome, Outcome::Diverged(_)))
+    }
+
+    /// Files that could not be read.
+    pub fn unreadable(&self) -> usize {
+        self.count(|outcome| matches!(outcome, Outcome::Unreadable(_)))
+    }
+
+    fn count(&self, pick: impl Fn(&Outcome) -> bool) -> usize {
+        self.results.iter().filter(|r| pick(&r.outcome)).count()
+    }
+
+    /// Whether every file replayed cleanly.
+    pub fn is_clean(&self) -> bool {
+        self.passed() == self.results.len()
+    }
+
+    /// The report in the JUnit XML format CI systems show: one test suite, one test case per
+    /// file, a `failure` for a divergence (its headline as the message, the whole report with
+    /// the diff as the text) and an `error` for a file that could not be read.
+    pub fn to_junit(&self) -> String {
+        let mut writer = Writer::new_with_indent(Vec::new(), b' ', 2);
+        // Writing into a Vec cannot fail.
+        let _ = self.write_junit(&mut writer);
+        String::from_utf8_lossy(&writer.into_inner()).into_owned()
+    }
+
+    fn write_junit(&self, writer: &mut Writer<Vec<u8>>) -> io::Result<()> {
+        writer.write_event(XmlEvent::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+        let tests = self.results.len().to_string();
+        let failures = self.diverged().to_string();
+        let errors = self.unreadable().to_string();
+        let time = seconds(self.elapsed);
+        let attributes = [
+            ("name", "hookloop replay"),
+            ("tests", tests.as_str()),
+            ("failures", failures.as_str()),
+            ("errors", errors.as_str()),
+            ("time", time.as_str()),
+        ];
+        writer
+            .create_element("testsuites")
+            .with_attributes(attributes)
+            .write_inner_content(|writer| {
+                writer
+                    .create_element("testsuite")
+                    .with_attributes(attributes)
+                    .write_inner_content(|writer| {
+                        for result in &self.results {
+                            write_case(writer, result)?;
+                        }
+                        Ok(())
+                    })?;
+                Ok(())
+            })?;
+        Ok(())
+    }
+}
+
+fn write_case(writer: &mut Writer<Vec<u8>>, result: &FileResult) -> io::Result<()> {
+    let name = result.path.display().to_string();
+    let time = seconds(result.elapsed);
+    let case = writer
+        .create_element("testcase")
+        .with_attribute(("classname", "hookloop.replay"))
+        .with_attribute(("name", name.as_str()))
+        .with_attribute(("time", time.as_str()));
+    match &result.outcome {
+        Outcome::Passed(_) => {
+            case.write_empty()?;
+        }
+        Outcome::Diverged(divergence) => {
+            let text = divergence.to_string();
+            let headline = text.lines().next().unwrap_or_default();
+            case.write_inner_content(|writer| {
+                writer
+                    .create_element("failure")
+                    .with_attribute(("type", "divergence"))
+                    .with_attribute(("message", headline))
+                    .write_text_content(BytesText::new(&text))?;
+                Ok(())
+            })?;
+        }
+        Outcome::Unreadable(message) => {
+            case.write_inner_content(|writer| {
+                writer
+                    .create_element("error")
+                    .with_attribute(("type", "unreadable"))
+                    .with_attribute(("message", message.as_str()))
+                    .write_text_content(BytesText::new(message))?;
+                Ok(())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{:.3}", duration.as_secs_f64())
+}
+
+impl fmt::Display for FileResult {
+    /// One line: the verdict, the file, and what it came to.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        match &self.outcome {
+            Outcome::Passed(report) => {
+                write!(
+                    f,
+                    "ok       {path}: {} records, {} prompt(s), {} objection(s)",
+                    report.records,
+                    report.finishes.len(),
+                    report.counters.objections
+                )?;
+                if let Some(cut) = &report.truncated {
+                    write!(f, "; line {} cut short", cut.line)?;
+                }
+                Ok(())
+            }
+            Outcome::Diverged(divergence) => write!(
+                f,
+                "DIVERGED {path}: at record {} (line {}) while the machine was {}",
+                divergence.index, divergence.line, divergence.phase
+            ),
+            Outcome::Unreadable(message) => write!(f, "ERROR    {path}: {message}"),
+        }
+    }
+}
+
+impl fmt::Display for SuiteReport {
+    /// The summary line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} transcript(s): {} passed, {} diverged, {} unreadable, in {:.2} s",
+            self.results.len(),
+            self.passed(),
+            self.diverged(),
+            self.unreadable(),
+            self.elapsed.as_secs_f64()
+        )
+    }
+}

@@ -1,0 +1,434 @@
+//! The text view of a session: what `hookloop transcript show` prints, one block per step, a
+//! headline and its detail lines. The HTML page reuses each entry's text.
+
+use std::fmt::{self, Write};
+
+use serde::Serialize;
+
+use crate::hooks::{Hook, HookServers};
+use crate::machine::{FinishReason, HookReply, Message, Purpose, SkipReason};
+use crate::text::{Cut, cut};
+use crate::transcript::show::{EntryKind, SessionView};
+
+impl SessionView {
+    /// The session as text, one block per entry, for a terminal.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = self.write_text(&mut out);
+        out
+    }
+
+    /// The settings in one line.
+    pub fn policy_line(&self) -> String {
+        let policy = &self.policy;
+        format!(
+            "hook servers {}, hook timeout {} ms, {} _Stop objection(s) per session, round cap \
+             {}, context {} tokens ({} for output)",
+            match &policy.hook_servers {
+                HookServers::Off => "off".to_owned(),
+                HookServers::All => "all".to_owned(),
+                HookServers::Named(names) => names
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            },
+            policy.hook_timeout_ms,
+            policy.stop_max_rejections,
+            policy.max_rounds,
+            policy.max_context_tokens,
+            policy.max_output_tokens,
+        )
+    }
+
+    fn write_text(&self, out: &mut String) -> fmt::Result {
+        writeln!(
+            out,
+            "hookloop transcript, format {}, engine {}",
+            self.version, self.engine
+        )?;
+        writeln!(out, "policy: {}", self.policy_line())?;
+        if let Some(system) = &self.system_prompt {
+            writeln!(out, "system: {}", one_line(system))?;
+        }
+        for entry in &self.entries {
+            write!(out, "\n{:>8} ms  #{:<4} ", entry.at_ms, entry.index)?;
+            write_entry(out, &entry.kind)?;
+        }
+        writeln!(out, "\nend: {}", self.end)
+    }
+}
+
+/// The indent of an entry's detail lines, under its headline.
+const DETAIL: &str = "                   ";
+
+impl EntryKind {
+    /// The entry as text: a headline, then detail lines (indented), as `show` prints it.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = write_entry(&mut out, self);
+        out
+    }
+
+    /// A short name of the kind, as in the JSON (`request`, `hook_round`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Catalog { .. } => "catalog",
+            Self::Prompt { .. } => "prompt",
+            Self::Request { .. } => "request",
+            Self::Reply { .. } => "reply",
+            Self::ModelFailed { .. } => "model_failed",
+            Self::Tools { .. } => "tools",
+            Self::HookRound { .. } => "hook_round",
+            Self::Objection { .. } => "objection",
+            Self::Compaction { .. } => "compaction",
+            Self::PostCompactInjected { .. } => "post_compact_injected",
+            Self::HookInjected { .. } => "hook_injected",
+            Self::ToolDenied { .. } => "tool_denied",
+            Self::HookSkipped { .. } => "hook_skipped",
+            Self::HookFailedOpen { .. } => "hook_failed_open",
+            Self::StopSkipped { .. } => "stop_skipped",
+            Self::UnknownToolRefused { .. } => "unknown_tool_refused",
+            Self::ServerKilled { .. } => "server_killed",
+            Self::ServerStarted { .. } => "server_started",
+            Self::StartFailed { .. } => "start_failed",
+            Self::ServerExited { .. } => "server_exited",
+            Self::RestartScheduled { .. } => "restart_scheduled",
+            Self::ServerRetired { .. } => "server_retired",
+            Self::Cancelled => "cancelled",
+            Self::Finish { .. } => "finish",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
+    match kind {
+        EntryKind::Catalog { servers } => {
+            writeln!(out, "catalog: {} server(s)", servers.len())?;
+            for server in servers {
+                writeln!(
+                    out,
+                    "{DETAIL}{}: {}",
+                    server.server,
+                    server.tools.join(", ")
+                )?;
+            }
+        }
+        EntryKind::Prompt { number, text } => {
+            writeln!(out, "prompt {number}")?;
+            write_block(out, "user", text)?;
+        }
+        EntryKind::Request {
+            round,
+            purpose,
+            folded,
+            messages,
+            tools,
+            tools_offered,
+            instruction,
+        } => {
+            let what = match purpose {
+                Purpose::Turn => "turn".to_owned(),
+                Purpose::Summary { from } => format!("summary of messages from {from}"),
+            };
+            writeln!(
+                out,
+                "request {round} ({what}): {} message(s), {tools_offered} tool(s) offered",
+                folded + messages.len()
+            )?;
+            if *folded > 0 {
+                writeln!(
+                    out,
+                    "{DETAIL}… {folded} message(s) as in the request before"
+                )?;
+            }
+            for message in messages {
+                write_message(out, message)?;
+            }
+            if let Some(instruction) = instruction {
+                write_block(out, "instruction", instruction)?;
+            }
+            match tools {
+                Some(tools) if tools.is_empty() => writeln!(out, "{DETAIL}tools: none")?,
+                Some(tools) => writeln!(out, "{DETAIL}tools: {}", tools.join(", "))?,
+                None => {}
+            }
+        }
+        EntryKind::Reply {
+            round,
+            latency_ms,
+            reply,
+        } => {
+            write!(
+                out,
+                "reply {round} after {latency_ms} ms, stop {}",
+                serde_name(&reply.stop)
+            )?;
+            if let Some(usage) = &reply.usage {
+                write!(
+                    out,
+                    ", {} tokens in, {} out",
+                    usage.input_tokens, usage.output_tokens
+                )?;
+            }
+            out.push('\n');
+            if !reply.text.is_empty() {
+                write_block(out, "assistant", &reply.text)?;
+            }
+            for call in &reply.tool_calls {
+                writeln!(
+                    out,
+                    "{DETAIL}calls {} {} {}",
+                    call.id, call.name, call.arguments
+                )?;
+            }
+        }
+        EntryKind::ModelFailed {
+            round,
+            latency_ms,
+            error,
+        } => writeln!(out, "request {round} failed after {latency_ms} ms: {error}")?,
+        EntryKind::Tools { calls } => {
+            writeln!(out, "tools: {} call(s)", calls.len())?;
+            for run in calls {
+                let status = match (&run.output, run.done_ms) {
+                    (Some(output), Some(done)) if output.is_error => format!("error at {done} ms"),
+                    (Some(_), Some(done)) => format!("done at {done} ms"),
+                    _ => "no result".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "{DETAIL}{} {} {} — {status}",
+                    run.call.id, run.call.name, run.call.arguments
+                )?;
+                if let Some(output) = &run.output {
+                    write_block(out, "result", &output.joined_text())?;
+                }
+            }
+        }
+        EntryKind::HookRound {
+            hook,
+            number,
+            timeout_ms,
+            context,
+            subjects,
+            answers,
+        } => {
+            let servers = answers
+                .iter()
+                .filter(|answer| answer.subject.is_none_or(|subject| subject == 0))
+                .count();
+            write!(
+                out,
+                "{hook} round {number}: {servers} server(s), timeout {timeout_ms} ms"
+            )?;
+            if !subjects.is_empty() {
+                write!(out, ", {} subject(s)", subjects.len())?;
+            }
+            match hook {
+                Hook::Stop => write!(
+                    out,
+                    ", {} objection(s) so far, budget left {}",
+                    context.objections_so_far, context.budget_left
+                )?,
+                Hook::PreCompact | Hook::PostCompact => {
+                    write!(out, ", compaction {}", context.compactions)?;
+                }
+                Hook::SessionStart
+                | Hook::UserPromptSubmit
+                | Hook::PreToolUse
+                | Hook::PostToolUse
+                | Hook::SessionEnd => {}
+            }
+            out.push('\n');
+            for (i, subject) in subjects.iter().enumerate() {
+                write_block(out, &format!("subject {i}"), &subject.to_string())?;
+            }
+            for answer in answers {
+                let who = match answer.subject {
+                    Some(subject) => format!("{} on subject {subject}", answer.server),
+                    None => answer.server.to_string(),
+                };
+                let (Some(reply), Some(latency)) = (&answer.reply, answer.latency_ms) else {
+                    writeln!(out, "{DETAIL}{who}: no answer recorded")?;
+                    continue;
+                };
+                let said = match reply {
+                    HookReply::Text { text } if text.trim().is_empty() => "nothing".to_owned(),
+                    HookReply::Text { text } => format!("{:?}", one_line(text)),
+                    HookReply::ErrorResult { text } => format!("an error: {:?}", one_line(text)),
+                    HookReply::Failed { error } => format!("failed: {}", one_line(error)),
+                    HookReply::TimedOut => "timed out".to_owned(),
+                    HookReply::Skipped { reason } => format!("skipped: {}", one_line(reason)),
+                };
+                writeln!(out, "{DETAIL}{who} after {latency} ms: {said}")?;
+            }
+        }
+        EntryKind::Objection {
+            server,
+            text,
+            budget_left,
+        } => {
+            writeln!(out, "objection from {server}, budget left {budget_left}")?;
+            write_block(out, "hook", text)?;
+        }
+        EntryKind::Compaction {
+            summarized,
+            messages_before,
+            messages_after,
+            bytes_before,
+            bytes_after,
+        } => writeln!(
+            out,
+            "compaction ({}): {messages_before} → {messages_after} messages, {bytes_before} → \
+             {bytes_after} bytes",
+            if *summarized {
+                "summarized"
+            } else {
+                "oldest turns dropped"
+            }
+        )?,
+        EntryKind::PostCompactInjected { server, text } => {
+            writeln!(out, "_PostCompact from {server} injected")?;
+            write_block(out, "hook", text)?;
+        }
+        EntryKind::HookInjected { hook, server, text } => {
+            let how = match hook {
+                Hook::PreCompact => "added to the summary instruction",
+                Hook::SessionStart
+                | Hook::UserPromptSubmit
+                | Hook::PreToolUse
+                | Hook::PostToolUse
+                | Hook::Stop
+                | Hook::PostCompact
+                | Hook::SessionEnd => "injected as context",
+            };
+            writeln!(out, "{hook} from {server} {how}")?;
+            write_block(out, "hook", text)?;
+        }
+        EntryKind::ToolDenied { server, tool, text } => {
+            writeln!(out, "_PreToolUse on {server} denied the call to {tool}")?;
+            write_block(out, "hook", text)?;
+        }
+        EntryKind::HookSkipped {
+            server,
+            hook,
+            reason,
+        } => writeln!(out, "{hook} on {server} skipped: {reason}")?,
+        EntryKind::HookFailedOpen {
+            server,
+            hook,
+            reason,
+        } => writeln!(out, "{hook} on {server} failed open: {reason}")?,
+        EntryKind::StopSkipped { reason } => {
+            let why = match reason {
+                SkipReason::BudgetSpent => "the objection budget is spent",
+                SkipReason::DeclinedObjection => "the model declined the objection",
+            };
+            writeln!(out, "_Stop not asked: {why}")?;
+        }
+        EntryKind::UnknownToolRefused { name } => {
+            writeln!(
+                out,
+                "refused a call to {name}: not a tool the model may call"
+            )?;
+        }
+        EntryKind::ServerKilled { server } => writeln!(out, "server {server} killed")?,
+        EntryKind::ServerStarted { server } => writeln!(out, "server {server} started")?,
+        EntryKind::StartFailed { server, error } => {
+            writeln!(out, "server {server} failed to start: {}", one_line(error))?;
+        }
+        EntryKind::ServerExited {
+            server,
+            answered,
+            reason,
+        } => writeln!(
+            out,
+            "server {server} exited ({}): {}",
+            if *answered {
+                "it had answered"
+            } else {
+                "it never answered"
+            },
+            one_line(reason)
+        )?,
+        EntryKind::RestartScheduled { server, after_ms } => {
+            writeln!(out, "server {server} restart scheduled in {after_ms} ms")?;
+        }
+        EntryKind::ServerRetired { server, bad_ends } => writeln!(
+            out,
+            "server {server} retired after {bad_ends} bad end(s): its tools are gone"
+        )?,
+        EntryKind::Cancelled => writeln!(out, "cancelled")?,
+        EntryKind::Finish { reason } => match reason {
+            FinishReason::Failed { error } => writeln!(out, "prompt ended: failed: {error}")?,
+            other => writeln!(out, "prompt ended: {}", serde_name(other))?,
+        },
+        EntryKind::Closed => writeln!(out, "session closed")?,
+    }
+    Ok(())
+}
+
+fn write_message(out: &mut String, message: &Message) -> fmt::Result {
+    match message {
+        Message::User { text } => write_block(out, "user", text),
+        Message::Assistant { text, tool_calls } => {
+            if !text.is_empty() || tool_calls.is_empty() {
+                write_block(out, "assistant", text)?;
+            }
+            for call in tool_calls {
+                writeln!(
+                    out,
+                    "{DETAIL}assistant calls {} {} {}",
+                    call.id, call.name, call.arguments
+                )?;
+            }
+            Ok(())
+        }
+        Message::ToolResult { call_id, output } => {
+            let label = if output.is_error {
+                format!("error for {call_id}")
+            } else {
+                format!("result for {call_id}")
+            };
+            write_block(out, &label, &output.joined_text())
+        }
+    }
+}
+
+/// Text blocks longer than this are shown with their middle elided: a person skims them.
+const MAX_BLOCK_BYTES: usize = 2_000;
+
+/// `label: text`, continuation lines indented under the text.
+fn write_block(out: &mut String, label: &str, text: &str) -> fmt::Result {
+    let text = cut(text, MAX_BLOCK_BYTES, Cut::Middle);
+    let mut lines = text.lines();
+    writeln!(out, "{DETAIL}{label}: {}", lines.next().unwrap_or_default())?;
+    let pad = " ".repeat(label.len() + 2);
+    for line in lines {
+        writeln!(out, "{DETAIL}{pad}{line}")?;
+    }
+    Ok(())
+}
+
+/// The name serde gives a unit variant (`"end_turn"`) or a tagged one (`{"reason": ...}`).
+fn serde_name(value: &impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        Ok(serde_json::Value::Object(fields)) => fields
+            .values()
+            .next()
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

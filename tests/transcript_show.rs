@@ -1,0 +1,260 @@
+//! `hookloop transcript show`: golden transcripts read back as a session, as text and JSON, and
+//! transcripts that stop early shown up to their last good record.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use hookloop::transcript::{End, EntryKind, SessionView, Transcript};
+use serde_json::Value;
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/transcripts")
+        .join(format!("{name}.jsonl"))
+}
+
+fn show(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hookloop"))
+        .arg("transcript")
+        .arg("show")
+        .args(args)
+        .env_remove("HOOKLOOP_LOG")
+        .output()
+        .expect("run hookloop")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hookloop-show-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn show_rebuilds_every_request_reply_hook_round_and_objection_of_a_golden() {
+    let transcript = Transcript::read(golden("stop_objection_is_injected")).expect("golden");
+    let view = SessionView::build(&transcript);
+    assert_eq!(view.end, End::Complete { records: 17 });
+    assert_eq!(view.rounds(), 3);
+    assert_eq!(view.hook_rounds(), 2);
+    assert_eq!(view.objections(), 1);
+    // The second request sends the prompt again: it is folded, the rest is shown as sent.
+    let requests: Vec<_> = view
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.kind {
+            EntryKind::Request {
+                folded, messages, ..
+            } => Some((*folded, messages.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests, [(0, 1), (1, 3), (4, 2)]);
+
+    let text = view.to_text();
+    for expected in [
+        "prompt 1\n                   user: Finish the feature.",
+        "request 2 (turn): 4 message(s), 1 tool(s) offered\n                   … 1 message(s) \
+         as in the request before",
+        "tools: todo__list",
+        "_Stop round 1: 1 server(s), timeout 2500 ms, 0 objection(s) so far, budget left 3",
+        "todo after 0 ms: \"1 open: write tests\"",
+        "objection from todo, budget left 2",
+        "c1 todo__list {} — done at 0 ms",
+        "_Stop round 2",
+        "todo after 0 ms: nothing",
+        "prompt ended: end_turn",
+        "end: all 17 records replayed",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn show_gives_a_compaction_its_sizes_before_and_after() {
+    let transcript = Transcript::read(golden("compaction_with_post_compact")).expect("golden");
+    let view = SessionView::build(&transcript);
+    let compaction = view
+        .entries
+        .iter()
+        .find_map(|entry| match entry.kind {
+            EntryKind::Compaction {
+                summarized,
+                messages_before,
+                messages_after,
+                bytes_before,
+                bytes_after,
+            } => Some((
+                summarized,
+                messages_before,
+                messages_after,
+                bytes_before,
+                bytes_after,
+            )),
+            _ => None,
+        })
+        .expect("a compaction");
+    let (summarized, before, after, bytes_before, bytes_after) = compaction;
+    assert!(summarized);
+    assert_eq!((before, after), (3, 2));
+    assert!(bytes_before > 4_000 && bytes_after < 200, "{compaction:?}");
+    assert!(
+        view.to_text()
+            .contains("compaction (summarized): 3 → 2 messages")
+    );
+}
+
+#[test]
+fn show_json_through_the_command_lists_each_entry_with_its_time() {
+    let out = show(&[
+        "--json",
+        golden("stop_objection_is_injected").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let view: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let entries = view["entries"].as_array().expect("entries");
+    let count = |kind: &str| entries.iter().filter(|e| e["entry"] == kind).count();
+    assert_eq!(count("request"), 3);
+    assert_eq!(count("reply"), 3);
+    assert_eq!(count("hook_round"), 2);
+    assert_eq!(count("objection"), 1);
+    assert_eq!(count("tools"), 1);
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["at_ms"].is_u64() && e["index"].is_u64())
+    );
+    assert_eq!(view["end"]["end"], "complete");
+    let objection = entries.iter().find(|e| e["entry"] == "objection").unwrap();
+    assert_eq!(objection["budget_left"], 2);
+    assert_eq!(objection["text"], "1 open: write tests");
+}
+
+#[test]
+fn a_cut_short_transcript_is_shown_up_to_its_last_good_record() {
+    let full = std::fs::read_to_string(golden("stop_objection_is_injected")).unwrap();
+    // Cut the last line in half, as a crash mid-write leaves it.
+    let last_start = full.trim_end().rfind('\n').unwrap() + 1;
+    let cut = &full[..last_start + 10];
+    let path = tempdir("cut").join("cut.jsonl");
+    std::fs::write(&path, cut).unwrap();
+    let out = show(&[path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("prompt ended: end_turn"), "{stdout}");
+    assert!(!stdout.contains("session closed"), "{stdout}");
+    assert!(
+        stdout.contains("the transcript stops after 16 records: line 18 was cut short"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_diverging_transcript_is_shown_up_to_the_divergence_and_says_where() {
+    let full = std::fs::read_to_string(golden("stop_objection_is_injected")).unwrap();
+    let path = tempdir("diverged").join("tampered.jsonl");
+    std::fs::write(&path, full.replacen("1 open", "9 open", 1)).unwrap();
+    let out = show(&[path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = text(&out.stdout);
+    // The tampered hook answer is fed; the objection notice that follows it differs.
+    assert!(stdout.contains("_Stop round 1"), "{stdout}");
+    assert!(!stdout.contains("objection from todo"), "{stdout}");
+    assert!(stdout.contains("where the replay diverged"), "{stdout}");
+    assert!(stdout.contains("- ") && stdout.contains("+ "), "{stdout}");
+}
+
+#[test]
+fn an_unreadable_file_is_a_usage_error() {
+    let out = show(&["/nonexistent/transcript.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("could not read"), "{out:?}");
+}
+
+/// How often `needle` occurs in `haystack`.
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn the_html_page_shows_every_round_hook_round_and_objection_of_its_transcript() {
+    let dir = tempdir("html");
+    for name in [
+        "stop_budget_spans_prompts",
+        "hook_timeout_fails_open_and_kills_on_the_second",
+        "compaction_with_post_compact",
+        "several_servers_answer_in_config_order",
+    ] {
+        let path = golden(name);
+        let view = SessionView::build(&Transcript::read(&path).unwrap());
+        let out_file = dir.join(format!("{name}.html"));
+        let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let page = std::fs::read_to_string(&out_file).unwrap();
+        let (svg, conversation) = page
+            .split_once("</svg>")
+            .expect("a timeline above the rest");
+        // The picture: a bar per model round and hook round, a mark per objection.
+        let rounds =
+            count(svg, r#"<rect class="round""#) + count(svg, r#"<rect class="summary-round""#);
+        assert_eq!(rounds, view.rounds(), "{name}");
+        assert_eq!(
+            count(svg, r#"<rect class="hook-round""#),
+            view.hook_rounds(),
+            "{name}"
+        );
+        assert_eq!(
+            count(svg, r#"<circle class="objection""#),
+            view.objections(),
+            "{name}"
+        );
+        assert_eq!(
+            count(svg, r#"<line class="compaction""#),
+            view.compactions(),
+            "{name}"
+        );
+        // The conversation: an entry per request, hook round and objection.
+        assert_eq!(
+            count(conversation, "entry entry-request"),
+            view.rounds(),
+            "{name}"
+        );
+        assert_eq!(
+            count(conversation, "entry entry-hook_round"),
+            view.hook_rounds(),
+            "{name}"
+        );
+        assert_eq!(
+            count(conversation, "entry entry-objection"),
+            view.objections(),
+            "{name}"
+        );
+        // Self-contained: no script, nothing to fetch.
+        for banned in ["<script", "src=", "href=", "@import", "url("] {
+            assert!(!page.contains(banned), "{name}: the page has {banned}");
+        }
+    }
+    // The goldens above do have something of each to count.
+    let view = SessionView::build(&Transcript::read(golden("stop_budget_spans_prompts")).unwrap());
+    assert!(view.rounds() > 3 && view.hook_rounds() > 1 && view.objections() > 1);
+}
+
+#[test]
+fn the_html_page_escapes_what_the_transcript_holds() {
+    let full = std::fs::read_to_string(golden("stop_objection_is_injected")).unwrap();
+    let path = tempdir("escape").join("markup.jsonl");
+    // The prompt is the user's text: it must show as text, never as markup.
+    std::fs::write(
+        &path,
+        full.replace("Finish the feature.", "<script>alert(1)</script>"),
+    )
+    .unwrap();
+    let out_file = path.with_extension("html");
+    let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&out_file).unwrap();
+    assert!(!page.contains("<script"), "{out:?}");
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+}
