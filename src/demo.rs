@@ -322,6 +322,7 @@ mod tests {
             tools: &[],
             instruction: None,
             max_output_tokens: 100,
+            lineage: None,
         }
     }
 

@@ -47,7 +47,7 @@ pub(crate) enum UserPart<'a> {
 
 /// Normalises a request's messages and instruction. See the module docs for the rules.
 pub(crate) fn turns<'a>(request: &LlmRequest<'a>) -> Vec<Turn<'a>> {
-    let flatten = request.tools.is_empty();
+    let flatten = flattens(request);
     let mut names: HashMap<&CallId, &str> = HashMap::new();
     let mut turns: Vec<Turn<'a>> = Vec::with_capacity(request.messages.len() + 2);
     for message in request.messages {
@@ -92,6 +92,11 @@ pub(crate) fn turns<'a>(request: &LlmRequest<'a>) -> Vec<Turn<'a>> {
         );
     }
     turns
+}
+
+/// Whether `request`'s calls and results become text (see the module docs).
+pub(crate) fn flattens(request: &LlmRequest<'_>) -> bool {
+    request.tools.is_empty()
 }
 
 /// The text of one tool output, for dialects (or flattened requests) that take only text.
@@ -222,6 +227,7 @@ mod tests {
             tools,
             instruction,
             max_output_tokens: 100,
+            lineage: None,
         }
     }
 

@@ -3,15 +3,19 @@
 
 use std::collections::HashSet;
 
+use crate::machine::fresh_lineage;
 use crate::machine::message::{CallId, Message};
 
 /// Bytes per token in the estimate used before the provider reports usage.
 pub const BYTES_PER_TOKEN: u64 = 4;
 
 /// The conversation of one session.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub struct History {
     messages: Vec<Message>,
+    /// Names this run of appends: it changes whenever messages are replaced, so two requests
+    /// with the same lineage see the same messages up to the shorter one's length.
+    lineage: u64,
     bytes: usize,
     digest: u64,
     /// Ids of every tool call in `messages`, so a new call's id can be checked for uniqueness.
@@ -42,6 +46,12 @@ impl History {
     /// across runs, platforms and releases (FNV-1a over the messages' JSON).
     pub fn digest(&self) -> u64 {
         self.digest
+    }
+
+    /// Names the current run of appends: equal between two moments only if the history was
+    /// appended to, never replaced, in between (a clone gets a lineage of its own).
+    pub fn lineage(&self) -> u64 {
+        self.lineage
     }
 
     /// Whether a tool call with this id is in the history.
@@ -132,6 +142,35 @@ impl History {
         kept.extend_from_slice(&after[after_start..]);
         self.replace(kept);
         (before - self.messages.len(), pinned - older_start)
+    }
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self {
+            messages: Vec::new(),
+            lineage: fresh_lineage(),
+            bytes: 0,
+            digest: 0,
+            call_ids: HashSet::new(),
+            anchor: None,
+            request_bytes: 0,
+        }
+    }
+}
+
+impl Clone for History {
+    /// A copy that diverges from the original from here on, so it has a lineage of its own.
+    fn clone(&self) -> Self {
+        Self {
+            messages: self.messages.clone(),
+            lineage: fresh_lineage(),
+            bytes: self.bytes,
+            digest: self.digest,
+            call_ids: self.call_ids.clone(),
+            anchor: self.anchor,
+            request_bytes: self.request_bytes,
+        }
     }
 }
 
@@ -245,6 +284,22 @@ mod tests {
         assert_eq!(h.digest(), digest, "the digest depends on content only");
         h.push(Message::user("more"));
         assert_ne!(h.digest(), digest);
+    }
+
+    #[test]
+    fn the_lineage_survives_appends_and_changes_on_replace_and_clone() {
+        let mut h = History::default();
+        let lineage = h.lineage();
+        h.push(Message::user("hello"));
+        h.push(assistant_with_call("c1"));
+        assert_eq!(h.lineage(), lineage);
+        assert_ne!(h.clone().lineage(), lineage);
+        assert_ne!(History::default().lineage(), lineage);
+        h.replace(vec![Message::user("hello")]);
+        assert_ne!(h.lineage(), lineage);
+        let replaced = h.lineage();
+        h.drop_oldest(0, 0);
+        assert_ne!(h.lineage(), replaced);
     }
 
     #[test]
