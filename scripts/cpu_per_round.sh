@@ -9,6 +9,9 @@
 # threads, from /proc/<pid>/stat; children excluded) is read just before the prompt is sent and
 # just after its answer arrives, and divided by the rounds.
 #
+# It also prints the agent's thread count and its threads' context switches per round: each is
+# a thread put to sleep and woken, the cost of handing work from one thread to another.
+#
 # The agent is driven from outside, over stdio, with JSON-RPC lines, so the script does not
 # depend on how the ACP front end is built.
 #
@@ -92,6 +95,20 @@ def cpu_ns(pid):
     return total
 
 
+def switches(pid):
+    """Context switches of the live threads: each wake-up of a thread that slept is one."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
 def measure(rounds):
     Model.rounds = rounds
     Model.served = 0
@@ -124,10 +141,12 @@ def measure(rounds):
     call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     todo = {"name": "todo", "command": BIN, "args": ["todo-server"], "env": []}
     session = call("session/new", {"cwd": os.getcwd(), "mcpServers": [todo]})["sessionId"]
-    ticks, ns = cpu_ticks(agent.pid), cpu_ns(agent.pid)
+    ticks, ns, sw = cpu_ticks(agent.pid), cpu_ns(agent.pid), switches(agent.pid)
+    threads = len(os.listdir(f"/proc/{agent.pid}/task"))
     result = call("session/prompt", {"sessionId": session,
                                      "prompt": [{"type": "text", "text": "work"}]})
     ticks, ns = cpu_ticks(agent.pid) - ticks, cpu_ns(agent.pid) - ns
+    sw = switches(agent.pid) - sw
     agent.stdin.close()
     agent.wait(timeout=30)
     server.shutdown()
@@ -136,7 +155,8 @@ def measure(rounds):
     cpu_ms = ticks * 1000 / TICK
     print(f"{rounds:>6} rounds: agent CPU {cpu_ms:8.1f} ms, {cpu_ms / rounds:.3f} ms per round "
           f"(/proc/pid/stat); threads' schedstat {ns / 1e6:8.1f} ms, "
-          f"{ns / 1e6 / rounds:.3f} ms per round")
+          f"{ns / 1e6 / rounds:.3f} ms per round; {threads} threads, "
+          f"{sw / rounds:.1f} context switches per round")
 
 
 for r in ROUNDS:
