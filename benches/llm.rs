@@ -55,6 +55,7 @@ fn request_bodies(c: &mut Criterion) {
             tools: &tools,
             instruction: None,
             max_output_tokens: 8192,
+            lineage: None,
         };
         let size = messages.len();
         group.bench_with_input(BenchmarkId::new("openai", size), &request, |b, r| {

@@ -201,10 +201,7 @@ fn main() -> ExitCode {
     if let Err(failure) = cli::init_logging(default_log) {
         return failure.report();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("hookloop: cannot start the async runtime: {e}");
@@ -274,6 +271,15 @@ fn main() -> ExitCode {
     // Children and in-flight requests are done with; do not wait on stray blocking reads.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// The runtime every command runs on: one thread. A round hands the model's answer
+/// to the machine, the machine's order to the MCP client and the tool's answer back; on a
+/// multi-threaded runtime each hand-off may wake another worker, which costs more CPU than the
+/// work itself. `acp` sessions still run concurrently, interleaved at their await points: a
+/// session spends its time waiting on the model and its tools, not computing.
+fn runtime() -> tokio::runtime::Builder {
+    tokio::runtime::Builder::new_current_thread()
 }
 
 #[cfg(feature = "demo")]

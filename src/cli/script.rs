@@ -348,6 +348,7 @@ mod tests {
             tools: &[],
             instruction: None,
             max_output_tokens: 100,
+            lineage: None,
         }
     }
 

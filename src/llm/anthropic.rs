@@ -32,6 +32,7 @@ use reqwest::header::HeaderName;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport};
 use crate::llm::stream::{self, AnthropicDecoder, Decoder, OnDelta};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
@@ -64,6 +65,7 @@ pub struct Anthropic {
     transport: Transport,
     model: String,
     prompt_caching: bool,
+    cache: EncodeCache,
 }
 
 impl Anthropic {
@@ -79,6 +81,7 @@ impl Anthropic {
             transport,
             model: model.into(),
             prompt_caching: true,
+            cache: EncodeCache::default(),
         })
     }
 
@@ -108,7 +111,11 @@ impl Anthropic {
     /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
     /// `"stream":true` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
-        request_body(&self.model, self.prompt_caching, request)
+        let dialect = Messages {
+            prompt_caching: self.prompt_caching,
+        };
+        let mut lease = self.cache.lease(request, &dialect);
+        body(&self.model, self.prompt_caching, request, &mut lease)
     }
 }
 
@@ -161,50 +168,136 @@ pub fn request_body(
     prompt_caching: bool,
     request: &LlmRequest<'_>,
 ) -> Result<Vec<u8>, LlmError> {
-    // See the module docs: only a summary without tools flattens tool pairs to text.
-    let blocks = match (request.tools.is_empty(), request.purpose) {
-        (true, Purpose::Summary { .. }) => ToolBlocks::Text,
-        (false, _) | (true, Purpose::Turn) => ToolBlocks::Native,
-    };
-    let mut messages: Vec<WireMessage<'_>> = turns::turns(request, blocks)
-        .into_iter()
-        .map(|turn| match turn {
-            Turn::User(parts) => {
-                let mut content = Vec::with_capacity(parts.len());
-                for part in parts {
-                    match part {
-                        UserPart::Text(text) => push_text(&mut content, text),
-                        UserPart::Result { call_id, output } => {
-                            content.push(tool_result(call_id, output));
-                        }
+    body(model, prompt_caching, request, &mut Lease::none())
+}
+
+/// The body, written field by field in the order the dialect's documentation shows, with the
+/// messages and tools `lease` already holds reused.
+fn body(
+    model: &str,
+    prompt_caching: bool,
+    request: &LlmRequest<'_>,
+    lease: &mut Lease<'_>,
+) -> Result<Vec<u8>, LlmError> {
+    let mut out = Vec::with_capacity(lease.capacity_hint());
+    out.extend_from_slice(br#"{"model":"#);
+    encode::write_json(&mut out, model)?;
+    out.extend_from_slice(br#","max_tokens":"#);
+    encode::write_json(&mut out, &request.max_output_tokens)?;
+    if let Some(system) = request.system.filter(|s| !s.is_empty()) {
+        out.extend_from_slice(br#","system":"#);
+        encode::write_json(&mut out, system)?;
+    }
+    let dialect = Messages { prompt_caching };
+    out.extend_from_slice(br#","messages":["#);
+    lease.write_messages(request, &dialect, &mut out)?;
+    encode::close_list(&mut out);
+    if !request.tools.is_empty() {
+        out.extend_from_slice(br#","tools":"#);
+        lease.write_tools(request, &dialect, &mut out)?;
+    } else if dialect.tool_blocks(request) == ToolBlocks::Native {
+        // A turn offered no tools whose history holds tool pairs (a steering-only server):
+        // declare the tools it called and forbid their use (see the module docs). Both depend
+        // on the whole history, so they are written afresh with every request, never cached.
+        let called = called_tools(request.messages);
+        if !called.is_empty() {
+            out.extend_from_slice(br#","tools":"#);
+            encode::write_json(&mut out, &called)?;
+            out.extend_from_slice(br#","tool_choice":"#);
+            encode::write_json(&mut out, &ToolChoice { kind: "none" })?;
+        }
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// The Messages wire form of turns and tools.
+struct Messages {
+    prompt_caching: bool,
+}
+
+impl Dialect for Messages {
+    /// Native blocks, except in a summary request, which offers no tools at all (see the
+    /// module docs).
+    fn tool_blocks(&self, request: &LlmRequest<'_>) -> ToolBlocks {
+        match (request.tools.is_empty(), request.purpose) {
+            (true, Purpose::Summary { .. }) => ToolBlocks::Text,
+            (false, _) | (true, Purpose::Turn) => ToolBlocks::Native,
+        }
+    }
+
+    fn write_turns(
+        &self,
+        turns: Vec<Turn<'_>>,
+        part: Part,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, LlmError> {
+        let mut messages: Vec<WireMessage<'_>> = turns.into_iter().map(wire_message).collect();
+        if part != Part::Settled {
+            finish_last(&mut messages);
+            if part == Part::Tail && messages.is_empty() {
+                // The breakpoint would belong on a block written before.
+                return Ok(false);
+            }
+            if self.prompt_caching
+                && let Some(block) = messages.last_mut().and_then(|m| m.content.last_mut())
+            {
+                *block.cache_control() = Some(EPHEMERAL);
+            }
+        }
+        for message in &messages {
+            encode::write_json(out, message)?;
+            out.push(b',');
+        }
+        Ok(true)
+    }
+
+    fn write_tools(&self, tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError> {
+        let tools: Vec<WireTool<'_>> = tools.iter().map(wire_tool).collect();
+        encode::write_json(out, &tools)
+    }
+}
+
+fn wire_message(turn: Turn<'_>) -> WireMessage<'_> {
+    match turn {
+        Turn::User(parts) => {
+            let mut content = Vec::with_capacity(parts.len());
+            for part in parts {
+                match part {
+                    UserPart::Text(text) => push_text(&mut content, text),
+                    UserPart::Result { call_id, output } => {
+                        content.push(tool_result(call_id, output));
                     }
                 }
-                if content.is_empty() {
-                    content.push(Block::Text {
-                        text: Cow::Borrowed(EMPTY_TURN),
-                        cache_control: None,
-                    });
-                }
-                WireMessage {
-                    role: "user",
-                    content,
-                }
             }
-            Turn::Assistant { texts, calls } => {
-                let mut content = Vec::with_capacity(texts.len() + calls.len());
-                for text in texts {
-                    push_text(&mut content, text);
-                }
-                content.extend(calls.into_iter().map(tool_use));
-                WireMessage {
-                    role: "assistant",
-                    content,
-                }
+            if content.is_empty() {
+                content.push(Block::Text {
+                    text: Cow::Borrowed(EMPTY_TURN),
+                    cache_control: None,
+                });
             }
-        })
-        .collect();
-    // A final assistant turn is continued by the model (after `pause_turn`); the dialect
-    // rejects one that ends in whitespace.
+            WireMessage {
+                role: "user",
+                content,
+            }
+        }
+        Turn::Assistant { texts, calls } => {
+            let mut content = Vec::with_capacity(texts.len() + calls.len());
+            for text in texts {
+                push_text(&mut content, text);
+            }
+            content.extend(calls.into_iter().map(tool_use));
+            WireMessage {
+                role: "assistant",
+                content,
+            }
+        }
+    }
+}
+
+/// A final assistant turn is continued by the model (after `pause_turn`); the dialect rejects
+/// one that ends in whitespace.
+fn finish_last(messages: &mut Vec<WireMessage<'_>>) {
     if let Some(last) = messages.last_mut().filter(|m| m.role == "assistant") {
         if let Some(Block::Text { text, .. }) = last.content.last_mut() {
             let trimmed = text.trim_end().len();
@@ -218,28 +311,6 @@ pub fn request_body(
             messages.pop();
         }
     }
-    if prompt_caching && let Some(block) = messages.last_mut().and_then(|m| m.content.last_mut()) {
-        *block.cache_control() = Some(EPHEMERAL);
-    }
-    let (tools, tool_choice) = match (request.tools.is_empty(), blocks) {
-        (false, _) => (request.tools.iter().map(wire_tool).collect(), None),
-        (true, ToolBlocks::Text) => (Vec::new(), None),
-        (true, ToolBlocks::Native) => {
-            let called = called_tools(request.messages);
-            let choice = (!called.is_empty()).then_some(ToolChoice { kind: "none" });
-            (called, choice)
-        }
-    };
-    let body = MessagesRequest {
-        model,
-        max_tokens: request.max_output_tokens,
-        system: request.system.filter(|s| !s.is_empty()),
-        messages,
-        tools,
-        tool_choice,
-    };
-    serde_json::to_vec(&body)
-        .map_err(|e| LlmError::Other(format!("cannot encode the request: {e}")))
 }
 
 /// Parses a Messages answer. Never panics, whatever the bytes.
@@ -405,20 +476,7 @@ fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
 }
 
 #[derive(Serialize)]
-struct MessagesRequest<'a> {
-    model: &'a str,
-    max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
-    messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<ToolChoice>,
-}
-
 /// How the model may use the tools; only `none` is sent (see [`called_tools`]).
-#[derive(Serialize)]
 struct ToolChoice {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -648,6 +706,7 @@ mod tests {
             tools: &[],
             instruction: None,
             max_output_tokens: 10,
+            lineage: None,
         };
         let cached = String::from_utf8(request_body("m", true, &request).unwrap()).unwrap();
         assert_eq!(cached.matches("cache_control").count(), 1);
@@ -676,6 +735,7 @@ mod tests {
             tools: &[],
             instruction: None,
             max_output_tokens: 10,
+            lineage: None,
         };
         let body: Value =
             serde_json::from_slice(&request_body("m", false, &request).unwrap()).unwrap();

@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 pub mod config;
+mod encode;
 pub mod http;
 pub mod openai;
 pub mod sse;

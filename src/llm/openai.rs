@@ -25,6 +25,7 @@ use reqwest::header::AUTHORIZATION;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport};
 use crate::llm::stream::{self, Decoder, OnDelta, OpenAiDecoder};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
@@ -41,6 +42,7 @@ pub struct OpenAi {
     transport: Transport,
     model: String,
     max_tokens_field: MaxTokensField,
+    cache: EncodeCache,
 }
 
 impl OpenAi {
@@ -58,6 +60,7 @@ impl OpenAi {
             max_tokens_field: MaxTokensField::default_for(&endpoint.base_url),
             transport,
             model: model.into(),
+            cache: EncodeCache::default(),
         })
     }
 
@@ -81,7 +84,8 @@ impl OpenAi {
     /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
     /// `"stream":true,"stream_options":{"include_usage":true}` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
-        request_body(&self.model, self.max_tokens_field, request)
+        let mut lease = self.cache.lease(request, &Chat);
+        body(&self.model, self.max_tokens_field, request, &mut lease)
     }
 }
 
@@ -170,50 +174,96 @@ pub fn request_body(
     field: MaxTokensField,
     request: &LlmRequest<'_>,
 ) -> Result<Vec<u8>, LlmError> {
-    let mut messages = Vec::with_capacity(request.messages.len() + 2);
+    body(model, field, request, &mut Lease::none())
+}
+
+/// The body, written field by field in the order the dialect's documentation shows, with the
+/// messages and tools `lease` already holds reused.
+fn body(
+    model: &str,
+    field: MaxTokensField,
+    request: &LlmRequest<'_>,
+    lease: &mut Lease<'_>,
+) -> Result<Vec<u8>, LlmError> {
+    let mut out = Vec::with_capacity(lease.capacity_hint());
+    out.extend_from_slice(br#"{"model":"#);
+    encode::write_json(&mut out, model)?;
+    out.extend_from_slice(br#","messages":["#);
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
-        messages.push(ChatMessage::System { content: system });
+        encode::write_json(&mut out, &ChatMessage::System { content: system })?;
+        out.push(b',');
     }
-    // The dialect takes tool messages in a request without tools, so hook pairs stay native
-    // even when a server only steers and the model is offered nothing.
-    for turn in turns::turns(request, ToolBlocks::Native) {
-        match turn {
-            Turn::User(parts) => {
-                let mut texts: Vec<Cow<'_, str>> = Vec::new();
-                for part in parts {
-                    match part {
-                        UserPart::Text(text) => texts.push(text),
-                        UserPart::Result { call_id, output } => {
-                            flush_user(&mut messages, &mut texts);
-                            messages.push(ChatMessage::Tool {
-                                tool_call_id: call_id.as_str(),
-                                content: turns::output_text(output),
-                            });
+    lease.write_messages(request, &Chat, &mut out)?;
+    encode::close_list(&mut out);
+    if !request.tools.is_empty() {
+        out.extend_from_slice(br#","tools":"#);
+        lease.write_tools(request, &Chat, &mut out)?;
+    }
+    out.push(b',');
+    encode::write_json(&mut out, field.as_str())?;
+    out.push(b':');
+    encode::write_json(&mut out, &request.max_output_tokens)?;
+    out.push(b'}');
+    Ok(out)
+}
+
+/// The Chat Completions wire form of turns and tools.
+struct Chat;
+
+impl Dialect for Chat {
+    /// Always native: the dialect takes tool messages in a request without tools, so hook
+    /// pairs stay native even when a server only steers and the model is offered nothing.
+    fn tool_blocks(&self, _request: &LlmRequest<'_>) -> ToolBlocks {
+        ToolBlocks::Native
+    }
+
+    fn write_turns(
+        &self,
+        turns: Vec<Turn<'_>>,
+        _part: Part,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, LlmError> {
+        let mut messages = Vec::with_capacity(turns.len());
+        for turn in turns {
+            match turn {
+                Turn::User(parts) => {
+                    let mut texts: Vec<Cow<'_, str>> = Vec::new();
+                    for part in parts {
+                        match part {
+                            UserPart::Text(text) => texts.push(text),
+                            UserPart::Result { call_id, output } => {
+                                flush_user(&mut messages, &mut texts);
+                                messages.push(ChatMessage::Tool {
+                                    tool_call_id: call_id.as_str(),
+                                    content: turns::output_text(output),
+                                });
+                            }
                         }
                     }
+                    flush_user(&mut messages, &mut texts);
                 }
-                flush_user(&mut messages, &mut texts);
-            }
-            Turn::Assistant { texts, calls } => {
-                let text = turns::join_texts(&texts);
-                messages.push(ChatMessage::Assistant {
-                    // The dialect wants `null`, not "", beside tool calls.
-                    content: (!text.is_empty() || calls.is_empty()).then_some(text),
-                    tool_calls: calls.into_iter().map(wire_call).collect(),
-                });
+                Turn::Assistant { texts, calls } => {
+                    let text = turns::join_texts(&texts);
+                    messages.push(ChatMessage::Assistant {
+                        // The dialect wants `null`, not "", beside tool calls.
+                        content: (!text.is_empty() || calls.is_empty()).then_some(text),
+                        tool_calls: calls.into_iter().map(wire_call).collect(),
+                    });
+                }
             }
         }
+        // Every message stands alone: nothing is fixed up at the end of a request.
+        for message in &messages {
+            encode::write_json(out, message)?;
+            out.push(b',');
+        }
+        Ok(true)
     }
-    let limit = Some(request.max_output_tokens);
-    let body = ChatRequest {
-        model,
-        messages,
-        tools: request.tools.iter().map(wire_tool).collect(),
-        max_tokens: limit.filter(|_| field == MaxTokensField::MaxTokens),
-        max_completion_tokens: limit.filter(|_| field == MaxTokensField::MaxCompletionTokens),
-    };
-    serde_json::to_vec(&body)
-        .map_err(|e| LlmError::Other(format!("cannot encode the request: {e}")))
+
+    fn write_tools(&self, tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError> {
+        let tools: Vec<WireTool<'_>> = tools.iter().map(wire_tool).collect();
+        encode::write_json(out, &tools)
+    }
 }
 
 /// Parses a Chat Completions answer. Never panics, whatever the bytes.
@@ -356,18 +406,6 @@ fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
             parameters: &tool.input_schema,
         },
     }
-}
-
-#[derive(Serialize)]
-struct ChatRequest<'a> {
-    model: &'a str,
-    messages: Vec<ChatMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_completion_tokens: Option<u32>,
 }
 
 #[derive(Serialize)]

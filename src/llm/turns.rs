@@ -233,6 +233,7 @@ mod tests {
             tools,
             instruction,
             max_output_tokens: 100,
+            lineage: None,
         }
     }
 

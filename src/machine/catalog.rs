@@ -12,6 +12,9 @@ use crate::hooks::{self, Hook, ServerName};
 #[derive(Debug, Default)]
 pub(crate) struct Tools {
     pub(super) model: Vec<ToolSpec>,
+    /// Names this catalog for [`Lineage::tools`](super::Lineage::tools); 0 for the empty
+    /// default.
+    pub(super) lineage: u64,
     pub(super) names: HashSet<String>,
     /// Per hook, the allowed servers that expose it, in configuration order.
     hooks: HashMap<Hook, Vec<ServerName>>,
@@ -22,7 +25,10 @@ pub(crate) struct Tools {
 
 impl Tools {
     pub(super) fn new(catalog: &Catalog, allow: &hooks::HookServers) -> Self {
-        let mut tools = Self::default();
+        let mut tools = Self {
+            lineage: super::fresh_lineage(),
+            ..Self::default()
+        };
         for entry in &catalog.servers {
             let server = &entry.server;
             for tool in &entry.tools {

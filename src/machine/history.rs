@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use crate::machine::digest::Digest;
+use crate::machine::fresh_lineage;
 use crate::machine::message::{CallId, Message};
 use crate::machine::policy::Media;
 
@@ -11,9 +12,12 @@ use crate::machine::policy::Media;
 pub const BYTES_PER_TOKEN: u64 = 4;
 
 /// The conversation of one session.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub struct History {
     messages: Vec<Message>,
+    /// Names this run of appends: it changes whenever messages are replaced, so two requests
+    /// with the same lineage see the same messages up to the shorter one's length.
+    lineage: u64,
     bytes: usize,
     digest: Digest,
     /// Ids of every tool call in `messages`, so a new call's id can be checked for uniqueness.
@@ -55,6 +59,12 @@ impl History {
     /// [`Digest`](crate::machine::Digest), never over serde output).
     pub fn digest(&self) -> Digest {
         self.digest
+    }
+
+    /// Names the current run of appends: equal between two moments only if the history was
+    /// appended to, never replaced, in between (a clone gets a lineage of its own).
+    pub fn lineage(&self) -> u64 {
+        self.lineage
     }
 
     /// Whether a tool call with this id is in the history.
@@ -151,6 +161,37 @@ impl History {
     }
 }
 
+impl Default for History {
+    fn default() -> Self {
+        Self {
+            messages: Vec::new(),
+            lineage: fresh_lineage(),
+            bytes: 0,
+            digest: Digest::default(),
+            call_ids: HashSet::new(),
+            anchor: None,
+            request_bytes: 0,
+            media: Media::default(),
+        }
+    }
+}
+
+impl Clone for History {
+    /// A copy that diverges from the original from here on, so it has a lineage of its own.
+    fn clone(&self) -> Self {
+        Self {
+            messages: self.messages.clone(),
+            lineage: fresh_lineage(),
+            bytes: self.bytes,
+            digest: self.digest,
+            call_ids: self.call_ids.clone(),
+            anchor: self.anchor,
+            request_bytes: self.request_bytes,
+            media: self.media.clone(),
+        }
+    }
+}
+
 /// The start of the newest run of `messages`, cut at a `boundary`, whose estimate stays within
 /// `max_tokens`; `messages.len()` when none fits. With `keep_one`, the newest run is kept even
 /// when it alone is over.
@@ -242,6 +283,22 @@ mod tests {
         assert_eq!(h.digest(), digest, "the digest depends on content only");
         h.push(Message::user("more"));
         assert_ne!(h.digest(), digest);
+    }
+
+    #[test]
+    fn the_lineage_survives_appends_and_changes_on_replace_and_clone() {
+        let mut h = History::default();
+        let lineage = h.lineage();
+        h.push(Message::user("hello"));
+        h.push(assistant_with_call("c1"));
+        assert_eq!(h.lineage(), lineage);
+        assert_ne!(h.clone().lineage(), lineage);
+        assert_ne!(History::default().lineage(), lineage);
+        h.replace(vec![Message::user("hello")]);
+        assert_ne!(h.lineage(), lineage);
+        let replaced = h.lineage();
+        h.drop_oldest(0, 0);
+        assert_ne!(h.lineage(), replaced);
     }
 
     #[test]

@@ -191,6 +191,28 @@ pub struct LlmRequest<'a> {
     /// A final user message to send after `messages` (the summary instruction).
     pub instruction: Option<&'a str>,
     pub max_output_tokens: u32,
+    /// What this request shares with earlier ones of the same session, so a provider may
+    /// reuse what it encoded for them; `None` promises nothing.
+    pub lineage: Option<Lineage>,
+}
+
+/// Names what a request borrows, so work done for one request can be reused for the next.
+///
+/// Two requests with the same `history` have `messages` of which the shorter is a prefix of the
+/// longer; two with the same `tools` offer the same tools. The numbers are identities, unique in
+/// the process, and nothing the machine decides depends on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lineage {
+    /// The history's current run of appends.
+    pub history: u64,
+    /// The catalog the tools come from; 0 when there are none.
+    pub tools: u64,
+}
+
+/// A lineage number never handed out before in this process.
+pub(crate) fn fresh_lineage() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The machine's state, by name.
@@ -657,6 +679,10 @@ impl Core {
                 tools: &self.tools.model,
                 instruction: None,
                 max_output_tokens: self.policy.max_output_tokens,
+                lineage: Some(Lineage {
+                    history: self.history.lineage(),
+                    tools: self.tools.lineage,
+                }),
             },
             Purpose::Summary { from } => LlmRequest {
                 purpose,
@@ -665,6 +691,8 @@ impl Core {
                 tools: &[],
                 instruction: Some(&self.summary_instruction),
                 max_output_tokens: self.policy.max_output_tokens,
+                // A summary starts wherever the budget allows and is rare: nothing to reuse.
+                lineage: None,
             },
         }
     }

@@ -108,6 +108,48 @@ pub(crate) fn redact_effect(effect: &Effect) -> Effect {
     }
 }
 
+/// The effect as a transcript writes it: a hook's subjects with their object keys sorted, as
+/// the format has them, whether or not a dependency turned on serde_json's `preserve_order`
+/// (the machine builds subjects with `json!`, whose key order then follows the source). `None`
+/// when the effect is written as it is.
+pub(crate) fn canonical_effect(effect: &Effect) -> Option<Effect> {
+    let Effect::CallHooks {
+        hook,
+        servers,
+        timeout_ms,
+        context,
+        subjects,
+    } = effect
+    else {
+        return None;
+    };
+    Some(Effect::CallHooks {
+        hook: *hook,
+        servers: servers.clone(),
+        timeout_ms: *timeout_ms,
+        context: *context,
+        subjects: subjects.iter().map(sorted_keys).collect(),
+    })
+}
+
+/// The value with every object's keys in sorted order.
+fn sorted_keys(value: &Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, item)| (key.clone(), sorted_keys(item)))
+                    .collect(),
+            )
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => value.clone(),
+    }
+}
+
 /// `[N bytes]` for non-blank text.
 fn length(text: &str) -> String {
     if text.trim().is_empty() {

@@ -19,7 +19,7 @@ use crate::llm::LlmClient;
 use crate::machine::{Effect, Input, Phase, Purpose};
 use crate::mcp::ToolHost;
 use crate::supervisor;
-use crate::transcript::content::{redact_effect, redact_input};
+use crate::transcript::content::{canonical_effect, redact_effect, redact_input};
 use crate::transcript::format::{RecordRef, write_line};
 use crate::transcript::{Event, Header, Record, Redaction, TranscriptError};
 
@@ -209,7 +209,7 @@ impl Recorder {
 
     fn record(&self, at: Duration, event: RecordRef<'_>) {
         let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
-        let (redacted_effect, redacted_fact);
+        let (redacted_effect, redacted_fact, canonical);
         let (effect, fact) = if self.shared.content_redacted {
             redacted_effect = event.effect.map(redact_effect);
             redacted_fact = event.fact.map(redact_input);
@@ -217,6 +217,8 @@ impl Recorder {
         } else {
             (event.effect, event.fact)
         };
+        canonical = effect.and_then(canonical_effect);
+        let effect = canonical.as_ref().or(effect);
         let mut line = Vec::with_capacity(256);
         write_line(
             &mut line,

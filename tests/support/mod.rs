@@ -31,6 +31,7 @@ pub fn turn<'a>(messages: &'a [Message], tools: &'a [ToolSpec]) -> LlmRequest<'a
         tools,
         instruction: None,
         max_output_tokens: 1024,
+        lineage: None,
     }
 }
 

@@ -1,0 +1,467 @@
+//! Encoding each message once: the wire form of a session's settled turns, and of its tool list,
+//! kept between requests, so a request body costs what was appended since the last one rather
+//! than the whole history.
+//!
+//! A dialect says how turns and tools are written ([`Dialect`]); this layer decides which turns
+//! must be written and which were already. It relies on two promises:
+//! - [`Lineage`](crate::machine::Lineage): requests of one history lineage see append-only
+//!   messages, and requests of one tools lineage offer the same tools;
+//! - the shaping rules of [`turns`]: when calls and results stay native blocks
+//!   ([`ToolBlocks::Native`]), a non-empty assistant message that follows a user message or a
+//!   tool result always opens a new turn, and the turns before it never change again, whatever
+//!   is appended (see [`settled_up_to`]).
+//!
+//! The settled turns are never the request's last, so the fix-ups a dialect applies to the last
+//! message (a trailing-whitespace trim, a cache breakpoint) only ever touch the tail, which is
+//! written afresh each time, as is anything a dialect derives from the whole history (the tools
+//! a tool-less Messages turn declares). A request the layer cannot vouch for (no lineage, a
+//! final instruction, a request whose dialect flattens calls into text that names earlier
+//! calls) is written whole, exactly as without a cache.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use crate::llm::turns::{self, ToolBlocks, Turn};
+use crate::llm::{LlmError, LlmRequest};
+use crate::machine::{Message, ToolSpec};
+
+/// How many sessions' encodings a client keeps; the least recently used goes first.
+const SLOTS: usize = 16;
+
+/// Which turns a [`Dialect::write_turns`] call writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Every turn of the request.
+    Whole,
+    /// Settled turns, which are never the request's last.
+    Settled,
+    /// The turns after the settled ones, which end the request.
+    Tail,
+}
+
+/// One provider's wire form of turns and tools.
+pub(crate) trait Dialect {
+    /// How this dialect sends `request`'s tool calls and results: a per-dialect decision,
+    /// which every encoding of the request (cached or not) follows.
+    fn tool_blocks(&self, request: &LlmRequest<'_>) -> ToolBlocks;
+
+    /// Appends the wire messages of `turns`, each followed by a comma. Returns `false`, having
+    /// written nothing, when a [`Part::Tail`] cannot be written apart from the turns before it
+    /// (its fix-ups would reach into them); the whole request is then written instead.
+    fn write_turns(
+        &self,
+        turns: Vec<Turn<'_>>,
+        part: Part,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, LlmError>;
+
+    /// Appends the wire form of the tool list (a JSON array).
+    fn write_tools(&self, tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError>;
+}
+
+/// A client's encodings of recent sessions, keyed by history lineage. Shared by every session
+/// of the client; each request takes its session's entry out while it writes, so concurrent
+/// sessions never wait on each other's encoding.
+#[derive(Default)]
+pub(crate) struct EncodeCache {
+    /// Most recently used last.
+    slots: Mutex<Vec<Slot>>,
+}
+
+impl fmt::Debug for EncodeCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sessions = self.slots.lock().map_or(0, |slots| slots.len());
+        f.debug_struct("EncodeCache")
+            .field("sessions", &sessions)
+            .finish()
+    }
+}
+
+impl EncodeCache {
+    /// The encodings `request` may reuse, for the time it is written.
+    pub(crate) fn lease(&self, request: &LlmRequest<'_>, dialect: &impl Dialect) -> Lease<'_> {
+        let Some(lineage) = request.lineage.filter(|_| reusable(request, dialect)) else {
+            return Lease::none();
+        };
+        let slot = self.take(lineage.history).unwrap_or(Slot {
+            history: lineage.history,
+            consumed: 0,
+            prefix: Vec::new(),
+            tools: None,
+        });
+        Lease {
+            held: Some((self, slot)),
+        }
+    }
+
+    fn take(&self, history: u64) -> Option<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let at = slots.iter().position(|slot| slot.history == history)?;
+        Some(slots.remove(at))
+    }
+
+    fn put(&self, slot: Slot) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.len() >= SLOTS {
+            slots.remove(0);
+        }
+        slots.push(slot);
+    }
+}
+
+/// What one request may reuse; returned to its cache when dropped, unless writing failed.
+pub(crate) struct Lease<'c> {
+    held: Option<(&'c EncodeCache, Slot)>,
+}
+
+impl Lease<'_> {
+    /// Nothing to reuse: everything is written afresh.
+    pub(crate) fn none() -> Self {
+        Self { held: None }
+    }
+
+    /// A capacity for the body that fits what is reused plus a tail, so the buffer is
+    /// allocated once.
+    pub(crate) fn capacity_hint(&self) -> usize {
+        const TAIL: usize = 4096;
+        self.held.as_ref().map_or(TAIL, |(_, slot)| {
+            slot.prefix.len() + slot.tools.as_ref().map_or(0, |(_, tools)| tools.len()) + TAIL
+        })
+    }
+
+    /// Appends the wire messages of `request`'s conversation, each followed by a comma.
+    pub(crate) fn write_messages(
+        &mut self,
+        request: &LlmRequest<'_>,
+        dialect: &impl Dialect,
+        out: &mut Vec<u8>,
+    ) -> Result<(), LlmError> {
+        if let Some((_, slot)) = &mut self.held {
+            match slot.write(request, dialect, out) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(error) => {
+                    // A half-written prefix must not be reused.
+                    self.held = None;
+                    return Err(error);
+                }
+            }
+        }
+        let blocks = dialect.tool_blocks(request);
+        let written = dialect.write_turns(turns::turns(request, blocks), Part::Whole, out)?;
+        debug_assert!(written, "a whole request is always written");
+        Ok(())
+    }
+
+    /// Appends the wire form of `request`'s tools, reusing it while the tools lineage holds.
+    pub(crate) fn write_tools(
+        &mut self,
+        request: &LlmRequest<'_>,
+        dialect: &impl Dialect,
+        out: &mut Vec<u8>,
+    ) -> Result<(), LlmError> {
+        let tools_lineage = request.lineage.map_or(0, |lineage| lineage.tools);
+        let Some((_, slot)) = self.held.as_mut().filter(|_| tools_lineage != 0) else {
+            return dialect.write_tools(request.tools, out);
+        };
+        match &slot.tools {
+            Some((lineage, bytes)) if *lineage == tools_lineage => out.extend_from_slice(bytes),
+            _ => {
+                let mut bytes = Vec::new();
+                dialect.write_tools(request.tools, &mut bytes)?;
+                out.extend_from_slice(&bytes);
+                slot.tools = Some((tools_lineage, bytes));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some((cache, slot)) = self.held.take() {
+            cache.put(slot);
+        }
+    }
+}
+
+/// Replaces the trailing comma of a list of elements, if any, with the list's closing bracket.
+pub(crate) fn close_list(out: &mut Vec<u8>) {
+    if out.last() == Some(&b',') {
+        out.pop();
+    }
+    out.push(b']');
+}
+
+/// Appends `value` as compact JSON, exactly as it would appear inside a larger document.
+pub(crate) fn write_json(
+    out: &mut Vec<u8>,
+    value: &(impl serde::Serialize + ?Sized),
+) -> Result<(), LlmError> {
+    serde_json::to_writer(out, value)
+        .map_err(|e| LlmError::Other(format!("cannot encode the request: {e}")))
+}
+
+/// One session's reusable encodings.
+struct Slot {
+    history: u64,
+    /// How many messages `prefix` holds the turns of.
+    consumed: usize,
+    /// The settled turns' wire messages, each followed by a comma.
+    prefix: Vec<u8>,
+    /// The tools lineage and the tool list's wire form.
+    tools: Option<(u64, Vec<u8>)>,
+}
+
+impl Slot {
+    /// Settles what became settled, then writes the prefix and the tail. `false`: the tail
+    /// could not be written apart, and nothing was written.
+    fn write(
+        &mut self,
+        request: &LlmRequest<'_>,
+        dialect: &impl Dialect,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, LlmError> {
+        let messages = request.messages;
+        if self.consumed > messages.len() {
+            // The lineage promise says this cannot be; start over rather than trust it.
+            self.consumed = 0;
+            self.prefix.clear();
+        }
+        let settled = settled_up_to(messages, self.consumed);
+        if settled > self.consumed {
+            let turns = turns_in(request, dialect, self.consumed..settled);
+            dialect.write_turns(turns, Part::Settled, &mut self.prefix)?;
+            self.consumed = settled;
+        }
+        let start = out.len();
+        out.extend_from_slice(&self.prefix);
+        let part = if self.consumed == 0 {
+            Part::Whole
+        } else {
+            Part::Tail
+        };
+        let tail = turns_in(request, dialect, self.consumed..messages.len());
+        if dialect.write_turns(tail, part, out)? {
+            Ok(true)
+        } else {
+            out.truncate(start);
+            Ok(false)
+        }
+    }
+}
+
+/// Whether this layer can vouch for `request`'s settled turns: only without a final
+/// instruction, and when the dialect keeps calls as calls (a flattened result names its call,
+/// which may lie in settled turns).
+fn reusable(request: &LlmRequest<'_>, dialect: &impl Dialect) -> bool {
+    request.instruction.is_none() && dialect.tool_blocks(request) == ToolBlocks::Native
+}
+
+/// The newest index after `from` where settled turns end: a non-empty assistant message right
+/// after a user message or a tool result. The turns before it end with that user turn, and it
+/// opens an assistant turn, which nothing appended can merge into what came before. `from`
+/// when there is none. Scans back from the end, so it costs what was appended since.
+fn settled_up_to(messages: &[Message], from: usize) -> usize {
+    (from.max(1)..messages.len())
+        .rev()
+        .find(|&i| {
+            let opens = matches!(
+                &messages[i],
+                Message::Assistant { text, tool_calls } if !text.is_empty() || !tool_calls.is_empty()
+            );
+            opens && !matches!(messages[i - 1], Message::Assistant { .. })
+        })
+        .unwrap_or(from)
+}
+
+/// The turns of `range` of the request's messages, as they are within the whole conversation.
+fn turns_in<'a>(
+    request: &LlmRequest<'a>,
+    dialect: &impl Dialect,
+    range: Range<usize>,
+) -> Vec<Turn<'a>> {
+    let start = range.start;
+    // Decided on the whole request, so that a part is shaped as it is within the whole.
+    let blocks = dialect.tool_blocks(request);
+    let part = LlmRequest {
+        messages: &request.messages[range],
+        ..*request
+    };
+    let mut turns = turns::turns(&part, blocks);
+    if start > 0 {
+        // A range after the first starts at a settled boundary, with an assistant turn, so the
+        // shaping put the history-cut note first; that note belongs only at the very start.
+        debug_assert!(matches!(turns.first(), Some(Turn::User(parts)) if parts.len() == 1));
+        turns.remove(0);
+    }
+    turns
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::llm::{Anthropic, Endpoint, OpenAi, anthropic, openai};
+    use crate::machine::{CallId, Lineage, Purpose, ToolCall, ToolOutput};
+
+    /// One step of a session's history, as the tests grow it.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Push(Message),
+        /// Keep the messages from this index on (modulo the length), in a new lineage.
+        Compact(usize),
+        /// Offer this catalog from now on: 0 none, else one of two tool lists.
+        Catalog(u8),
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("  ".to_owned()),
+            Just("done \n".to_owned()),
+            Just("say \"hi\"\tnow".to_owned()),
+            "[a-z ]{1,12}",
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        let call = (0..6_u8, prop::bool::ANY).prop_map(|(id, raw)| ToolCall {
+            id: CallId(format!("c{id}")),
+            name: "todo__list".into(),
+            arguments: if raw {
+                serde_json::Value::String("{oops".into())
+            } else {
+                json!({"n": id})
+            },
+        });
+        prop_oneof![
+            text().prop_map(|text| Message::User { text }),
+            (text(), prop::collection::vec(call, 0..3))
+                .prop_map(|(text, tool_calls)| Message::Assistant { text, tool_calls }),
+            (0..6_u8, text(), prop::bool::ANY).prop_map(|(id, text, error)| {
+                Message::ToolResult {
+                    call_id: CallId(format!("c{id}")),
+                    output: if error {
+                        ToolOutput::error(text)
+                    } else {
+                        ToolOutput::text(text)
+                    },
+                }
+            }),
+        ]
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => message().prop_map(Step::Push),
+            1 => (0..20_usize).prop_map(Step::Compact),
+            1 => (0..3_u8).prop_map(Step::Catalog),
+        ]
+    }
+
+    fn catalog(which: u8) -> Vec<ToolSpec> {
+        (0..which)
+            .map(|i| ToolSpec {
+                name: format!("todo__tool_{i}"),
+                description: "Does \"one\" thing.".into(),
+                input_schema: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            })
+            .collect()
+    }
+
+    fn clients() -> (OpenAi, Anthropic, Anthropic) {
+        let endpoint = Endpoint::parse("http://127.0.0.1:9/v1").unwrap();
+        (
+            OpenAi::new("m\u{e9}", &endpoint).unwrap(),
+            Anthropic::new("m", &endpoint).unwrap(),
+            Anthropic::new("m", &endpoint)
+                .unwrap()
+                .with_prompt_caching(false),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn reused_encodings_give_the_bodies_encoding_from_scratch_gives(
+            steps in prop::collection::vec(step(), 1..60),
+        ) {
+            let (chat, messages_api, uncached_api) = clients();
+            let mut history: Vec<Message> = Vec::new();
+            let mut lineage = Lineage { history: 1, tools: 0 };
+            let mut tools = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Push(message) => history.push(message),
+                    Step::Compact(from) => {
+                        let from = from % (history.len() + 1);
+                        history.drain(..from);
+                        lineage.history += 1;
+                    }
+                    Step::Catalog(which) => {
+                        tools = catalog(which);
+                        lineage.tools = if which == 0 { 0 } else { 100 + u64::from(which) };
+                    }
+                }
+                let request = LlmRequest {
+                    purpose: Purpose::Turn,
+                    system: Some("be brief"),
+                    messages: &history,
+                    tools: &tools,
+                    instruction: None,
+                    max_output_tokens: 64,
+                    lineage: Some(lineage),
+                };
+                prop_assert_eq!(
+                    String::from_utf8(chat.request_body(&request).unwrap()).unwrap(),
+                    String::from_utf8(
+                        openai::request_body(chat.model(), Default::default(), &request).unwrap()
+                    ).unwrap()
+                );
+                for (client, caching) in [(&messages_api, true), (&uncached_api, false)] {
+                    prop_assert_eq!(
+                        String::from_utf8(client.request_body(&request).unwrap()).unwrap(),
+                        String::from_utf8(
+                            anthropic::request_body("m", caching, &request).unwrap()
+                        ).unwrap()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn settled_turns_end_at_the_newest_assistant_after_a_user_turn() {
+        let call = ToolCall {
+            id: "a".into(),
+            name: "t".into(),
+            arguments: json!({}),
+        };
+        let messages = vec![
+            Message::user("go"),
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![call],
+            },
+            Message::ToolResult {
+                call_id: "a".into(),
+                output: ToolOutput::text("1"),
+            },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![],
+            },
+            Message::Assistant {
+                text: "x".into(),
+                tool_calls: vec![],
+            },
+        ];
+        // The empty assistant message at 3 opens nothing, and 4 follows an assistant message.
+        assert_eq!(settled_up_to(&messages, 0), 1);
+        assert_eq!(settled_up_to(&messages, 1), 1);
+        assert_eq!(settled_up_to(&messages[..1], 0), 0);
+    }
+}
