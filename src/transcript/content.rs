@@ -99,7 +99,7 @@ pub(crate) fn redact_effect(effect: &Effect) -> Effect {
             hook: *hook,
             servers: servers.clone(),
             timeout_ms: *timeout_ms,
-            context: context.clone(),
+            context: *context,
             subjects: subjects.iter().map(json_strings).collect(),
         },
         Effect::CallLlm { .. } | Effect::KillServer { .. } | Effect::Finish { .. } => {
