@@ -713,3 +713,29 @@ async fn a_recorded_session_is_listed_then_loaded_in_a_new_process_with_its_budg
     assert_eq!(common::count(&second_log, "call _Stop"), 0);
     agent.close().await;
 }
+
+#[tokio::test]
+async fn a_streamed_reply_reaches_the_client_in_pieces_before_the_prompt_answers() {
+    let pieces: Vec<String> = ["The ", "answer ", "is ", "42."]
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect();
+    let stream = pieces.clone();
+    let provider =
+        FakeProvider::start(move |_| Reply::Stream(stream.clone(), Duration::from_millis(50)));
+    let mut agent = Agent::spawn(&provider, &[]);
+    agent.initialize().await;
+    let session = agent.new_session(json!([])).await;
+    let (reply, updates) = agent.prompt_to_end(&session, "What is it?").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    // `reply` collects the updates that came before the answer.
+    let chunks: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "agent_message_chunk")
+        .map(|u| u["update"]["content"]["text"].as_str().unwrap_or(""))
+        .collect();
+    assert!(chunks.len() >= 2, "{updates:?}");
+    // The pieces make the reply once: the whole text is not sent again after them.
+    assert_eq!(chunks.concat(), "The answer is 42.", "{updates:?}");
+    agent.close().await;
+}

@@ -11,7 +11,8 @@
 //! A second prompt on a busy session is answered with an error at once.
 //!
 //! What the client sees while a prompt runs comes from a [`ProgressObserver`]: model text as
-//! `agent_message_chunk`, each tool call as `tool_call` (pending) then `tool_call_update`
+//! `agent_message_chunk`s as it streams in (the whole text once, when a reply did not stream),
+//! reasoning the provider streams as `agent_thought_chunk`s, each tool call as `tool_call` (pending) then `tool_call_update`
 //! (in progress, then completed or failed, with its output), and — so a UI can show why the agent
 //! kept working — each hook objection or `_PostCompact` injection as a completed `tool_call` of
 //! kind `other` titled with the hook and server, and a spent budget, a declined objection, a
@@ -62,7 +63,7 @@ pub use self::permission::{Gated, Permissions};
 use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
-use crate::llm::LlmClient;
+use crate::llm::{Delta, LlmClient};
 use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolHints};
 use crate::mcp::ToolHost;
 use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
@@ -693,18 +694,33 @@ impl<F: SessionFactory> AgentState<F> {
         session.add_observer(KindWatcher {
             kinds: Arc::clone(&kinds),
         });
-        let mut translator = Translator::new(session.tool_concurrency(), kinds);
+        // Events and reply pieces share one translator: it must know whether a reply's text
+        // was already streamed before it sends the whole text again.
+        let translator = Arc::new(Mutex::new(Translator::new(
+            session.tool_concurrency(),
+            kinds,
+        )));
         let notifier = Notifier {
             id: id.clone(),
             cx,
             outflow: Arc::clone(&self.outflow),
         };
-        let progress = notifier.clone();
-        session.add_observer(ProgressObserver::new(move |_, event| {
-            for update in translator.updates(event) {
-                progress.send(update);
-            }
-        }));
+        let (progress, pieces) = (notifier.clone(), notifier.clone());
+        let events = Arc::clone(&translator);
+        session.add_observer(
+            ProgressObserver::new(move |_, event| {
+                let updates = lock(&events).updates(event);
+                for update in updates {
+                    progress.send(update);
+                }
+            })
+            .with_deltas(move |_, delta| {
+                let update = lock(&translator).delta(delta);
+                if let Some(update) = update {
+                    pieces.send(update);
+                }
+            }),
+        );
         let window = session.machine().policy().max_context_tokens;
         session.add_observer(UsageReporter {
             window,
@@ -1141,6 +1157,9 @@ struct Translator {
     running: HashSet<String>,
     /// Calls waiting for a free slot, in the order the session starts them.
     waiting: VecDeque<String>,
+    /// The current reply's text has been sent piece by piece, so its whole text is not sent
+    /// again. Cleared when a model request starts.
+    streamed: bool,
 }
 
 impl Translator {
@@ -1151,6 +1170,22 @@ impl Translator {
             concurrency: concurrency.max(1),
             running: HashSet::new(),
             waiting: VecDeque::new(),
+            streamed: false,
+        }
+    }
+
+    /// A piece of the current reply: text as a message chunk, reasoning as a thought chunk.
+    fn delta(&mut self, delta: &Delta) -> Option<SessionUpdate> {
+        match delta {
+            Delta::Text(text) if text.is_empty() => None,
+            Delta::Thinking(text) if text.is_empty() => None,
+            Delta::Text(text) => {
+                self.streamed = true;
+                Some(SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                    ContentBlock::from(text.clone()),
+                )))
+            }
+            Delta::Thinking(text) => Some(thought(text)),
         }
     }
 
@@ -1185,17 +1220,24 @@ impl Translator {
 
     fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
         match event {
-            Event::Thinking { summary: false }
-            | Event::HookCalled { .. }
-            | Event::Finished { .. } => Vec::new(),
+            Event::Thinking { summary: false } => {
+                self.streamed = false;
+                Vec::new()
+            }
+            Event::HookCalled { .. } | Event::Finished { .. } => Vec::new(),
             Event::Thinking { summary: true } => {
                 vec![thought(
                     "The context is full: asking the model for a summary to continue from.",
                 )]
             }
-            Event::ModelText { text } => vec![SessionUpdate::AgentMessageChunk(ContentChunk::new(
-                ContentBlock::from(text),
-            ))],
+            Event::ModelText { text } => {
+                if std::mem::take(&mut self.streamed) {
+                    return Vec::new();
+                }
+                vec![SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                    ContentBlock::from(text),
+                ))]
+            }
             Event::ToolStarted {
                 id,
                 name,
