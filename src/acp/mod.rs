@@ -16,7 +16,8 @@
 //! (in progress, then completed or failed, with its output), and — so a UI can show why the agent
 //! kept working — each hook objection or `_PostCompact` injection as a completed `tool_call` of
 //! kind `other` titled with the hook and server, and a spent budget, a declined objection, a
-//! compaction or a failed-open hook as an `agent_thought_chunk`.
+//! compaction or a failed-open hook as an `agent_thought_chunk`. So is, once, a recorded
+//! session's transcript that could not be written whole (checked after each prompt).
 //!
 //! # Framing
 //!
@@ -68,7 +69,7 @@ use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolH
 use crate::mcp::ToolHost;
 use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
 use crate::text::lock;
-use crate::transcript::RecordDir;
+use crate::transcript::{RecordDir, Recorder};
 
 /// JSON-RPC error codes used here.
 mod code {
@@ -154,8 +155,10 @@ pub type AgentSession<L, H> = Session<L, Gated<H>>;
 /// binds to the session's client so destructive tools ask first.
 pub struct Created<L, H> {
     pub session: AgentSession<L, H>,
-    /// The file its transcript goes to, if it is recorded. Its stem becomes the session id.
-    pub record: Option<PathBuf>,
+    /// Its recorder and the file its transcript goes to (what [`Session::record_in`] returns),
+    /// if it is recorded. The file's stem becomes the session id; the recorder is checked after
+    /// each prompt, so the client hears when the transcript could not be written whole.
+    pub record: Option<(Recorder, PathBuf)>,
 }
 
 /// Settings of the agent that are not the engine's.
@@ -578,7 +581,8 @@ impl<F: SessionFactory> AgentState<F> {
                 return;
             }
         };
-        let recorded = record.and_then(|path| {
+        let recorder = record.as_ref().map(|(recorder, _)| recorder.clone());
+        let recorded = record.and_then(|(_, path)| {
             let id = path.file_stem()?.to_str()?.to_owned();
             if let Err(e) = records::write_side_file(&path, &cwd, None) {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the session's side file; it will not be listed");
@@ -595,7 +599,7 @@ impl<F: SessionFactory> AgentState<F> {
                 None,
             ),
         };
-        self.install(session, id.clone(), cx, recorded);
+        self.install(session, id.clone(), cx, recorded, recorder);
         tracing::info!(session = %id, "session started");
         if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
             tracing::warn!(error = %e, "could not answer session/new");
@@ -651,7 +655,7 @@ impl<F: SessionFactory> AgentState<F> {
                 notifier.send(update);
             }
         }
-        self.install(session, id.clone(), cx, None);
+        self.install(session, id.clone(), cx, None, None);
         tracing::info!(session = %id, history, "recorded session opened");
         Ok(())
     }
@@ -683,6 +687,7 @@ impl<F: SessionFactory> AgentState<F> {
         id: SessionId,
         cx: ConnectionTo<Client>,
         recorded: Option<Recorded>,
+        recorder: Option<Recorder>,
     ) {
         if self.permissions == Permissions::Ask {
             session.host().bind(Asker {
@@ -722,6 +727,11 @@ impl<F: SessionFactory> AgentState<F> {
             }),
         );
         let window = session.machine().policy().max_context_tokens;
+        let watcher = recorder.map(|recorder| RecordWatcher {
+            recorder,
+            notifier: notifier.clone(),
+            reported: false,
+        });
         session.add_observer(UsageReporter {
             window,
             purpose: Purpose::Turn,
@@ -735,6 +745,7 @@ impl<F: SessionFactory> AgentState<F> {
             rx,
             Arc::clone(&current),
             Arc::clone(&self.outflow),
+            watcher,
         ));
         let handle = SessionHandle {
             prompts: tx,
@@ -835,6 +846,7 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     mut jobs: mpsc::UnboundedReceiver<PromptJob>,
     current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
     outflow: Arc<Outflow>,
+    mut record: Option<RecordWatcher>,
 ) {
     let cancel = session.cancel_handle();
     while let Some(PromptJob {
@@ -844,6 +856,10 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }) = jobs.recv().await
     {
         let result = run_prompt(&mut session, text, &cancelled, &cancel, &outflow).await;
+        // Before the answer, so the notice belongs to the prompt whose records were lost.
+        if let Some(record) = &mut record {
+            record.check().await;
+        }
         // Free the session before answering, so a client that prompts again as soon as it has
         // the answer is not told the session is busy.
         *lock(&current) = None;
@@ -860,6 +876,37 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }
     if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "closing the session failed");
+    }
+}
+
+/// Tells the client, once, that its session's transcript could not be written whole: a
+/// recording that silently stops is worse than none, since a later `session/load` would restore
+/// a session that is not the one the client had.
+struct RecordWatcher {
+    recorder: Recorder,
+    notifier: Notifier,
+    /// The client was told; a transcript that lost records stays incomplete, so once is enough.
+    reported: bool,
+}
+
+impl RecordWatcher {
+    async fn check(&mut self) {
+        if self.reported {
+            return;
+        }
+        let recorder = self.recorder.clone();
+        // The check waits for the writer thread to flush what is queued.
+        let checked = tokio::task::spawn_blocking(move || recorder.check()).await;
+        let why = match checked {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("checking the recording failed: {e}"),
+        };
+        tracing::warn!(error = %why, "the session's transcript is incomplete");
+        self.reported = true;
+        self.notifier.send(thought(&format!(
+            "The transcript of this session is incomplete: {why}. Loading it later will not restore this session as it is."
+        )));
     }
 }
 
