@@ -12,10 +12,12 @@
 //!
 //! What the client sees while a prompt runs comes from a [`ProgressObserver`]: model text as
 //! `agent_message_chunk`s as it streams in (the whole text once, when a reply did not stream),
-//! reasoning the provider streams as `agent_thought_chunk`s, each tool call as `tool_call` (pending) then `tool_call_update`
-//! (in progress, then completed or failed, with its output), and — so a UI can show why the agent
-//! kept working — each hook objection or `_PostCompact` injection as a completed `tool_call` of
-//! kind `other` titled with the hook and server, and a spent budget, a declined objection, a
+//! reasoning the provider streams as `agent_thought_chunk`s, each tool call as `tool_call`
+//! (pending) then `tool_call_update` (in progress, then completed or failed, with its output),
+//! and — so a UI can show why the agent kept working — each hook objection, `_PostCompact` injection or `_PreToolUse` denial as a
+//! completed `tool_call` of kind `other` titled with the hook and server, each other hook's
+//! injected context (`_SessionStart`, `_UserPromptSubmit`, `_PostToolUse`, `_PreCompact`) as one
+//! of kind `think` titled "<hook> from <server>", and a spent budget, a declined objection, a
 //! compaction or a failed-open hook as an `agent_thought_chunk`. So is, once, a recorded
 //! session's transcript that could not be written whole (checked after each prompt).
 //!
@@ -1327,7 +1329,7 @@ impl Translator {
             }
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
-                vec![self.synthetic(name, ToolCallStatus::Failed, text, None)]
+                vec![self.synthetic(name, ToolKind::Other, ToolCallStatus::Failed, text, None)]
             }
             Event::Objection {
                 server,
@@ -1339,23 +1341,48 @@ impl Translator {
                     Hook::Stop
                 );
                 let raw = json!({"hook": Hook::Stop, "server": server, "text": text, "budget_left": budget_left});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Other,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::PostCompactInjected { server, text } => {
                 let title = format!("{} from {server}", Hook::PostCompact);
                 let raw = json!({"hook": Hook::PostCompact, "server": server, "text": text});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Other,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::HookInjected { hook, server, text } => {
+                // Context a hook added for the model to weigh: what the model thinks with.
                 let title = format!("{hook} from {server}");
                 let raw = json!({"hook": hook, "server": server, "text": text});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Think,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::ToolDenied { server, tool, text } => {
                 let title = format!("{tool} denied by {} of {server}", Hook::PreToolUse);
                 let raw =
                     json!({"hook": Hook::PreToolUse, "server": server, "tool": tool, "text": text});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Other,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::StopSkipped { reason } => vec![thought(match reason {
                 SkipReason::BudgetSpent => {
@@ -1388,16 +1415,18 @@ impl Translator {
         }
     }
 
+    /// A tool call the model did not make, standing for something the engine did.
     fn synthetic(
         &mut self,
         title: String,
+        kind: ToolKind,
         status: ToolCallStatus,
         text: String,
         raw: Option<serde_json::Value>,
     ) -> SessionUpdate {
         self.next += 1;
         let mut call = ToolCall::new(format!("hookloop-{}", self.next), title)
-            .kind(ToolKind::Other)
+            .kind(kind)
             .status(status)
             .content(vec![ToolCallContent::from(text)]);
         if let Some(raw) = raw {
