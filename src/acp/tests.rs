@@ -57,6 +57,45 @@ fn session_specs_check_names_and_transports() {
 }
 
 #[test]
+fn a_streamed_reply_is_sent_in_pieces_and_not_again_whole_and_the_next_reply_is_judged_afresh() {
+    let mut translator = Translator::new(1, Arc::default());
+    let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
+    let piece = |translator: &mut Translator, delta: Delta| {
+        serde_json::to_value(translator.delta(&delta)).unwrap()
+    };
+
+    assert!(
+        translator
+            .updates(Event::Thinking { summary: false })
+            .is_empty()
+    );
+    let thinking = piece(&mut translator, Delta::Thinking("hmm".into()));
+    assert_eq!(thinking["sessionUpdate"], "agent_thought_chunk");
+    assert_eq!(thinking["content"]["text"], "hmm");
+    assert!(piece(&mut translator, Delta::Text(String::new())).is_null());
+    let text = piece(&mut translator, Delta::Text("Hel".into()));
+    assert_eq!(text["sessionUpdate"], "agent_message_chunk");
+    assert_eq!(text["content"]["text"], "Hel");
+    let whole = translator.updates(Event::ModelText {
+        text: "Hello".into(),
+    });
+    assert!(whole.is_empty(), "{:?}", json(whole));
+
+    // The next reply streamed only reasoning: its text is sent whole.
+    assert!(
+        translator
+            .updates(Event::Thinking { summary: false })
+            .is_empty()
+    );
+    piece(&mut translator, Delta::Thinking("more".into()));
+    let whole = json(translator.updates(Event::ModelText {
+        text: "Done.".into(),
+    }));
+    assert_eq!(whole[0]["sessionUpdate"], "agent_message_chunk");
+    assert_eq!(whole[0]["content"]["text"], "Done.");
+}
+
+#[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
     let mut translator = Translator::new(1, Arc::default());
