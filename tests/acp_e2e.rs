@@ -25,6 +25,15 @@ struct Agent {
 
 impl Agent {
     fn spawn(provider: &FakeProvider, env: &[(&str, &str)]) -> Self {
+        Self::spawn_with(provider, env, |_| {})
+    }
+
+    /// Like [`Agent::spawn`], with `adjust` applied to the command last.
+    fn spawn_with(
+        provider: &FakeProvider,
+        env: &[(&str, &str)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Self {
         let mut command = Command::new(loopback::hookloop());
         command
             .arg("acp")
@@ -39,6 +48,7 @@ impl Agent {
         for (k, v) in env {
             command.env(k, v);
         }
+        adjust(&mut command);
         let mut child = command.spawn().expect("the binary starts");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -712,4 +722,89 @@ async fn a_recorded_session_is_listed_then_loaded_in_a_new_process_with_its_budg
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     assert_eq!(common::count(&second_log, "call _Stop"), 0);
     agent.close().await;
+}
+
+#[tokio::test]
+async fn a_streamed_reply_reaches_the_client_in_pieces_before_the_prompt_answers() {
+    let pieces: Vec<String> = ["The ", "answer ", "is ", "42."]
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect();
+    let stream = pieces.clone();
+    let provider =
+        FakeProvider::start(move |_| Reply::Stream(stream.clone(), Duration::from_millis(50)));
+    let mut agent = Agent::spawn(&provider, &[]);
+    agent.initialize().await;
+    let session = agent.new_session(json!([])).await;
+    let (reply, updates) = agent.prompt_to_end(&session, "What is it?").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    // `reply` collects the updates that came before the answer.
+    let chunks: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "agent_message_chunk")
+        .map(|u| u["update"]["content"]["text"].as_str().unwrap_or(""))
+        .collect();
+    assert!(chunks.len() >= 2, "{updates:?}");
+    // The pieces make the reply once: the whole text is not sent again after them.
+    assert_eq!(chunks.concat(), "The answer is 42.", "{updates:?}");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_transcript_that_cannot_be_written_whole_is_reported_to_the_client() {
+    let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
+    let dir = std::env::temp_dir().join(format!(
+        "hookloop-acp-fsize-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record_dir = dir.to_str().unwrap().to_owned();
+    let mut agent = Agent::spawn_with(
+        &provider,
+        &[("HOOKLOOP_RECORD_DIR", &record_dir)],
+        |command| {
+            // Files the agent writes may not grow past 600 bytes: the header fits, the reply's
+            // records do not. Writes past the limit fail with EFBIG instead of raising SIGXFSZ.
+            unsafe {
+                command.pre_exec(|| {
+                    let limit = libc::rlimit {
+                        rlim_cur: 600,
+                        rlim_max: 600,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+                        || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        },
+    );
+    agent.initialize().await;
+    let session = agent.new_session(json!([])).await;
+    let (reply, updates) = agent.prompt_to_end(&session, "What is it?").await;
+    // The answer still reaches the client, and so does why its transcript is incomplete.
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let notices: Vec<String> = thoughts(&updates)
+        .into_iter()
+        .filter(|t| t.contains("transcript of this session is incomplete"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{updates:?}");
+    assert!(
+        notices[0].contains("could not write transcript"),
+        "{notices:?}"
+    );
+    // Said once: the transcript stays incomplete, the client already knows.
+    let (_, updates) = agent.prompt_to_end(&session, "Again?").await;
+    assert!(
+        !thoughts(&updates).iter().any(|t| t.contains("incomplete")),
+        "{updates:?}"
+    );
+    agent.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,11 +11,15 @@
 //! A second prompt on a busy session is answered with an error at once.
 //!
 //! What the client sees while a prompt runs comes from a [`ProgressObserver`]: model text as
-//! `agent_message_chunk`, each tool call as `tool_call` (pending) then `tool_call_update`
-//! (in progress, then completed or failed, with its output), and — so a UI can show why the agent
-//! kept working — each hook objection or `_PostCompact` injection as a completed `tool_call` of
-//! kind `other` titled with the hook and server, and a spent budget, a declined objection, a
-//! compaction or a failed-open hook as an `agent_thought_chunk`.
+//! `agent_message_chunk`s as it streams in (the whole text once, when a reply did not stream),
+//! reasoning the provider streams as `agent_thought_chunk`s, each tool call as `tool_call`
+//! (pending) then `tool_call_update` (in progress, then completed or failed, with its output),
+//! and — so a UI can show why the agent kept working — each hook objection, `_PostCompact` injection or `_PreToolUse` denial as a
+//! completed `tool_call` of kind `other` titled with the hook and server, each other hook's
+//! injected context (`_SessionStart`, `_UserPromptSubmit`, `_PostToolUse`, `_PreCompact`) as one
+//! of kind `think` titled "<hook> from <server>", and a spent budget, a declined objection, a
+//! compaction or a failed-open hook as an `agent_thought_chunk`. So is, once, a recorded
+//! session's transcript that could not be written whole (checked after each prompt).
 //!
 //! # Framing
 //!
@@ -62,12 +66,12 @@ pub use self::permission::{Gated, Permissions};
 use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
-use crate::llm::LlmClient;
+use crate::llm::{Delta, LlmClient};
 use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolHints};
 use crate::mcp::ToolHost;
 use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
 use crate::text::lock;
-use crate::transcript::RecordDir;
+use crate::transcript::{RecordDir, Recorder};
 
 /// JSON-RPC error codes used here.
 mod code {
@@ -153,8 +157,10 @@ pub type AgentSession<L, H> = Session<L, Gated<H>>;
 /// binds to the session's client so destructive tools ask first.
 pub struct Created<L, H> {
     pub session: AgentSession<L, H>,
-    /// The file its transcript goes to, if it is recorded. Its stem becomes the session id.
-    pub record: Option<PathBuf>,
+    /// Its recorder and the file its transcript goes to (what [`Session::record_in`] returns),
+    /// if it is recorded. The file's stem becomes the session id; the recorder is checked after
+    /// each prompt, so the client hears when the transcript could not be written whole.
+    pub record: Option<(Recorder, PathBuf)>,
 }
 
 /// Settings of the agent that are not the engine's.
@@ -577,7 +583,8 @@ impl<F: SessionFactory> AgentState<F> {
                 return;
             }
         };
-        let recorded = record.and_then(|path| {
+        let recorder = record.as_ref().map(|(recorder, _)| recorder.clone());
+        let recorded = record.and_then(|(_, path)| {
             let id = path.file_stem()?.to_str()?.to_owned();
             if let Err(e) = records::write_side_file(&path, &cwd, None) {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the session's side file; it will not be listed");
@@ -594,7 +601,7 @@ impl<F: SessionFactory> AgentState<F> {
                 None,
             ),
         };
-        self.install(session, id.clone(), cx, recorded);
+        self.install(session, id.clone(), cx, recorded, recorder);
         tracing::info!(session = %id, "session started");
         if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
             tracing::warn!(error = %e, "could not answer session/new");
@@ -650,7 +657,7 @@ impl<F: SessionFactory> AgentState<F> {
                 notifier.send(update);
             }
         }
-        self.install(session, id.clone(), cx, None);
+        self.install(session, id.clone(), cx, None, None);
         tracing::info!(session = %id, history, "recorded session opened");
         Ok(())
     }
@@ -682,6 +689,7 @@ impl<F: SessionFactory> AgentState<F> {
         id: SessionId,
         cx: ConnectionTo<Client>,
         recorded: Option<Recorded>,
+        recorder: Option<Recorder>,
     ) {
         if self.permissions == Permissions::Ask {
             session.host().bind(Asker {
@@ -693,19 +701,39 @@ impl<F: SessionFactory> AgentState<F> {
         session.add_observer(KindWatcher {
             kinds: Arc::clone(&kinds),
         });
-        let mut translator = Translator::new(session.tool_concurrency(), kinds);
+        // Events and reply pieces share one translator: it must know whether a reply's text
+        // was already streamed before it sends the whole text again.
+        let translator = Arc::new(Mutex::new(Translator::new(
+            session.tool_concurrency(),
+            kinds,
+        )));
         let notifier = Notifier {
             id: id.clone(),
             cx,
             outflow: Arc::clone(&self.outflow),
         };
-        let progress = notifier.clone();
-        session.add_observer(ProgressObserver::new(move |_, event| {
-            for update in translator.updates(event) {
-                progress.send(update);
-            }
-        }));
+        let (progress, pieces) = (notifier.clone(), notifier.clone());
+        let events = Arc::clone(&translator);
+        session.add_observer(
+            ProgressObserver::new(move |_, event| {
+                let updates = lock(&events).updates(event);
+                for update in updates {
+                    progress.send(update);
+                }
+            })
+            .with_deltas(move |_, delta| {
+                let update = lock(&translator).delta(delta);
+                if let Some(update) = update {
+                    pieces.send(update);
+                }
+            }),
+        );
         let window = session.machine().policy().max_context_tokens;
+        let watcher = recorder.map(|recorder| RecordWatcher {
+            recorder,
+            notifier: notifier.clone(),
+            reported: false,
+        });
         session.add_observer(UsageReporter {
             window,
             purpose: Purpose::Turn,
@@ -719,6 +747,7 @@ impl<F: SessionFactory> AgentState<F> {
             rx,
             Arc::clone(&current),
             Arc::clone(&self.outflow),
+            watcher,
         ));
         let handle = SessionHandle {
             prompts: tx,
@@ -819,6 +848,7 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     mut jobs: mpsc::UnboundedReceiver<PromptJob>,
     current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
     outflow: Arc<Outflow>,
+    mut record: Option<RecordWatcher>,
 ) {
     let cancel = session.cancel_handle();
     while let Some(PromptJob {
@@ -828,6 +858,10 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }) = jobs.recv().await
     {
         let result = run_prompt(&mut session, text, &cancelled, &cancel, &outflow).await;
+        // Before the answer, so the notice belongs to the prompt whose records were lost.
+        if let Some(record) = &mut record {
+            record.check().await;
+        }
         // Free the session before answering, so a client that prompts again as soon as it has
         // the answer is not told the session is busy.
         *lock(&current) = None;
@@ -844,6 +878,37 @@ async fn run_session<L: LlmClient, H: ToolHost>(
     }
     if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "closing the session failed");
+    }
+}
+
+/// Tells the client, once, that its session's transcript could not be written whole: a
+/// recording that silently stops is worse than none, since a later `session/load` would restore
+/// a session that is not the one the client had.
+struct RecordWatcher {
+    recorder: Recorder,
+    notifier: Notifier,
+    /// The client was told; a transcript that lost records stays incomplete, so once is enough.
+    reported: bool,
+}
+
+impl RecordWatcher {
+    async fn check(&mut self) {
+        if self.reported {
+            return;
+        }
+        let recorder = self.recorder.clone();
+        // The check waits for the writer thread to flush what is queued.
+        let checked = tokio::task::spawn_blocking(move || recorder.check()).await;
+        let why = match checked {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("checking the recording failed: {e}"),
+        };
+        tracing::warn!(error = %why, "the session's transcript is incomplete");
+        self.reported = true;
+        self.notifier.send(thought(&format!(
+            "The transcript of this session is incomplete: {why}. Loading it later will not restore this session as it is."
+        )));
     }
 }
 
@@ -1141,6 +1206,9 @@ struct Translator {
     running: HashSet<String>,
     /// Calls waiting for a free slot, in the order the session starts them.
     waiting: VecDeque<String>,
+    /// The current reply's text has been sent piece by piece, so its whole text is not sent
+    /// again. Cleared when a model request starts.
+    streamed: bool,
 }
 
 impl Translator {
@@ -1151,6 +1219,22 @@ impl Translator {
             concurrency: concurrency.max(1),
             running: HashSet::new(),
             waiting: VecDeque::new(),
+            streamed: false,
+        }
+    }
+
+    /// A piece of the current reply: text as a message chunk, reasoning as a thought chunk.
+    fn delta(&mut self, delta: &Delta) -> Option<SessionUpdate> {
+        match delta {
+            Delta::Text(text) if text.is_empty() => None,
+            Delta::Thinking(text) if text.is_empty() => None,
+            Delta::Text(text) => {
+                self.streamed = true;
+                Some(SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                    ContentBlock::from(text.clone()),
+                )))
+            }
+            Delta::Thinking(text) => Some(thought(text)),
         }
     }
 
@@ -1185,17 +1269,24 @@ impl Translator {
 
     fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
         match event {
-            Event::Thinking { summary: false }
-            | Event::HookCalled { .. }
-            | Event::Finished { .. } => Vec::new(),
+            Event::Thinking { summary: false } => {
+                self.streamed = false;
+                Vec::new()
+            }
+            Event::HookCalled { .. } | Event::Finished { .. } => Vec::new(),
             Event::Thinking { summary: true } => {
                 vec![thought(
                     "The context is full: asking the model for a summary to continue from.",
                 )]
             }
-            Event::ModelText { text } => vec![SessionUpdate::AgentMessageChunk(ContentChunk::new(
-                ContentBlock::from(text),
-            ))],
+            Event::ModelText { text } => {
+                if std::mem::take(&mut self.streamed) {
+                    return Vec::new();
+                }
+                vec![SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                    ContentBlock::from(text),
+                ))]
+            }
             Event::ToolStarted {
                 id,
                 name,
@@ -1238,7 +1329,7 @@ impl Translator {
             }
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
-                vec![self.synthetic(name, ToolCallStatus::Failed, text, None)]
+                vec![self.synthetic(name, ToolKind::Other, ToolCallStatus::Failed, text, None)]
             }
             Event::Objection {
                 server,
@@ -1250,23 +1341,48 @@ impl Translator {
                     Hook::Stop
                 );
                 let raw = json!({"hook": Hook::Stop, "server": server, "text": text, "budget_left": budget_left});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Other,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::PostCompactInjected { server, text } => {
                 let title = format!("{} from {server}", Hook::PostCompact);
                 let raw = json!({"hook": Hook::PostCompact, "server": server, "text": text});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Other,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::HookInjected { hook, server, text } => {
+                // Context a hook added for the model to weigh: what the model thinks with.
                 let title = format!("{hook} from {server}");
                 let raw = json!({"hook": hook, "server": server, "text": text});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Think,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::ToolDenied { server, tool, text } => {
                 let title = format!("{tool} denied by {} of {server}", Hook::PreToolUse);
                 let raw =
                     json!({"hook": Hook::PreToolUse, "server": server, "tool": tool, "text": text});
-                vec![self.synthetic(title, ToolCallStatus::Completed, text, Some(raw))]
+                vec![self.synthetic(
+                    title,
+                    ToolKind::Other,
+                    ToolCallStatus::Completed,
+                    text,
+                    Some(raw),
+                )]
             }
             Event::StopSkipped { reason } => vec![thought(match reason {
                 SkipReason::BudgetSpent => {
@@ -1299,16 +1415,18 @@ impl Translator {
         }
     }
 
+    /// A tool call the model did not make, standing for something the engine did.
     fn synthetic(
         &mut self,
         title: String,
+        kind: ToolKind,
         status: ToolCallStatus,
         text: String,
         raw: Option<serde_json::Value>,
     ) -> SessionUpdate {
         self.next += 1;
         let mut call = ToolCall::new(format!("hookloop-{}", self.next), title)
-            .kind(ToolKind::Other)
+            .kind(kind)
             .status(status)
             .content(vec![ToolCallContent::from(text)]);
         if let Some(raw) = raw {

@@ -57,6 +57,45 @@ fn session_specs_check_names_and_transports() {
 }
 
 #[test]
+fn a_streamed_reply_is_sent_in_pieces_and_not_again_whole_and_the_next_reply_is_judged_afresh() {
+    let mut translator = Translator::new(1, Arc::default());
+    let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
+    let piece = |translator: &mut Translator, delta: Delta| {
+        serde_json::to_value(translator.delta(&delta)).unwrap()
+    };
+
+    assert!(
+        translator
+            .updates(Event::Thinking { summary: false })
+            .is_empty()
+    );
+    let thinking = piece(&mut translator, Delta::Thinking("hmm".into()));
+    assert_eq!(thinking["sessionUpdate"], "agent_thought_chunk");
+    assert_eq!(thinking["content"]["text"], "hmm");
+    assert!(piece(&mut translator, Delta::Text(String::new())).is_null());
+    let text = piece(&mut translator, Delta::Text("Hel".into()));
+    assert_eq!(text["sessionUpdate"], "agent_message_chunk");
+    assert_eq!(text["content"]["text"], "Hel");
+    let whole = translator.updates(Event::ModelText {
+        text: "Hello".into(),
+    });
+    assert!(whole.is_empty(), "{:?}", json(whole));
+
+    // The next reply streamed only reasoning: its text is sent whole.
+    assert!(
+        translator
+            .updates(Event::Thinking { summary: false })
+            .is_empty()
+    );
+    piece(&mut translator, Delta::Thinking("more".into()));
+    let whole = json(translator.updates(Event::ModelText {
+        text: "Done.".into(),
+    }));
+    assert_eq!(whole[0]["sessionUpdate"], "agent_message_chunk");
+    assert_eq!(whole[0]["content"]["text"], "Done.");
+}
+
+#[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
     let mut translator = Translator::new(1, Arc::default());
@@ -81,6 +120,26 @@ fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
         refused[0]["content"][0]["content"]["text"],
         "unknown tool: todo___Stop"
     );
+
+    for hook in [
+        Hook::SessionStart,
+        Hook::UserPromptSubmit,
+        Hook::PostToolUse,
+        Hook::PreCompact,
+    ] {
+        let injected = json(translator.updates(Event::HookInjected {
+            hook,
+            server: server.clone(),
+            text: "note".into(),
+        }));
+        assert_eq!(injected[0]["kind"], "think", "{injected}");
+        assert_eq!(injected[0]["status"], "completed");
+        assert_eq!(injected[0]["title"], format!("{hook} from todo"));
+        assert_eq!(
+            injected[0]["rawOutput"],
+            json!({"hook": hook, "server": "todo", "text": "note"})
+        );
+    }
 
     for (event, needle) in [
         (
@@ -421,6 +480,61 @@ mod wire {
                 .unwrap()
                 .contains("declined")
         );
+    }
+
+    /// The `tool_call` update titled `title`.
+    fn titled<'a>(updates: &'a [Value], title: &str) -> &'a Value {
+        updates
+            .iter()
+            .map(|u| &u["update"])
+            .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == title)
+            .unwrap_or_else(|| panic!("no tool_call titled {title}: {updates:?}"))
+    }
+
+    #[tokio::test]
+    async fn hook_injections_are_completed_think_calls_and_a_denial_a_completed_other_call() {
+        let llm = ScriptedLlm::new([
+            Step::tools(1, &[("fs__rm", json!({"path": "/"}))]),
+            Step::text("ok, I will not"),
+        ]);
+        let host = InProcessHost::new()
+            .tool("fs", "rm", echo)
+            .hook(
+                "guard",
+                Hook::UserPromptSubmit,
+                [HookStep::Say("tests come first".into())],
+            )
+            .hook(
+                "guard",
+                Hook::PreToolUse,
+                [HookStep::Say("rm is not allowed".into())],
+            );
+        let (mut peer, _) = start(vec![session(config(), llm, host)], DEFAULT_MAX_FRAME_BYTES);
+        peer.initialize().await;
+        let session = peer.new_session().await;
+        let id = peer.prompt(&session, "clean up").await;
+        let (reply, updates) = peer.reply(id).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+
+        let injected = titled(&updates, "_UserPromptSubmit from guard");
+        assert_eq!(injected["kind"], "think", "{injected}");
+        assert_eq!(injected["status"], "completed", "{injected}");
+        assert_eq!(
+            injected["rawOutput"],
+            json!({"hook": "_UserPromptSubmit", "server": "guard", "text": "tests come first"})
+        );
+        assert_eq!(
+            injected["content"][0]["content"]["text"],
+            "tests come first"
+        );
+
+        let denied = titled(&updates, "fs__rm denied by _PreToolUse of guard");
+        // `other` is the protocol's default kind, left out on the wire.
+        assert!(denied.get("kind").is_none_or(|k| k == "other"), "{denied}");
+        assert_eq!(denied["status"], "completed", "{denied}");
+        assert_eq!(denied["rawOutput"]["hook"], "_PreToolUse");
+        assert_eq!(denied["rawOutput"]["tool"], "fs__rm");
+        assert_eq!(denied["rawOutput"]["text"], "rm is not allowed");
     }
 
     #[tokio::test]

@@ -58,11 +58,11 @@ impl SessionFactory for Factory {
         let mut session = Session::new(self.config.clone(), self.llm.clone(), Gated::new(host));
         let mut record = None;
         if let Some(dir) = &self.record_dir {
-            let (_, path) = session
+            let (recorder, path) = session
                 .record_in(dir)
                 .map_err(|e| format!("cannot record the session: {e}"))?;
             tracing::info!(path = %path.display(), "recording the session");
-            record = Some(path);
+            record = Some((recorder, path));
         }
         Ok(Created { session, record })
     }
