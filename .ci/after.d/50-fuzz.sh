@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Fuzzing: builds every cargo-fuzz target in fuzz/ and runs each for FUZZ_SECONDS (60 by
+# Fuzzing: builds every cargo-fuzz target in fuzz/ and runs each for FUZZ_SECONDS (30 by
 # default). A crash fails CI; its input is left in fuzz/artifacts/<target>/ and must become a
 # regression test. cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 allows them on stable.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export RUSTC_BOOTSTRAP=1
-seconds="${FUZZ_SECONDS:-60}"
+seconds="${FUZZ_SECONDS:-30}"
 
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
