@@ -17,13 +17,17 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use criterion::Criterion;
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use futures_util::future::join_all;
 use hookloop::machine::{HookContext, HookReply};
 use hookloop::mcp::{HookCall, HostOptions, McpHost, McpServers, ServerConfig, ToolHost};
 use hookloop::{Hook, ServerName};
 use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion};
 use rmcp::service::{ClientLifecycleMode, serve_client_with_lifecycle};
+
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
+use cpu_time::CpuTime;
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
 const GROUP: &str = "hooks";
@@ -152,55 +156,10 @@ fn pre_tool_use(server: usize) -> HookCall {
     }
 }
 
-/// CPU time of this whole process (every thread, no child): the engine's own cost.
-struct ProcessCpuTime;
-
-impl ProcessCpuTime {
-    fn now() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant of the platform.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-}
-
-impl Measurement for ProcessCpuTime {
-    type Intermediate = Duration;
-    type Value = Duration;
-
-    fn start(&self) -> Duration {
-        Self::now()
-    }
-
-    fn end(&self, start: Duration) -> Duration {
-        Self::now().saturating_sub(start)
-    }
-
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-
-    fn to_f64(&self, value: &Duration) -> f64 {
-        value.as_nanos() as f64
-    }
-
-    fn formatter(&self) -> &dyn ValueFormatter {
-        WallTime.formatter()
-    }
-}
-
 const CPU_GROUP: &str = "pre_tool_use_cpu";
 
 /// One `_PreToolUse` round to 1 and to 8 servers, in the engine's CPU time.
-fn cpu_benches(c: &mut Criterion<ProcessCpuTime>) {
+fn cpu_benches(c: &mut Criterion<CpuTime>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -250,7 +209,7 @@ fn main() {
     benches(&mut criterion);
     criterion.final_summary();
     let mut cpu = Criterion::default()
-        .with_measurement(ProcessCpuTime)
+        .with_measurement(CpuTime::PROCESS)
         .configure_from_args();
     cpu_benches(&mut cpu);
     cpu.final_summary();

@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::measurement::Measurement;
 use criterion::{Criterion, Throughput};
 use hookloop::llm::LlmRequest;
 use hookloop::machine::{Catalog, HookReply, LlmReply, ToolCall, ToolOutput};
@@ -33,6 +33,11 @@ use hookloop::testing::{HookStep, InProcessHost, ScriptedLlm, Step, echo};
 use hookloop::transcript::{Recorder, Transcript, default_threads, replay_files};
 use hookloop::{Config, Hook, HookServers, LlmClient, LlmError, ServerName, Session, ToolHost};
 use serde_json::json;
+
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
+use cpu_time::CpuTime;
 
 /// Counts live heap bytes, so a bench can tell what a structure holds.
 struct Counting;
@@ -175,54 +180,6 @@ fn suite_bench(c: &mut Criterion, text: &str) {
     });
     group.finish();
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// The calling thread's CPU time: on a machine shared with other work, wall-clock figures
-/// include the time the benchmark waited for a core; this one does not.
-struct ThreadCpuTime;
-
-static WALL: WallTime = WallTime;
-
-impl ThreadCpuTime {
-    fn now() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant of the platform.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-}
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = Duration;
-    type Value = Duration;
-
-    fn start(&self) -> Duration {
-        Self::now()
-    }
-
-    fn end(&self, start: Duration) -> Duration {
-        Self::now().saturating_sub(start)
-    }
-
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-
-    fn to_f64(&self, value: &Duration) -> f64 {
-        value.as_nanos() as f64
-    }
-
-    fn formatter(&self) -> &dyn ValueFormatter {
-        WALL.formatter()
-    }
 }
 
 /// A model that answers every request with the same short end of turn.
@@ -378,7 +335,7 @@ fn main() {
     suite_bench(&mut wall, &text);
     wall.final_summary();
     let mut cpu = Criterion::default()
-        .with_measurement(ThreadCpuTime)
+        .with_measurement(CpuTime::THREAD)
         .measurement_time(Duration::from_secs(5))
         .configure_from_args();
     replay_benches(&mut cpu, "replay_cpu", &text);

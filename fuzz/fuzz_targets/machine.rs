@@ -68,13 +68,14 @@ fuzz_target!(|s: Session| {
         max_rounds: u32::from(s.max_rounds % 8),
         max_context_tokens: u64::from(s.context) + 1_001,
         max_output_tokens: 1_000,
+        media: Default::default(),
     };
     let catalog = Catalog {
         servers: servers
             .iter()
             .enumerate()
             .map(|(i, bits)| {
-                let info = |name: &str| ToolInfo { name: name.into(), description: String::new(), input_schema: json!({}) };
+                let info = |name: &str| ToolInfo { name: name.into(), description: String::new(), input_schema: json!({}), hints: Default::default() };
                 let mut tools = vec![info("run")];
                 if bits & 1 != 0 {
                     tools.push(info("_Stop"));
@@ -122,6 +123,7 @@ fuzz_target!(|s: Session| {
             Op::Hook { server: srv, post_compact, kind, text } => Input::HookAnswered {
                 server: server(srv),
                 hook: if post_compact { Hook::PostCompact } else { Hook::Stop },
+                subject: None,
                 reply: match kind % 5 {
                     0 => HookReply::Text { text: " x".repeat(usize::from(text % 3)) },
                     1 => HookReply::ErrorResult { text: "e".into() },
