@@ -54,7 +54,9 @@ impl SessionFactory for Factory {
     type Error = String;
 
     async fn create(&self, spec: SessionSpec) -> Result<Created<Self::Llm, Self::Host>, String> {
-        let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
+        let host = wire::connect_spec(spec, &self.config)
+            .await
+            .map_err(|f| f.message)?;
         let mut session = Session::new(self.config.clone(), self.llm.clone(), Gated::new(host));
         let mut record = None;
         if let Some(dir) = &self.record_dir {
@@ -72,7 +74,9 @@ impl SessionFactory for Factory {
         spec: SessionSpec,
         machine: Machine,
     ) -> Result<Session<Self::Llm, Gated<Self::Host>>, String> {
-        let host = wire::connect_spec(spec).await.map_err(|f| f.message)?;
+        let host = wire::connect_spec(spec, &self.config)
+            .await
+            .map_err(|f| f.message)?;
         Ok(Session::with_machine(
             self.config.clone(),
             machine,

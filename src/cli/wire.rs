@@ -91,8 +91,9 @@ pub async fn connect(servers: McpServers) -> Result<Host, Failure> {
 }
 
 /// Starts the servers an ACP client attached to a session, all of them or none: a client that
-/// names a server expects it there.
-pub async fn connect_spec(spec: SessionSpec) -> Result<Host, Failure> {
+/// names a server expects it there. An allowlisted hook server the session lacks is warned of,
+/// as `run` does at start-up.
+pub async fn connect_spec(spec: SessionSpec, config: &hookloop::Config) -> Result<Host, Failure> {
     let mut servers = McpServers::new();
     for server in spec.servers {
         let (name, config) = match server {
@@ -125,6 +126,7 @@ pub async fn connect_spec(spec: SessionSpec) -> Result<Host, Failure> {
         all_or_nothing: true,
         ..HostOptions::default()
     };
+    warn_unconfigured_hook_servers(config, &servers);
     let (host, _) = McpHost::connect(servers, options)
         .await
         .map_err(Failure::failed)?;
