@@ -346,43 +346,25 @@ fn builder<F: SessionFactory>(
         )
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, cx| {
-                let Some(state) = load_state.reserved() else {
-                    return responder.respond_with_error(load_state.limit_error());
+                let reload = Reload {
+                    id: request.session_id,
+                    cwd: request.cwd,
+                    servers: request.mcp_servers,
+                    history: true,
                 };
-                tokio::spawn(async move {
-                    let loaded = state
-                        .load_session(
-                            request.session_id,
-                            request.cwd,
-                            request.mcp_servers,
-                            true,
-                            cx,
-                        )
-                        .await;
-                    state.answer_load(loaded, responder, LoadSessionResponse::new());
-                });
-                Ok(())
+                load_state.spawn_load(reload, responder, LoadSessionResponse::new(), cx)
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
             async move |request: ResumeSessionRequest, responder, cx| {
-                let Some(state) = resume_state.reserved() else {
-                    return responder.respond_with_error(resume_state.limit_error());
+                let reload = Reload {
+                    id: request.session_id,
+                    cwd: request.cwd,
+                    servers: request.mcp_servers,
+                    history: false,
                 };
-                tokio::spawn(async move {
-                    let loaded = state
-                        .load_session(
-                            request.session_id,
-                            request.cwd,
-                            request.mcp_servers,
-                            false,
-                            cx,
-                        )
-                        .await;
-                    state.answer_load(loaded, responder, ResumeSessionResponse::new());
-                });
-                Ok(())
+                resume_state.spawn_load(reload, responder, ResumeSessionResponse::new(), cx)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -532,24 +514,41 @@ impl<F: SessionFactory> AgentState<F> {
         error(code::INVALID_REQUEST, message)
     }
 
-    /// Answers a `session/load` or `session/resume`, freeing its slot if it failed.
-    fn answer_load<T: agent_client_protocol::JsonRpcResponse>(
-        &self,
-        loaded: Result<(), agent_client_protocol::Error>,
+    /// Serves a `session/load` or `session/resume`: takes a slot, rebuilds the session off the
+    /// dispatch loop, and answers with `response`, freeing the slot if it failed.
+    fn spawn_load<T>(
+        self: &Arc<Self>,
+        reload: Reload,
         responder: Responder<T>,
         response: T,
-    ) {
-        let sent = match loaded {
-            Ok(()) => responder.respond(response),
-            Err(e) => {
-                self.release_slot();
-                tracing::info!(error = %e, "session not loaded");
-                responder.respond_with_error(e)
-            }
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error>
+    where
+        T: agent_client_protocol::JsonRpcResponse + Send + 'static,
+    {
+        let Some(state) = self.reserved() else {
+            return responder.respond_with_error(self.limit_error());
         };
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, "could not answer a session load");
-        }
+        tokio::spawn(async move {
+            let Reload {
+                id,
+                cwd,
+                servers,
+                history,
+            } = reload;
+            let sent = match state.load_session(id, cwd, servers, history, cx).await {
+                Ok(()) => responder.respond(response),
+                Err(e) => {
+                    state.release_slot();
+                    tracing::info!(error = %e, "session not loaded");
+                    responder.respond_with_error(e)
+                }
+            };
+            if let Err(e) = sent {
+                tracing::debug!(error = %e, "could not answer a session load");
+            }
+        });
+        Ok(())
     }
 
     fn release_slot(&self) {
@@ -1591,6 +1590,15 @@ async fn write_each(
         outflow.wrote();
     }
     Ok(())
+}
+
+/// What a `session/load` or `session/resume` asks to rebuild.
+struct Reload {
+    id: SessionId,
+    cwd: PathBuf,
+    servers: Vec<McpServer>,
+    /// Send the conversation back to the client (`session/load`) or not (`session/resume`).
+    history: bool,
 }
 
 #[cfg(test)]
