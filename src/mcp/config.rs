@@ -316,6 +316,9 @@ pub struct HostOptions {
     /// A life that answered a call and lasted this long before it ended badly starts a new
     /// streak of bad lives instead of extending the last one. Default 60 s.
     pub healthy_after: Duration,
+    /// The directories offered to servers as their roots (the session's working directory).
+    /// Default: none.
+    pub roots: Vec<PathBuf>,
 }
 
 impl Default for HostOptions {
@@ -334,6 +337,7 @@ impl Default for HostOptions {
             restart_backoff: Duration::from_millis(200),
             max_restart_backoff: Duration::from_secs(10),
             healthy_after: Duration::from_secs(60),
+            roots: Vec::new(),
         }
     }
 }

@@ -19,6 +19,10 @@ pub(crate) const MAX_QUALIFIED_NAME: usize = 64;
 ///
 /// Hooks never reach a provider, so the provider's length limit does not apply to them: a
 /// server with a long name keeps its hooks.
+///
+/// A tool only for an MCP App's interface (`_meta.ui.visibility` without `"model"`) is left
+/// out: the model must not see or call it, and it is no hook. A hook stays a hook whatever its
+/// visibility: a server may hide its hooks from the models of hosts that do not know them.
 pub(crate) fn tools_from_server(
     server: &ServerName,
     tools: Vec<Tool>,
@@ -36,6 +40,10 @@ pub(crate) fn tools_from_server(
                 "skipping a tool whose name is not 1 to {MAX_QUALIFIED_NAME} characters of \
                  A-Z, a-z, 0-9, '_' and '-' once qualified as {qualified:?}"
             );
+            continue;
+        }
+        if !hooks::is_hook(name) && !visible_to_model(&tool) {
+            tracing::debug!(%server, tool = name, "leaving out a tool only for an app's interface");
             continue;
         }
         if !seen.insert(name.to_owned()) {
@@ -80,6 +88,21 @@ pub(crate) fn tools_from_server(
         });
     }
     Ok(out)
+}
+
+/// Whether a tool is for the model: MCP Apps' `_meta.ui.visibility` lists who may see it
+/// (`"model"`, `"app"`), everyone when absent.
+fn visible_to_model(tool: &Tool) -> bool {
+    let visibility = tool
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get("ui"))
+        .and_then(|ui| ui.get("visibility"));
+    match visibility {
+        Some(Value::Array(audience)) => audience.iter().any(|a| a == "model"),
+        // Absent, or not the list the extension defines: nothing says to hide it.
+        _ => true,
+    }
 }
 
 /// The serialised length of a JSON value, counted without building the text.
@@ -277,6 +300,32 @@ mod tests {
 
     fn server() -> ServerName {
         ServerName::new("srv").unwrap()
+    }
+
+    /// `tool` with `_meta.ui.visibility` set to `visibility`.
+    fn with_visibility(name: &str, visibility: Value) -> Tool {
+        let mut tool = tool(name, "d", json!({"type": "object"}));
+        let Value::Object(meta) = json!({"ui": {"visibility": visibility}}) else {
+            unreachable!("a literal object")
+        };
+        tool.meta = Some(meta.into());
+        tool
+    }
+
+    #[test]
+    fn app_only_tools_are_left_out_and_model_visible_ones_and_hooks_kept() {
+        let tools = vec![
+            with_visibility("app_only", json!(["app"])),
+            with_visibility("nobody", json!([])),
+            with_visibility("both", json!(["model", "app"])),
+            with_visibility("model_only", json!(["model"])),
+            with_visibility("_Stop", json!(["app"])),
+            with_visibility("odd", json!("app")),
+            tool("plain", "d", json!({"type": "object"})),
+        ];
+        let out = tools_from_server(&server(), tools, &HostOptions::default()).unwrap();
+        let names: Vec<_> = out.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["both", "model_only", "_Stop", "odd", "plain"]);
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! process group dies with it, and the supervisor orders a new life after an exponential
 //! backoff with jitter, or retires the server once its restart budget is spent.
 
+mod client;
 mod slot;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,13 +18,14 @@ use rmcp::model::{CallToolRequestParams, JsonObject, RequestMetaObject};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use self::client::CallKind;
 #[cfg(test)]
 use self::slot::MakeDuplex;
 use self::slot::{Launch, Life, Shared, Slot};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
 use crate::mcp::config::{HostOptions, McpServers};
-use crate::mcp::{HookCall, McpError, ToolHost, convert};
+use crate::mcp::{HookCall, McpError, Nobody, Person, ToolHost, convert};
 use crate::supervisor::{self, Fact, Supervisor, SupervisorPolicy};
 use crate::text::lock;
 
@@ -77,13 +80,15 @@ impl McpHost {
     ) -> Result<(Self, Vec<StartupFailure>), McpError> {
         let policy = supervisor_policy(&options);
         let shared = Arc::new(Shared {
-            options,
             generation: AtomicU64::new(0),
             tool_count: Mutex::new(0),
             supervisor: Mutex::new(Supervisor::new(policy, [])),
             clock: Instant::now(),
             closed: AtomicBool::new(false),
             records: Mutex::new(Default::default()),
+            person: Mutex::new(Arc::new(Nobody)),
+            roots: Mutex::new(options.roots.clone()),
+            options,
         });
         let slots: Vec<Arc<Slot>> = launches
             .into_iter()
@@ -142,6 +147,31 @@ impl McpHost {
         match &slot.lock().life {
             Life::Live(conn) => conn.child.as_ref().and_then(|c| lock(c).pid()),
             Life::Down | Life::Retired => None,
+        }
+    }
+
+    /// Offers `roots` to the servers as their roots from now on, and tells each running server
+    /// they changed (`notifications/roots/list_changed`) when they did.
+    pub async fn set_roots(&self, roots: Vec<PathBuf>) {
+        {
+            let mut current = lock(&self.shared.roots);
+            if *current == roots {
+                return;
+            }
+            *current = roots;
+        }
+        let peers: Vec<_> = self
+            .slots
+            .iter()
+            .filter_map(|slot| match &slot.lock().life {
+                Life::Live(conn) => Some((slot.name.clone(), conn.peer())),
+                Life::Down | Life::Retired => None,
+            })
+            .collect();
+        for (server, peer) in peers {
+            if let Err(error) = peer.notify_roots_list_changed().await {
+                tracing::debug!(%server, %error, "could not say the roots changed");
+            }
         }
     }
 
@@ -233,7 +263,7 @@ impl ToolHost for McpHost {
         // `notifications/cancelled` for it.
         let call_it = async {
             let conn = slot.live_for_tool().await?;
-            slot.call(&conn, params).await
+            slot.call(&conn, params, CallKind::Tool).await
         };
         match tokio::time::timeout(timeout, call_it).await {
             Err(_) => ToolOutput::error(format!(
@@ -263,7 +293,7 @@ impl ToolHost for McpHost {
         params.meta = Some(hook_meta(&self.shared.options.session_id, call));
         let max = self.shared.options.max_output_bytes;
         // The timeout starts as the request is sent.
-        match tokio::time::timeout(call.timeout, slot.call(&conn, params)).await {
+        match tokio::time::timeout(call.timeout, slot.call(&conn, params, CallKind::Hook)).await {
             Err(_) => HookReply::TimedOut,
             Ok(Err(error)) => HookReply::Failed {
                 error: error.to_string(),
@@ -280,6 +310,10 @@ impl ToolHost for McpHost {
             };
             slot.end_life(life, "killed on the engine's order");
         }
+    }
+
+    fn set_person(&self, person: Arc<dyn Person>) {
+        *lock(&self.shared.person) = person;
     }
 
     fn take_supervision(&self) -> Vec<supervisor::Event> {

@@ -8,13 +8,18 @@
 mod child;
 mod config;
 mod convert;
+mod elicit;
 mod host;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::config::{
     CHILD_ENV_PASSTHROUGH, HostOptions, HttpConfig, McpServers, ServerConfig, StdioConfig,
+};
+pub use self::elicit::{
+    Answer, ElicitAnswer, Elicitation, ElicitationMode, Nobody, Person, schema_defaults,
 };
 pub use self::host::{McpHost, StartupFailure};
 
@@ -54,6 +59,10 @@ pub trait ToolHost: Send + Sync {
 
     /// Kills a server; it comes back if its supervision orders a restart.
     fn kill_server(&self, server: &ServerName) -> impl Future<Output = ()> + Send;
+
+    /// Who answers the servers' questions (MCP elicitation) from now on; the front end's
+    /// person. A host whose servers cannot ask ignores it.
+    fn set_person(&self, _person: Arc<dyn Person>) {}
 
     /// The supervision facts and orders since the last call, oldest first, for the driver to
     /// show its observers (a transcript records them). None for a host without supervision.

@@ -4,29 +4,29 @@
 //! happened to its lives as facts; every decision about restarts is the supervisor's.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use rmcp::ClientHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    ProtocolVersion, ServerNotification, SubscriptionFilter,
+    CallToolRequestParams, CallToolResult, ProtocolVersion, ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{
-    ClientInitializeError, ClientLifecycleMode, NotificationContext, Peer, RoleClient,
-    RunningService, ServiceError, Subscription, serve_client_with_lifecycle,
+    ClientInitializeError, ClientLifecycleMode, Peer, RoleClient, RunningService, ServiceError,
+    Subscription, serve_client_with_lifecycle,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::client::{self, CallKind, Handler, InFlight};
 use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
-use crate::mcp::{McpError, convert};
+use crate::mcp::{McpError, Person, convert};
 use crate::supervisor::{self, Fact, HookTurn, Jitter, Order, Supervisor};
 use crate::text::lock;
 
@@ -49,6 +49,10 @@ pub(super) struct Shared {
     pub(super) closed: AtomicBool,
     /// Facts and orders not yet taken by the driver.
     pub(super) records: Mutex<VecDeque<supervisor::Event>>,
+    /// Who answers the servers' questions.
+    pub(super) person: Mutex<Arc<dyn Person>>,
+    /// The directories offered to servers as roots.
+    pub(super) roots: Mutex<Vec<PathBuf>>,
 }
 
 impl Shared {
@@ -89,6 +93,8 @@ pub(super) struct Slot {
     state: Mutex<SlotState>,
     /// Woken whenever the life changes, for tool calls waiting on a restart.
     changed: Notify,
+    /// Calls in flight, to tell a hook's question from a tool's.
+    pub(super) in_flight: InFlight,
 }
 
 pub(super) struct SlotState {
@@ -120,6 +126,11 @@ impl Conn {
         self.life
     }
 
+    /// The client's handle on the server.
+    pub(super) fn peer(&self) -> Peer<RoleClient> {
+        self.service.peer().clone()
+    }
+
     /// Kills the process group and stops the client. In-flight calls fail at once.
     pub(super) fn shut_down(&self) {
         if let Some(child) = &self.child {
@@ -141,6 +152,7 @@ impl Slot {
                 next_life: 0,
             }),
             changed: Notify::new(),
+            in_flight: InFlight::default(),
         })
     }
 
@@ -193,13 +205,21 @@ impl Slot {
         Err("its connection closed; it is restarting".to_owned())
     }
 
-    /// Calls a tool on `conn`; a broken transport ends the life.
+    /// Calls a tool or a hook on `conn`; a broken transport ends the life. A server that
+    /// needs input first (`input_required`, 2026-07-28) is answered through the life's
+    /// [`Handler`], and asked again.
     pub(super) async fn call(
         self: &Arc<Self>,
         conn: &Conn,
         params: CallToolRequestParams,
+        kind: CallKind,
     ) -> Result<CallToolResult, McpError> {
-        match conn.service.peer().call_tool(params).await {
+        let _in_flight = self.in_flight.enter(kind);
+        let result = match kind {
+            CallKind::Tool => conn.service.call_tool(params).await,
+            CallKind::Hook => client::as_hook(conn.service.call_tool(params)).await,
+        };
+        match result {
             Ok(result) => {
                 conn.answered.store(true, Ordering::Release);
                 Ok(result)
@@ -551,34 +571,9 @@ fn breaks_transport(error: &ServiceError) -> bool {
     )
 }
 
-/// The client side of one life: answers the server's notifications.
-pub(super) struct Handler {
-    slot: Weak<Slot>,
-    life: u64,
-}
-
-impl ClientHandler for Handler {
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("hookloop", env!("CARGO_PKG_VERSION")),
-        )
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-    }
-
-    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        let Some(slot) = self.slot.upgrade() else {
-            return;
-        };
-        // Listing needs the connection's reader, which is busy delivering this notification:
-        // list from a task of its own.
-        tokio::spawn(refresh_tools(slot, context.peer, self.life));
-    }
-}
-
 /// Lists a server's tools again after it said they changed, and replaces its catalog entry,
 /// unless the life that said so has ended since.
-async fn refresh_tools(slot: Arc<Slot>, peer: Peer<RoleClient>, life: u64) {
+pub(super) async fn refresh_tools(slot: Arc<Slot>, peer: Peer<RoleClient>, life: u64) {
     match peer.list_all_tools().await {
         Ok(tools) => {
             let current = matches!(&slot.lock().life, Life::Live(c) if c.life == life);
