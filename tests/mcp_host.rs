@@ -4,8 +4,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use hookloop::machine::{Content, HookContext, HookReply, ToolCall, ToolOutput};
@@ -17,7 +15,7 @@ use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, ServerName, Session};
 use serde_json::{Value, json};
 
-use common::{Scratch, TEST_SERVER, connect, count, eventually, fast_options, lines, test_server};
+use common::{HttpServer, Scratch, connect, count, eventually, fast_options, lines, test_server};
 
 fn call(name: &str, arguments: Value) -> ToolCall {
     ToolCall {
@@ -291,38 +289,6 @@ async fn a_crash_mid_call_is_an_error_and_the_server_comes_back() {
         .await;
     assert_eq!(echoed.joined_text(), r#"{"again":true}"#);
     assert_eq!(lines(&pids).len(), 2);
-}
-
-/// The test server over streamable HTTP on 127.0.0.1, killed on drop.
-struct HttpServer {
-    child: Child,
-    url: String,
-}
-
-impl HttpServer {
-    fn start(vars: &[(&str, &str)]) -> Self {
-        let mut command = std::process::Command::new(TEST_SERVER);
-        command
-            .env("TS_HTTP", "127.0.0.1:0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        command.envs(vars.iter().copied());
-        let mut child = command.spawn().expect("start the http test server");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut url = String::new();
-        BufReader::new(stdout).read_line(&mut url).expect("url");
-        Self {
-            child,
-            url: url.trim().to_owned(),
-        }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test]

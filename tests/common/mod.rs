@@ -2,7 +2,9 @@
 //! and reading what a server wrote down.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -137,4 +139,36 @@ pub fn example(name: &str) -> PathBuf {
         built.push(name.to_owned());
     }
     path
+}
+
+/// The test server over streamable HTTP on 127.0.0.1, killed on drop.
+pub struct HttpServer {
+    child: Child,
+    pub url: String,
+}
+
+impl HttpServer {
+    pub fn start(vars: &[(&str, &str)]) -> Self {
+        let mut command = std::process::Command::new(TEST_SERVER);
+        command
+            .env("TS_HTTP", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        command.envs(vars.iter().copied());
+        let mut child = command.spawn().expect("start the http test server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut url = String::new();
+        BufReader::new(stdout).read_line(&mut url).expect("url");
+        Self {
+            child,
+            url: url.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -16,25 +16,35 @@
 //! | `TS_STARTUP` | `fail` (exit at once), `hang` (never answer) or `slow:MS` (wait first) |
 //! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
 //! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
+//! | `TS_LEGACY` | speak protocol versions up to 2025-11-25 only (`initialize`, server requests) |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
 //! `isError` result), `rpcerror` (a JSON-RPC error), `big` (1 MiB of text), `slow:MS:TEXT`,
-//! `link` (a lone resource link), `image` (a lone image).
+//! `link` (a lone resource link), `image` (a lone image), `ask` (asks the person as the `ask`
+//! tool does, and says the answer).
 //!
 //! Tools: `echo` (its arguments back), `big`, `image`, `big_image` (2 MiB of base64 and a
 //! small image after it), `fail` (`isError`), `crash`, `hang`,
-//! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`).
+//! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`),
+//! `ask` (a form elicitation; says `accept <content>`, `decline` or `cancel`), `ask_url` (a URL
+//! elicitation, the same), `roots` (the client's root URIs, one a line), `app_only` (visible
+//! to an MCP App's interface only). Questions go as requests of their own before 2026-07-28,
+//! in `input_required` rounds from it on. A `roots/list_changed` from the client logs
+//! `roots_changed`.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use std::borrow::Cow;
+
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ImageContent,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    InputRequest, InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -170,6 +180,10 @@ impl TestServer {
             "hang",
             "slow",
             "add_tool",
+            "ask",
+            "ask_url",
+            "roots",
+            "app_only",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -183,6 +197,80 @@ impl TestServer {
     }
 }
 
+/// The form the `ask` tool and step put to the person: one name, with a default.
+fn form_question() -> Value {
+    json!({"method": "elicitation/create", "params": {
+        "mode": "form",
+        "message": "What is your name?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "default": "Ada"}},
+            "required": ["name"]
+        }
+    }})
+}
+
+/// Where a question to the client stands.
+enum Asked {
+    /// The client's answer, as JSON.
+    Answer(Value),
+    /// Return this to the client first: it asks the question (2026-07-28 on).
+    Pending(CallToolResponse),
+}
+
+/// Asks the client `question` (a request as JSON) under `key`: as a request of its own before
+/// 2026-07-28, in an `input_required` round from it on.
+async fn ask(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+    key: &str,
+    question: Value,
+) -> Result<Asked, ErrorData> {
+    let legacy = context
+        .protocol_version()
+        .is_none_or(|version| version.has_initialize());
+    if legacy {
+        let request: ServerRequest = serde_json::from_value(question)
+            .map_err(|e| ErrorData::internal_error(format!("bad question: {e}"), None))?;
+        let answer = context
+            .peer
+            .send_request(request)
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("asking failed: {e}"), None))?;
+        let answer = serde_json::to_value(answer)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        return Ok(Asked::Answer(answer));
+    }
+    if let Some(answer) = request.input_responses.as_ref().and_then(|r| r.get(key)) {
+        return Ok(Asked::Answer(answer.clone()));
+    }
+    let question: InputRequest = serde_json::from_value(question)
+        .map_err(|e| ErrorData::internal_error(format!("bad question: {e}"), None))?;
+    let requests = InputRequests::from([(key.to_owned(), question)]);
+    Ok(Asked::Pending(
+        InputRequiredResult::new(Some(requests), None).into(),
+    ))
+}
+
+/// An elicitation answer in words: `accept <content>`, `decline` or `cancel`.
+fn said(answer: &Value) -> String {
+    let action = answer["action"].as_str().unwrap_or("?");
+    match answer.get("content") {
+        Some(content) if action == "accept" => format!("accept {content}"),
+        _ => action.to_owned(),
+    }
+}
+
+/// The URIs of a `roots/list` answer, one a line.
+fn root_uris(answer: &Value) -> String {
+    let roots = answer["roots"].as_array().cloned().unwrap_or_default();
+    roots
+        .iter()
+        .filter_map(|root| root["uri"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Waits until the client cancels the request (a `notifications/cancelled`, or on the stateless
 /// HTTP protocol a closed response stream), and says so in the log.
 async fn hang(context: &RequestContext<RoleServer>) -> ErrorData {
@@ -192,6 +280,17 @@ async fn hang(context: &RequestContext<RoleServer>) -> ErrorData {
 }
 
 impl ServerHandler for TestServer {
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        match env("TS_LEGACY") {
+            Some(_) => Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25)),
+            None => Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS),
+        }
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        log("roots_changed");
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -216,7 +315,15 @@ impl ServerHandler for TestServer {
             .into_iter()
             .map(|name| {
                 let description = format!("test tool {name}");
-                Tool::new(name, description, Arc::clone(&schema))
+                let app_only = name == "app_only";
+                let mut tool = Tool::new(name, description, Arc::clone(&schema));
+                if app_only {
+                    let Value::Object(meta) = json!({"ui": {"visibility": ["app"]}}) else {
+                        unreachable!("a literal object")
+                    };
+                    tool.meta = Some(meta.into());
+                }
+                tool
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -247,7 +354,19 @@ impl ServerHandler for TestServer {
             if !self.inner.hooks.iter().any(|h| h == name) {
                 return Err(ErrorData::invalid_params("no such hook", None));
             }
-            let step = self.next_step(name);
+            // A call that brings answers goes on with the `ask` step it was at.
+            let step = match request.input_responses {
+                Some(_) => "ask".to_owned(),
+                None => self.next_step(name),
+            };
+            if step == "ask" {
+                return Ok(
+                    match ask(&request, &context, "ask", form_question()).await? {
+                        Asked::Answer(answer) => text(said(&answer)),
+                        Asked::Pending(response) => response,
+                    },
+                );
+            }
             return self.run_step(&step, &context).await;
         }
         match name {
@@ -279,6 +398,23 @@ impl ServerHandler for TestServer {
                     .unwrap_or(100);
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok(text("slept"))
+            }
+            "ask" | "ask_url" | "roots" => {
+                let question = match name {
+                    "ask" => form_question(),
+                    "ask_url" => json!({"method": "elicitation/create", "params": {
+                        "mode": "url",
+                        "message": "Sign in to the test service",
+                        "url": "https://example.invalid/sign-in",
+                        "elicitationId": "sign-in-1"
+                    }}),
+                    _ => json!({"method": "roots/list"}),
+                };
+                Ok(match ask(&request, &context, name, question).await? {
+                    Asked::Answer(answer) if name == "roots" => text(root_uris(&answer)),
+                    Asked::Answer(answer) => text(said(&answer)),
+                    Asked::Pending(response) => response,
+                })
             }
             "add_tool" => {
                 self.inner.added.store(true, Ordering::SeqCst);

@@ -24,15 +24,16 @@ use crate::mcp::elicit::{ElicitAnswer, Elicitation, ElicitationMode};
 use crate::text::lock;
 
 tokio::task_local! {
-    /// Set while a hook call runs in this task. rmcp answers a server's `input_required`
+    /// The kind of call running in this task. rmcp answers a server's `input_required`
     /// requests (protocol 2026-07-28) inside the task that made the call, so this tells
-    /// exactly whether a question came from a hook.
-    static IN_HOOK: ();
+    /// exactly which call a question came from.
+    static CALL: CallKind;
 }
 
-/// Runs `call` as a hook call: any question it leads to is declined.
-pub(super) async fn as_hook<F: Future>(call: F) -> F::Output {
-    IN_HOOK.scope((), call).await
+/// Runs `call`, a call of `kind`: a question it leads to is put to the person for a tool, and
+/// declined for a hook.
+pub(super) async fn in_call<F: Future>(kind: CallKind, call: F) -> F::Output {
+    CALL.scope(kind, call).await
 }
 
 /// What kind of call is in flight on a server.
@@ -127,7 +128,12 @@ impl ClientHandler for Handler {
         let Some(slot) = self.slot.upgrade() else {
             return Ok(ElicitResult::new(ElicitationAction::Decline));
         };
-        if IN_HOOK.try_with(|()| ()).is_ok() || slot.in_flight.hook_may_ask() {
+        // A question outside the task of a call (a server request of its own, before
+        // 2026-07-28) names no call: the calls in flight say whether a hook may have asked.
+        let from_hook = CALL
+            .try_with(|kind| *kind == CallKind::Hook)
+            .unwrap_or_else(|_| slot.in_flight.hook_may_ask());
+        if from_hook {
             tracing::info!(
                 server = %slot.name,
                 "declining a question from the server during a hook call: hooks must not wait \

@@ -215,11 +215,7 @@ impl Slot {
         kind: CallKind,
     ) -> Result<CallToolResult, McpError> {
         let _in_flight = self.in_flight.enter(kind);
-        let result = match kind {
-            CallKind::Tool => conn.service.call_tool(params).await,
-            CallKind::Hook => client::as_hook(conn.service.call_tool(params)).await,
-        };
-        match result {
+        match client::in_call(kind, conn.service.call_tool(params)).await {
             Ok(result) => {
                 conn.answered.store(true, Ordering::Release);
                 Ok(result)
