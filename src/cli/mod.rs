@@ -2,6 +2,7 @@
 //! model provider and MCP host into sessions.
 
 pub mod acp;
+mod ask;
 pub mod demo;
 pub mod run;
 pub mod script;

@@ -13,7 +13,7 @@ use hookloop::{Config, LlmClient, PromptStop, Session, ToolHost};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::{Failure, exit, wire};
+use super::{Failure, ask, exit, wire};
 
 /// Runs the command; every failure is reported here.
 pub async fn main(
@@ -44,6 +44,7 @@ async fn run(
     let servers = wire::load_mcp_config(mcp_config.as_deref())?;
     wire::warn_unconfigured_hook_servers(&config, &servers);
     let host = wire::connect(servers).await?;
+    host.set_person(ask::person());
     let mut session = Session::new(config, llm, host);
     let recorder = match &record {
         Some(path) => Some(

@@ -79,9 +79,14 @@ pub fn warn_unconfigured_hook_servers(config: &hookloop::Config, servers: &McpSe
     }
 }
 
-/// Starts the servers; one that fails is reported and left out.
+/// Starts the servers, with the current directory as their root; one that fails is reported
+/// and left out.
 pub async fn connect(servers: McpServers) -> Result<Host, Failure> {
-    let (host, failures) = McpHost::connect(servers, HostOptions::default())
+    let options = HostOptions {
+        roots: std::env::current_dir().into_iter().collect(),
+        ..HostOptions::default()
+    };
+    let (host, failures) = McpHost::connect(servers, options)
         .await
         .map_err(Failure::failed)?;
     for failure in failures {
@@ -124,6 +129,7 @@ pub async fn connect_spec(spec: SessionSpec, config: &hookloop::Config) -> Resul
     }
     let options = HostOptions {
         all_or_nothing: true,
+        roots: vec![spec.cwd],
         ..HostOptions::default()
     };
     warn_unconfigured_hook_servers(config, &servers);

@@ -292,6 +292,11 @@ impl Pty {
         std::process::Stdio::from(self.slave.try_clone().unwrap())
     }
 
+    /// The keyboard's side: what is written here is typed on the terminal.
+    pub fn keyboard(&self) -> std::fs::File {
+        self.master.try_clone().unwrap()
+    }
+
     /// Starts reading what the terminal shows; call after spawning the child. Everything read
     /// so far is in the returned buffer; the reader ends when the child closes the terminal.
     pub fn reader(self) -> Arc<Mutex<Vec<u8>>> {
