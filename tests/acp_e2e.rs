@@ -811,3 +811,84 @@ async fn a_transcript_that_cannot_be_written_whole_is_reported_to_the_client() {
     agent.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A model that calls `srv__ask` once, then ends its turn.
+fn asking_provider() -> FakeProvider {
+    FakeProvider::start(|request| {
+        if after_tool(request) {
+            Reply::text("Done.")
+        } else {
+            Reply::tool("srv__ask", json!({}))
+        }
+    })
+}
+
+/// The text of the last tool result the model got.
+fn last_tool_result(provider: &FakeProvider) -> Value {
+    let requests = provider.requests();
+    let messages = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let result = messages.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    result["content"].clone()
+}
+
+#[tokio::test]
+async fn a_servers_question_goes_to_a_client_that_takes_forms_and_its_answer_back() {
+    let provider = asking_provider();
+    let mut agent = Agent::spawn(&provider, &[]);
+    let (reply, _) = agent
+        .call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {"elicitation": {"form": {}}}}),
+        )
+        .await;
+    assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}");
+    let session = agent.new_session(json!([test_server("srv", &[])])).await;
+    let prompt = agent.prompt(&session, "Ask me.").await;
+    let question = loop {
+        let frame = agent.read().await;
+        if frame["method"] == "elicitation/create" {
+            break frame;
+        }
+        agent.backlog.push(frame);
+    };
+    let params = &question["params"];
+    assert_eq!(params["mode"], "form", "{question}");
+    assert_eq!(params["sessionId"], json!(session), "{question}");
+    assert_eq!(params["message"], "srv asks: What is your name?");
+    assert_eq!(
+        params["requestedSchema"]["properties"]["name"]["default"],
+        "Ada"
+    );
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "action": "accept", "content": {"name": "Grace"}
+    }});
+    agent.send_raw(&answer.to_string()).await;
+    let (reply, _) = agent.reply(prompt).await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert_eq!(last_tool_result(&provider), r#"accept {"name":"Grace"}"#);
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_servers_question_is_declined_for_a_client_without_elicitation() {
+    let provider = asking_provider();
+    let mut agent = Agent::spawn(&provider, &[]);
+    agent.initialize().await;
+    let session = agent.new_session(json!([test_server("srv", &[])])).await;
+    let prompt = agent.prompt(&session, "Ask me.").await;
+    let (reply, _) = agent.reply(prompt).await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        agent
+            .backlog
+            .iter()
+            .all(|f| f["method"] != "elicitation/create"),
+        "{:?}",
+        agent.backlog
+    );
+    assert_eq!(last_tool_result(&provider), "decline");
+    agent.close().await;
+}

@@ -29,6 +29,7 @@
 //! error; a request whose parameters do not fit gets `invalid params`. Nothing a client sends
 //! ends the connection but the end of its input.
 
+mod elicit;
 pub mod frame;
 pub mod permission;
 pub mod records;
@@ -44,13 +45,13 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
-    ContentChunk, Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
-    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
-    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
-    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
-    SessionId, SessionInfo, SessionListCapabilities, SessionNotification,
-    SessionResumeCapabilities, SessionUpdate, StopReason, ToolCall, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
+    ContentChunk, ElicitationCapabilities, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
+    McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities,
+    PromptRequest, PromptResponse, ResumeSessionRequest, ResumeSessionResponse,
+    SessionCapabilities, SessionCloseCapabilities, SessionId, SessionInfo, SessionListCapabilities,
+    SessionNotification, SessionResumeCapabilities, SessionUpdate, StopReason, ToolCall,
+    ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -59,6 +60,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
+use self::elicit::ClientPerson;
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
 use self::permission::Asker;
@@ -266,6 +268,7 @@ pub async fn serve<F: SessionFactory>(
         sessions: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
         outflow,
+        elicitation: Mutex::new(None),
     });
     let connection =
         builder(Arc::clone(&state)).connect_to(Lines::new(Box::pin(outgoing), incoming));
@@ -306,6 +309,7 @@ fn builder<F: SessionFactory>(
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
                 tracing::info!(client_version = ?request.protocol_version, "initialize");
+                *lock(&init_state.elicitation) = request.client_capabilities.elicitation;
                 let recorded = init_state.factory.record_dir().is_some();
                 responder.respond(initialize_response(recorded))
             },
@@ -420,6 +424,8 @@ struct AgentState<F> {
     sessions: Mutex<HashMap<SessionId, SessionHandle>>,
     next_id: AtomicU64,
     outflow: Arc<Outflow>,
+    /// The question modes the client advertised in `initialize`; none until it has.
+    elicitation: Mutex<Option<ElicitationCapabilities>>,
 }
 
 /// The agent's side of one session: how to reach its actor.
@@ -695,6 +701,11 @@ impl<F: SessionFactory> AgentState<F> {
                 cx: cx.clone(),
                 session: id.clone(),
             });
+        }
+        // Servers' questions go to a client that takes them; the host declines them otherwise.
+        if let Some(modes) = lock(&self.elicitation).clone() {
+            let person = ClientPerson::new(cx.clone(), id.clone(), modes);
+            session.host().inner().set_person(Arc::new(person));
         }
         let kinds = Arc::new(Mutex::new(HashMap::new()));
         session.add_observer(KindWatcher {
