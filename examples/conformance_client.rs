@@ -5,13 +5,18 @@
 //! Every scenario gets the host's own behaviour: connect over streamable HTTP (negotiating the
 //! newest protocol rmcp speaks, falling back to `initialize`), list the tools, then call each
 //! tool once with arguments made from its input schema (the first example or enum value, else
-//! `1` for numbers, `true` for booleans, `"test"` for strings). OAuth and elicitation are not
-//! implemented yet: those scenarios fail, which the CI step reports.
+//! `1` for numbers, `true` for booleans, `"test"` for strings). A server's question
+//! (elicitation) is accepted with the form's defaults. OAuth is not implemented yet: those
+//! scenarios fail, which the CI step reports.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use hookloop::machine::{CallId, ToolCall};
-use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig, ToolHost};
+use hookloop::mcp::{
+    Answer, ElicitAnswer, Elicitation, ElicitationMode, HostOptions, McpHost, McpServers, Person,
+    ServerConfig, ToolHost, schema_defaults,
+};
 use serde_json::{Map, Value, json};
 
 #[tokio::main(flavor = "current_thread")]
@@ -49,6 +54,7 @@ async fn run(url: &str) -> Result<(), String> {
     let (host, _) = McpHost::connect(servers, options)
         .await
         .map_err(|e| e.to_string())?;
+    host.set_person(Arc::new(Defaults));
     let catalog = host.catalog();
     for server in &catalog.servers {
         for tool in &server.tools {
@@ -70,6 +76,23 @@ async fn run(url: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The suite's person: accepts every question, with the form's defaults.
+struct Defaults;
+
+impl Person for Defaults {
+    fn elicit(&self, question: Elicitation) -> Answer<'_> {
+        let content = match &question.mode {
+            ElicitationMode::Form { schema } => schema_defaults(schema),
+            ElicitationMode::Url { .. } => Map::new(),
+        };
+        eprintln!(
+            "conformance client: accepting {:?} with {content:?}",
+            question.message
+        );
+        Box::pin(std::future::ready(ElicitAnswer::Accept(content)))
+    }
 }
 
 /// Arguments that satisfy a simple input schema: each required property gets a value of its
