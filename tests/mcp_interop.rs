@@ -1,6 +1,7 @@
 //! Interop with servers built on the official SDKs, each through a full session: a hook server
 //! written with the Python SDK (`examples/todo_server.py`), and the reference npm servers
-//! `server-everything` (over stdio and over streamable HTTP) and `server-memory`.
+//! `server-everything` (over stdio and over streamable HTTP), `server-memory`, and
+//! `server-filesystem` (which works in the roots its client offers).
 //!
 //! They need packages that `.ci/setup.d/30-mcp-interop.sh` installs; it exports
 //! `HOOKLOOP_INTEROP_PYTHON` and `HOOKLOOP_INTEROP_NODE_MODULES`. Without them these tests say so
@@ -14,17 +15,18 @@ use std::process::Stdio;
 use std::sync::Once;
 use std::time::Duration;
 
+use hookloop::machine::ToolCall;
 use hookloop::machine::{Content, Message};
-use hookloop::mcp::{ServerConfig, ToolHost};
+use hookloop::mcp::{HostOptions, ServerConfig, ToolHost};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::json;
 
-use common::{Scratch, connect, fast_options};
+use common::{Scratch, connect, eventually_async, fast_options};
 
 const TESTS: &str = "python_sdk_hook_server, python_sdk_server_with_every_hook, \
                      python_sdk_guard_server_denies, everything_over_stdio, everything_over_http, \
-                     memory_over_stdio";
+                     memory_over_stdio, filesystem_works_in_the_roots_it_is_offered";
 
 struct Interop {
     python: PathBuf,
@@ -394,4 +396,69 @@ async fn memory_over_stdio() {
         "{texts:?}"
     );
     assert_eq!(llm.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn filesystem_works_in_the_roots_it_is_offered() {
+    let Some(interop) = interop() else { return };
+    let scratch = Scratch::new("fs-roots");
+    // The server resolves symbolic links (a temporary folder may sit behind one).
+    let base = scratch.path().canonicalize().unwrap();
+    let (first, second) = (base.join("first"), base.join("second"));
+    for dir in [&first, &second] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(first.join("note.txt"), "hello from the first root").unwrap();
+    std::fs::write(second.join("note.txt"), "hello from the second root").unwrap();
+    // No folder on its command line: the server works only in the roots the client offers.
+    let options = HostOptions {
+        roots: vec![first.clone()],
+        ..fast_options()
+    };
+    let host = connect(
+        vec![("fs", interop.npm_server("server-filesystem", &[]))],
+        options,
+    )
+    .await;
+    let call = |name: &str, arguments: serde_json::Value| ToolCall {
+        id: "c1".into(),
+        name: format!("fs__{name}"),
+        arguments,
+    };
+    let allowed = || async {
+        host.call_tool(&call("list_allowed_directories", json!({})))
+            .await
+            .joined_text()
+    };
+    let first_text = first.to_string_lossy().into_owned();
+    let second_text = second.to_string_lossy().into_owned();
+    assert!(
+        eventually_async(Duration::from_secs(10), || async {
+            allowed().await.contains(&first_text)
+        })
+        .await,
+        "{}",
+        allowed().await
+    );
+    let read = |path: PathBuf| call("read_text_file", json!({"path": path}));
+    let inside = host.call_tool(&read(first.join("note.txt"))).await;
+    assert!(!inside.is_error, "{inside:?}");
+    assert_eq!(inside.joined_text(), "hello from the first root");
+    let outside = host.call_tool(&read(second.join("note.txt"))).await;
+    assert!(outside.is_error, "{outside:?}");
+
+    // A new root replaces the old one once the server hears they changed.
+    host.set_roots(vec![second.clone()]).await;
+    assert!(
+        eventually_async(Duration::from_secs(10), || async {
+            let now = allowed().await;
+            now.contains(&second_text) && !now.contains(&first_text)
+        })
+        .await,
+        "{}",
+        allowed().await
+    );
+    let moved = host.call_tool(&read(second.join("note.txt"))).await;
+    assert_eq!(moved.joined_text(), "hello from the second root");
+    assert!(host.call_tool(&read(first.join("note.txt"))).await.is_error);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the MCP servers the interop tests (tests/mcp_interop.rs) talk to: the official Python
-# SDK (for a hook server written with it) and two servers of the reference npm set. Versions are
+# SDK (for a hook server written with it) and three servers of the reference npm set. Versions are
 # pinned so a release upstream cannot change what CI tests. Everything goes under one cache
 # folder, so a second run on the same machine installs nothing.
 set -euo pipefail
@@ -8,6 +8,7 @@ set -euo pipefail
 MCP_PY_VERSION=2.3.0
 EVERYTHING_VERSION=2026.8.31
 MEMORY_VERSION=2026.8.31
+FILESYSTEM_VERSION=2026.8.31
 
 cache="${HOOKLOOP_INTEROP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hookloop-interop}"
 mkdir -p "$cache"
@@ -19,12 +20,13 @@ if ! "$cache/venv/bin/python" -c "import mcp.server.mcpserver" 2>/dev/null \
 fi
 
 npm_dir="$cache/npm"
-marker="$npm_dir/.installed-$EVERYTHING_VERSION-$MEMORY_VERSION"
+marker="$npm_dir/.installed-$EVERYTHING_VERSION-$MEMORY_VERSION-$FILESYSTEM_VERSION"
 if [ ! -e "$marker" ]; then
   mkdir -p "$npm_dir"
   npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error \
     "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" \
-    "@modelcontextprotocol/server-memory@$MEMORY_VERSION"
+    "@modelcontextprotocol/server-memory@$MEMORY_VERSION" \
+    "@modelcontextprotocol/server-filesystem@$FILESYSTEM_VERSION"
   touch "$marker"
 fi
 

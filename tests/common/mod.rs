@@ -112,6 +112,23 @@ pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) ->
     }
 }
 
+/// Waits up to `limit` for `condition`, a check that itself waits (a call to a server).
+pub async fn eventually_async<F: Future<Output = bool>>(
+    limit: Duration,
+    mut condition: impl FnMut() -> F,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The path of an example binary, built (or found up to date) by cargo on first use: cargo
 /// builds examples for `cargo test` but not for `cargo test --test <name>`, and gives tests no
 /// `CARGO_BIN_EXE_*` for them.
