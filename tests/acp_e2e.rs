@@ -812,15 +812,40 @@ async fn a_transcript_that_cannot_be_written_whole_is_reported_to_the_client() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A model that calls `srv__ask` once, then ends its turn.
-fn asking_provider() -> FakeProvider {
-    FakeProvider::start(|request| {
+/// A model that calls `tool` once, then ends its turn.
+fn asking_provider(tool: &'static str) -> FakeProvider {
+    FakeProvider::start(move |request| {
         if after_tool(request) {
             Reply::text("Done.")
         } else {
-            Reply::tool("srv__ask", json!({}))
+            Reply::tool(tool, json!({}))
         }
     })
+}
+
+/// An agent whose client advertised `elicitation` in `initialize`.
+async fn agent_taking(provider: &FakeProvider, elicitation: Value) -> Agent {
+    let mut agent = Agent::spawn(provider, &[]);
+    let capabilities = json!({"elicitation": elicitation});
+    let (reply, _) = agent
+        .call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
+        )
+        .await;
+    assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}");
+    agent
+}
+
+/// Reads frames until the agent asks a question; keeps the others for later replies.
+async fn next_question(agent: &mut Agent) -> Value {
+    loop {
+        let frame = agent.read().await;
+        if frame["method"] == "elicitation/create" {
+            return frame;
+        }
+        agent.backlog.push(frame);
+    }
 }
 
 /// The text of the last tool result the model got.
@@ -836,24 +861,11 @@ fn last_tool_result(provider: &FakeProvider) -> Value {
 
 #[tokio::test]
 async fn a_servers_question_goes_to_a_client_that_takes_forms_and_its_answer_back() {
-    let provider = asking_provider();
-    let mut agent = Agent::spawn(&provider, &[]);
-    let (reply, _) = agent
-        .call(
-            "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {"elicitation": {"form": {}}}}),
-        )
-        .await;
-    assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}");
+    let provider = asking_provider("srv__ask");
+    let mut agent = agent_taking(&provider, json!({"form": {}})).await;
     let session = agent.new_session(json!([test_server("srv", &[])])).await;
     let prompt = agent.prompt(&session, "Ask me.").await;
-    let question = loop {
-        let frame = agent.read().await;
-        if frame["method"] == "elicitation/create" {
-            break frame;
-        }
-        agent.backlog.push(frame);
-    };
+    let question = next_question(&mut agent).await;
     let params = &question["params"];
     assert_eq!(params["mode"], "form", "{question}");
     assert_eq!(params["sessionId"], json!(session), "{question}");
@@ -874,7 +886,7 @@ async fn a_servers_question_goes_to_a_client_that_takes_forms_and_its_answer_bac
 
 #[tokio::test]
 async fn a_servers_question_is_declined_for_a_client_without_elicitation() {
-    let provider = asking_provider();
+    let provider = asking_provider("srv__ask");
     let mut agent = Agent::spawn(&provider, &[]);
     agent.initialize().await;
     let session = agent.new_session(json!([test_server("srv", &[])])).await;
@@ -890,5 +902,43 @@ async fn a_servers_question_is_declined_for_a_client_without_elicitation() {
         agent.backlog
     );
     assert_eq!(last_tool_result(&provider), "decline");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_url_question_goes_only_to_a_client_that_takes_urls() {
+    // Forms only: the URL question is declined without reaching the client.
+    let provider = asking_provider("srv__ask_url");
+    let mut agent = agent_taking(&provider, json!({"form": {}})).await;
+    let session = agent.new_session(json!([test_server("srv", &[])])).await;
+    let (reply, _) = agent.prompt_to_end(&session, "Sign in.").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        agent
+            .backlog
+            .iter()
+            .all(|f| f["method"] != "elicitation/create")
+    );
+    assert_eq!(last_tool_result(&provider), "decline");
+    agent.close().await;
+
+    let provider = asking_provider("srv__ask_url");
+    let mut agent = agent_taking(&provider, json!({"url": {}})).await;
+    let session = agent.new_session(json!([test_server("srv", &[])])).await;
+    let prompt = agent.prompt(&session, "Sign in.").await;
+    let question = next_question(&mut agent).await;
+    let params = &question["params"];
+    assert_eq!(params["mode"], "url", "{question}");
+    assert_eq!(params["url"], "https://example.invalid/sign-in");
+    assert!(
+        params["elicitationId"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}});
+    agent.send_raw(&answer.to_string()).await;
+    let (reply, _) = agent.reply(prompt).await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert_eq!(last_tool_result(&provider), "accept");
     agent.close().await;
 }
