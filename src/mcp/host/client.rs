@@ -145,6 +145,8 @@ impl ClientHandler for Handler {
             tracing::info!(server = %slot.name, "declining a question of a kind hookloop does not know");
             return Ok(ElicitResult::new(ElicitationAction::Decline));
         };
+        // A URL question's acceptance carries no content; a form's always does.
+        let url = matches!(question.mode, ElicitationMode::Url { .. });
         let person = Arc::clone(&*lock(&slot.shared.person));
         // The server may give up on its question (it cancels the request).
         let answer = tokio::select! {
@@ -152,9 +154,7 @@ impl ClientHandler for Handler {
             () = context.ct.cancelled() => ElicitAnswer::Cancel,
         };
         Ok(match answer {
-            ElicitAnswer::Accept(content) if content.is_empty() => {
-                ElicitResult::new(ElicitationAction::Accept)
-            }
+            ElicitAnswer::Accept(_) if url => ElicitResult::new(ElicitationAction::Accept),
             ElicitAnswer::Accept(content) => {
                 ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
             }
