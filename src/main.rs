@@ -208,69 +208,80 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The command runs as a task: a wake-up of `block_on`'s own future always goes through the
+    // driver's eventfd (a system call and another turn of the poll loop), while a task woken
+    // from the runtime's thread is queued in place.
     let code = runtime.block_on(async move {
-        match cli.command {
-            Command::Demo => cli::demo::main().await,
-            Command::Run {
-                mcp_config,
-                json,
-                record,
-                redact_content,
-                prompt,
-            } => cli::run::main(mcp_config, json, record, redact_content, prompt.join(" ")).await,
-            Command::Acp => cli::acp::main().await,
-            Command::Replay {
-                paths,
-                until: Some(point),
-                objection,
-                record,
-                mcp_config,
-                ..
-            } => match paths.as_slice() {
-                [file] => {
-                    cli::transcript::fork(
-                        file,
-                        &point,
-                        objection.as_deref(),
-                        record.as_deref(),
-                        mcp_config.as_deref(),
-                    )
-                    .await
-                }
-                _ => cli::Failure::usage("--live replays one FILE").report(),
-            },
-            Command::Replay {
-                paths,
-                junit,
-                live_tools: false,
-                allow_truncated,
-                ..
-            } => cli::replay(&paths, junit.as_deref(), allow_truncated),
-            Command::Replay {
-                paths,
-                live_tools: true,
-                mcp_config,
-                allow_truncated,
-                ..
-            } => match paths.as_slice() {
-                [file] => cli::replay_live(file, mcp_config.as_deref(), allow_truncated).await,
-                _ => cli::Failure::usage("--live-tools replays one FILE").report(),
-            },
-            Command::Transcript(TranscriptCommand::Show { file, json, html }) => {
-                let format = match (json, html) {
-                    (_, Some(out)) => cli::transcript::ShowFormat::Html(out),
-                    (true, None) => cli::transcript::ShowFormat::Json,
-                    (false, None) => cli::transcript::ShowFormat::Text,
-                };
-                cli::transcript::show(&file, format)
-            }
-            // Served above, outside this runtime.
-            Command::TodoServer => ExitCode::from(cli::exit::USAGE),
-        }
+        tokio::spawn(run(cli.command)).await.unwrap_or_else(|e| {
+            eprintln!("hookloop: the command failed: {e}");
+            ExitCode::FAILURE
+        })
     });
     // Children and in-flight requests are done with; do not wait on stray blocking reads.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// Runs one command (other than the todo server, served apart).
+async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Demo => cli::demo::main().await,
+        Command::Run {
+            mcp_config,
+            json,
+            record,
+            redact_content,
+            prompt,
+        } => cli::run::main(mcp_config, json, record, redact_content, prompt.join(" ")).await,
+        Command::Acp => cli::acp::main().await,
+        Command::Replay {
+            paths,
+            until: Some(point),
+            objection,
+            record,
+            mcp_config,
+            ..
+        } => match paths.as_slice() {
+            [file] => {
+                cli::transcript::fork(
+                    file,
+                    &point,
+                    objection.as_deref(),
+                    record.as_deref(),
+                    mcp_config.as_deref(),
+                )
+                .await
+            }
+            _ => cli::Failure::usage("--live replays one FILE").report(),
+        },
+        Command::Replay {
+            paths,
+            junit,
+            live_tools: false,
+            allow_truncated,
+            ..
+        } => cli::replay(&paths, junit.as_deref(), allow_truncated),
+        Command::Replay {
+            paths,
+            live_tools: true,
+            mcp_config,
+            allow_truncated,
+            ..
+        } => match paths.as_slice() {
+            [file] => cli::replay_live(file, mcp_config.as_deref(), allow_truncated).await,
+            _ => cli::Failure::usage("--live-tools replays one FILE").report(),
+        },
+        Command::Transcript(TranscriptCommand::Show { file, json, html }) => {
+            let format = match (json, html) {
+                (_, Some(out)) => cli::transcript::ShowFormat::Html(out),
+                (true, None) => cli::transcript::ShowFormat::Json,
+                (false, None) => cli::transcript::ShowFormat::Text,
+            };
+            cli::transcript::show(&file, format)
+        }
+        // Served above, outside this runtime.
+        Command::TodoServer => ExitCode::from(cli::exit::USAGE),
+    }
 }
 
 /// The runtime every command runs on: one thread. A round hands the model's answer

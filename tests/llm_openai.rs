@@ -502,3 +502,57 @@ async fn an_error_result_reaches_the_model_marked() {
         json!({"role": "tool", "tool_call_id": "call_1", "content": "Error: disk on fire"})
     );
 }
+
+#[tokio::test]
+async fn a_long_sessions_bodies_arrive_whole_with_their_length_as_encoded_from_scratch() {
+    // Enough rounds that the reused part of each body is sent in several pieces.
+    const ROUNDS: usize = 40;
+    let mut replies: Vec<Reply> = (0..ROUNDS)
+        .map(|i| {
+            let id = format!("call_{i}");
+            calls(&[(&id, "fs__read", r#"{"path":"a.txt"}"#)], 100)
+        })
+        .collect();
+    replies.push(text("Done."));
+    let server = Loopback::start(replies).await;
+    let mut session = Session::new(config().build().unwrap(), client(&server), host());
+    let stop = session.prompt("Read a.txt again and again.").await.unwrap();
+    assert_eq!(stop, PromptStop::EndTurn);
+    let history = session.history().to_vec();
+    let tools = session.machine().model_tools().to_vec();
+    let max_output_tokens = session.machine().policy().max_output_tokens;
+    let requests = server.requests();
+    assert_eq!(requests.len(), ROUNDS + 1);
+    for (i, request) in requests.iter().enumerate() {
+        let length = request.body.len().to_string();
+        assert_eq!(request.header("content-length"), Some(length.as_str()));
+        assert_eq!(request.header("transfer-encoding"), None);
+        // Request `i` follows the prompt and `i` rounds of a call and its result.
+        let scratch = hookloop::llm::openai::request_body(
+            "test-model",
+            Default::default(),
+            &hookloop::llm::LlmRequest {
+                purpose: hookloop::machine::Purpose::Turn,
+                system: Some("You are a careful agent."),
+                messages: &history[..1 + 2 * i],
+                tools: &tools,
+                instruction: None,
+                max_output_tokens,
+                lineage: None,
+            },
+        )
+        .unwrap();
+        let scratch = String::from_utf8(scratch).unwrap();
+        let expected = if support::streaming() {
+            let rest = scratch.strip_prefix('{').unwrap();
+            format!(r#"{{"stream":true,"stream_options":{{"include_usage":true}},{rest}"#)
+        } else {
+            scratch
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&request.body),
+            expected,
+            "request {i}"
+        );
+    }
+}

@@ -31,6 +31,7 @@
 
 mod elicit;
 pub mod frame;
+pub mod output;
 pub mod permission;
 pub mod records;
 
@@ -63,6 +64,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::elicit::ClientPerson;
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
+pub use self::output::Output;
 use self::permission::Asker;
 pub use self::permission::{Gated, Permissions};
 use crate::config::{ConfigError, env_lookup, parse_number};
@@ -1578,7 +1580,9 @@ async fn refuse_frame(out: &mpsc::Sender<String>, id: Option<Value>, code: i32, 
     let _ = out.send(reply.to_string()).await;
 }
 
-/// Writes each outgoing frame as one line, flushing after each so a client sees it at once.
+/// Writes each outgoing frame as one line, flushing after each batch so a client sees it at
+/// once. The frames queued when the writer wakes go out in one write: a round's updates often
+/// come together, and each write is a system call.
 async fn write_lines(
     output: impl AsyncWrite + Unpin,
     lines: mpsc::Receiver<String>,
@@ -1589,19 +1593,37 @@ async fn write_lines(
     written
 }
 
+/// The most frames one write takes.
+const FRAMES_PER_WRITE: usize = 64;
+
 async fn write_each(
     mut output: impl AsyncWrite + Unpin,
     mut lines: mpsc::Receiver<String>,
     outflow: &Outflow,
 ) -> std::io::Result<()> {
-    while let Some(mut line) = lines.recv().await {
-        line.push('\n');
-        output.write_all(line.as_bytes()).await?;
+    let mut batch = Vec::with_capacity(FRAMES_PER_WRITE);
+    let mut bytes = Vec::new();
+    while lines.recv_many(&mut batch, FRAMES_PER_WRITE).await > 0 {
+        bytes.clear();
+        for line in &batch {
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.push(b'\n');
+        }
+        output.write_all(&bytes).await?;
         output.flush().await?;
-        outflow.wrote();
+        for _ in batch.drain(..) {
+            outflow.wrote();
+        }
+        if bytes.capacity() > MAX_KEPT_BUFFER {
+            // One large frame must not pin its size for the life of the connection.
+            bytes = Vec::new();
+        }
     }
     Ok(())
 }
+
+/// The largest write buffer kept between batches.
+const MAX_KEPT_BUFFER: usize = 1 << 20;
 
 /// What a `session/load` or `session/resume` asks to rebuild.
 struct Reload {

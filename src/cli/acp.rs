@@ -22,7 +22,7 @@ pub async fn main() -> ExitCode {
         Err(e) => return Failure::from(e).report(),
     };
     tracing::info!("serving the Agent Client Protocol on stdio");
-    let served = acp::serve(factory, options, tokio::io::stdin(), tokio::io::stdout()).await;
+    let served = acp::serve(factory, options, tokio::io::stdin(), acp::Output::stdout()).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => Failure::failed(e).report(),

@@ -32,6 +32,7 @@ use reqwest::header::HeaderName;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::llm::body::{BodyWriter, RequestBody};
 use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport};
 use crate::llm::stream::{self, AnthropicDecoder, Decoder, OnDelta};
@@ -111,11 +112,26 @@ impl Anthropic {
     /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
     /// `"stream":true` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
+        Ok(self.encoded(request, None)?.to_vec())
+    }
+
+    /// The body for `request`, with `stream_fields` first when it streams.
+    pub(crate) fn encoded(
+        &self,
+        request: &LlmRequest<'_>,
+        stream_fields: Option<&str>,
+    ) -> Result<RequestBody, LlmError> {
         let dialect = Messages {
             prompt_caching: self.prompt_caching,
         };
         let mut lease = self.cache.lease(request, &dialect);
-        body(&self.model, self.prompt_caching, request, &mut lease)
+        body(
+            &self.model,
+            self.prompt_caching,
+            request,
+            &mut lease,
+            stream_fields,
+        )
     }
 }
 
@@ -129,14 +145,14 @@ impl LlmClient for Anthropic {
         request: LlmRequest<'_>,
         on_delta: &mut OnDelta<'_>,
     ) -> Result<LlmReply, LlmError> {
-        let body = self.request_body(&request)?;
         if !self.transport.streams() {
+            let body = self.encoded(&request, None)?;
             return self
                 .transport
                 .exchange(&self.model, &request, body, parse_response)
                 .await;
         }
-        let body = stream::with_stream_fields(body, stream::ANTHROPIC_STREAM_FIELDS)?;
+        let body = self.encoded(&request, Some(stream::ANTHROPIC_STREAM_FIELDS))?;
         let decoder = || -> Box<dyn Decoder> { Box::<AnthropicDecoder>::default() };
         self.transport
             .exchange_stream(
@@ -168,32 +184,39 @@ pub fn request_body(
     prompt_caching: bool,
     request: &LlmRequest<'_>,
 ) -> Result<Vec<u8>, LlmError> {
-    body(model, prompt_caching, request, &mut Lease::none())
+    Ok(body(model, prompt_caching, request, &mut Lease::none(), None)?.to_vec())
 }
 
-/// The body, written field by field in the order the dialect's documentation shows, with the
-/// messages and tools `lease` already holds reused.
+/// The body, written field by field in the order the dialect's documentation shows (after
+/// `stream_fields`, if any), with the messages and tools `lease` already holds shared.
 fn body(
     model: &str,
     prompt_caching: bool,
     request: &LlmRequest<'_>,
     lease: &mut Lease<'_>,
-) -> Result<Vec<u8>, LlmError> {
-    let mut out = Vec::with_capacity(lease.capacity_hint());
-    out.extend_from_slice(br#"{"model":"#);
-    encode::write_json(&mut out, model)?;
-    out.extend_from_slice(br#","max_tokens":"#);
-    encode::write_json(&mut out, &request.max_output_tokens)?;
+    stream_fields: Option<&str>,
+) -> Result<RequestBody, LlmError> {
+    let mut out = BodyWriter::default();
+    let head = out.buf();
+    head.push(b'{');
+    if let Some(fields) = stream_fields {
+        head.extend_from_slice(fields.as_bytes());
+        head.push(b',');
+    }
+    head.extend_from_slice(br#""model":"#);
+    encode::write_json(head, model)?;
+    head.extend_from_slice(br#","max_tokens":"#);
+    encode::write_json(head, &request.max_output_tokens)?;
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
-        out.extend_from_slice(br#","system":"#);
-        encode::write_json(&mut out, system)?;
+        head.extend_from_slice(br#","system":"#);
+        encode::write_json(head, system)?;
     }
     let dialect = Messages { prompt_caching };
-    out.extend_from_slice(br#","messages":["#);
+    head.extend_from_slice(br#","messages":["#);
     lease.write_messages(request, &dialect, &mut out)?;
-    encode::close_list(&mut out);
+    out.close_list();
     if !request.tools.is_empty() {
-        out.extend_from_slice(br#","tools":"#);
+        out.buf().extend_from_slice(br#","tools":"#);
         lease.write_tools(request, &dialect, &mut out)?;
     } else if dialect.tool_blocks(request) == ToolBlocks::Native {
         // A turn offered no tools whose history holds tool pairs (a steering-only server):
@@ -201,14 +224,15 @@ fn body(
         // on the whole history, so they are written afresh with every request, never cached.
         let called = called_tools(request.messages);
         if !called.is_empty() {
-            out.extend_from_slice(br#","tools":"#);
-            encode::write_json(&mut out, &called)?;
-            out.extend_from_slice(br#","tool_choice":"#);
-            encode::write_json(&mut out, &ToolChoice { kind: "none" })?;
+            let end = out.buf();
+            end.extend_from_slice(br#","tools":"#);
+            encode::write_json(end, &called)?;
+            end.extend_from_slice(br#","tool_choice":"#);
+            encode::write_json(end, &ToolChoice { kind: "none" })?;
         }
     }
-    out.push(b'}');
-    Ok(out)
+    out.buf().push(b'}');
+    Ok(out.finish())
 }
 
 /// The Messages wire form of turns and tools.

@@ -22,6 +22,9 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Mutex;
 
+use bytes::Bytes;
+
+use crate::llm::body::BodyWriter;
 use crate::llm::turns::{self, ToolBlocks, Turn};
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::{Message, ToolSpec};
@@ -121,21 +124,12 @@ impl Lease<'_> {
         Self { held: None }
     }
 
-    /// A capacity for the body that fits what is reused plus a tail, so the buffer is
-    /// allocated once.
-    pub(crate) fn capacity_hint(&self) -> usize {
-        const TAIL: usize = 4096;
-        self.held.as_ref().map_or(TAIL, |(_, slot)| {
-            slot.prefix.len() + slot.tools.as_ref().map_or(0, |(_, tools)| tools.len()) + TAIL
-        })
-    }
-
     /// Appends the wire messages of `request`'s conversation, each followed by a comma.
     pub(crate) fn write_messages(
         &mut self,
         request: &LlmRequest<'_>,
         dialect: &impl Dialect,
-        out: &mut Vec<u8>,
+        out: &mut BodyWriter,
     ) -> Result<(), LlmError> {
         if let Some((_, slot)) = &mut self.held {
             match slot.write(request, dialect, out) {
@@ -149,7 +143,7 @@ impl Lease<'_> {
             }
         }
         let blocks = dialect.tool_blocks(request);
-        let written = dialect.write_turns(turns::turns(request, blocks), Part::Whole, out)?;
+        let written = dialect.write_turns(turns::turns(request, blocks), Part::Whole, out.buf())?;
         debug_assert!(written, "a whole request is always written");
         Ok(())
     }
@@ -159,18 +153,19 @@ impl Lease<'_> {
         &mut self,
         request: &LlmRequest<'_>,
         dialect: &impl Dialect,
-        out: &mut Vec<u8>,
+        out: &mut BodyWriter,
     ) -> Result<(), LlmError> {
         let tools_lineage = request.lineage.map_or(0, |lineage| lineage.tools);
         let Some((_, slot)) = self.held.as_mut().filter(|_| tools_lineage != 0) else {
-            return dialect.write_tools(request.tools, out);
+            return dialect.write_tools(request.tools, out.buf());
         };
         match &slot.tools {
-            Some((lineage, bytes)) if *lineage == tools_lineage => out.extend_from_slice(bytes),
+            Some((lineage, bytes)) if *lineage == tools_lineage => out.push_shared(bytes.clone()),
             _ => {
                 let mut bytes = Vec::new();
                 dialect.write_tools(request.tools, &mut bytes)?;
-                out.extend_from_slice(&bytes);
+                let bytes = Bytes::from(bytes);
+                out.push_shared(bytes.clone());
                 slot.tools = Some((tools_lineage, bytes));
             }
         }
@@ -184,14 +179,6 @@ impl Drop for Lease<'_> {
             cache.put(slot);
         }
     }
-}
-
-/// Replaces the trailing comma of a list of elements, if any, with the list's closing bracket.
-pub(crate) fn close_list(out: &mut Vec<u8>) {
-    if out.last() == Some(&b',') {
-        out.pop();
-    }
-    out.push(b']');
 }
 
 /// Appends `value` as compact JSON, exactly as it would appear inside a larger document.
@@ -208,10 +195,11 @@ struct Slot {
     history: u64,
     /// How many messages `prefix` holds the turns of.
     consumed: usize,
-    /// The settled turns' wire messages, each followed by a comma.
-    prefix: Vec<u8>,
+    /// The settled turns' wire messages, each followed by a comma, in pieces a request shares
+    /// rather than copies; see [`append_piece`].
+    prefix: Vec<Bytes>,
     /// The tools lineage and the tool list's wire form.
-    tools: Option<(u64, Vec<u8>)>,
+    tools: Option<(u64, Bytes)>,
 }
 
 impl Slot {
@@ -221,7 +209,7 @@ impl Slot {
         &mut self,
         request: &LlmRequest<'_>,
         dialect: &impl Dialect,
-        out: &mut Vec<u8>,
+        out: &mut BodyWriter,
     ) -> Result<bool, LlmError> {
         let messages = request.messages;
         if self.consumed > messages.len() {
@@ -232,23 +220,49 @@ impl Slot {
         let settled = settled_up_to(messages, self.consumed);
         if settled > self.consumed {
             let turns = turns_in(request, dialect, self.consumed..settled);
-            dialect.write_turns(turns, Part::Settled, &mut self.prefix)?;
+            let mut piece = Vec::new();
+            dialect.write_turns(turns, Part::Settled, &mut piece)?;
+            append_piece(&mut self.prefix, piece);
             self.consumed = settled;
         }
-        let start = out.len();
-        out.extend_from_slice(&self.prefix);
+        let mark = out.mark();
+        for piece in &self.prefix {
+            out.push_shared(piece.clone());
+        }
         let part = if self.consumed == 0 {
             Part::Whole
         } else {
             Part::Tail
         };
         let tail = turns_in(request, dialect, self.consumed..messages.len());
-        if dialect.write_turns(tail, part, out)? {
+        if dialect.write_turns(tail, part, out.buf())? {
             Ok(true)
         } else {
-            out.truncate(start);
+            out.truncate(mark);
             Ok(false)
         }
+    }
+}
+
+/// Appends `piece` to a prefix kept in pieces, merging the newest pieces while the older is not
+/// much larger than the newer: sizes then fall geometrically from the first piece to the last,
+/// so a prefix of `n` bytes has O(log n) pieces (a request sends them in one vectored write),
+/// and each byte is copied O(log n) times over the session rather than once per request.
+fn append_piece(prefix: &mut Vec<Bytes>, piece: Vec<u8>) {
+    /// How many times larger than the newer piece the older one must be to stay apart.
+    const RATIO: usize = 4;
+    if piece.is_empty() {
+        return;
+    }
+    prefix.push(Bytes::from(piece));
+    while let [.., older, newer] = prefix.as_slice()
+        && older.len() <= RATIO * newer.len()
+    {
+        let mut merged = Vec::with_capacity(older.len() + newer.len());
+        merged.extend_from_slice(older);
+        merged.extend_from_slice(newer);
+        prefix.truncate(prefix.len() - 2);
+        prefix.push(Bytes::from(merged));
     }
 }
 
@@ -305,7 +319,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::{Anthropic, Endpoint, OpenAi, anthropic, openai};
+    use crate::llm::{Anthropic, Endpoint, OpenAi, anthropic, openai, stream};
     use crate::machine::{CallId, Lineage, Purpose, ToolCall, ToolOutput};
 
     /// One step of a session's history, as the tests grow it.
@@ -415,22 +429,56 @@ mod tests {
                     max_output_tokens: 64,
                     lineage: Some(lineage),
                 };
+                let scratch = String::from_utf8(
+                    openai::request_body(chat.model(), Default::default(), &request).unwrap()
+                ).unwrap();
                 prop_assert_eq!(
                     String::from_utf8(chat.request_body(&request).unwrap()).unwrap(),
-                    String::from_utf8(
-                        openai::request_body(chat.model(), Default::default(), &request).unwrap()
-                    ).unwrap()
+                    scratch.clone()
+                );
+                let streamed = chat.encoded(&request, Some(stream::OPENAI_STREAM_FIELDS)).unwrap();
+                prop_assert_eq!(
+                    String::from_utf8(streamed.to_vec()).unwrap(),
+                    with_fields(stream::OPENAI_STREAM_FIELDS, &scratch)
                 );
                 for (client, caching) in [(&messages_api, true), (&uncached_api, false)] {
+                    let scratch = String::from_utf8(
+                        anthropic::request_body("m", caching, &request).unwrap()
+                    ).unwrap();
                     prop_assert_eq!(
                         String::from_utf8(client.request_body(&request).unwrap()).unwrap(),
-                        String::from_utf8(
-                            anthropic::request_body("m", caching, &request).unwrap()
-                        ).unwrap()
+                        scratch.clone()
+                    );
+                    let streamed = client
+                        .encoded(&request, Some(stream::ANTHROPIC_STREAM_FIELDS))
+                        .unwrap();
+                    prop_assert_eq!(
+                        String::from_utf8(streamed.to_vec()).unwrap(),
+                        with_fields(stream::ANTHROPIC_STREAM_FIELDS, &scratch)
                     );
                 }
             }
         }
+    }
+
+    /// A body as a streamed request sends it: the stream fields first.
+    fn with_fields(fields: &str, body: &str) -> String {
+        let rest = body.strip_prefix('{').expect("a JSON object");
+        format!("{{{fields},{rest}")
+    }
+
+    #[test]
+    fn a_prefix_in_pieces_keeps_its_bytes_and_few_pieces() {
+        let mut prefix = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..5_000_u32 {
+            let piece = format!("{{\"n\":{i}}},").into_bytes();
+            expected.extend_from_slice(&piece);
+            append_piece(&mut prefix, piece);
+            let pieces = prefix.len();
+            assert!(pieces <= 12, "{pieces} pieces after {i} appends");
+        }
+        assert_eq!(prefix.concat(), expected);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
+use crate::llm::body::RequestBody;
 use crate::llm::stream::{Assembler, Decoder, OnDelta};
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::LlmReply;
@@ -290,7 +291,7 @@ impl Transport {
         &self,
         model: &str,
         request: &LlmRequest<'_>,
-        body: Vec<u8>,
+        body: RequestBody,
         parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
     ) -> Result<LlmReply, LlmError> {
         tracing::debug!(
@@ -300,17 +301,16 @@ impl Transport {
             bytes = body.len(),
             "model request"
         );
-        tracing::trace!(body = %String::from_utf8_lossy(&body), "request body");
+        tracing::trace!(body = %body, "request body");
         let answer = self.post(body).await?;
         tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
         parse(&answer)
     }
 
-    pub(crate) async fn post(&self, body: Vec<u8>) -> Result<Vec<u8>, LlmError> {
-        let body = bytes::Bytes::from(body);
+    pub(crate) async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
         let mut retries = 0;
         loop {
-            let failure = match self.attempt(body.clone()).await {
+            let failure = match self.attempt(body.to_reqwest()).await {
                 Ok(answer) => return Ok(answer),
                 Err(failure) => failure,
             };
@@ -329,7 +329,7 @@ impl Transport {
         &self,
         model: &str,
         request: &LlmRequest<'_>,
-        body: Vec<u8>,
+        body: RequestBody,
         parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
         decoder: fn() -> Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
@@ -341,12 +341,11 @@ impl Transport {
             bytes = body.len(),
             "model request, streamed"
         );
-        tracing::trace!(body = %String::from_utf8_lossy(&body), "request body");
-        let body = bytes::Bytes::from(body);
+        tracing::trace!(body = %body, "request body");
         let mut retries = 0;
         loop {
             let failure = match self
-                .attempt_stream(body.clone(), parse, decoder(), on_delta)
+                .attempt_stream(body.to_reqwest(), parse, decoder(), on_delta)
                 .await
             {
                 Ok(reply) => return Ok(reply),
@@ -389,7 +388,7 @@ impl Transport {
 
     async fn attempt_stream(
         &self,
-        body: bytes::Bytes,
+        body: reqwest::Body,
         parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
         decoder: Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
@@ -487,7 +486,7 @@ impl Transport {
         decoder.finish().map_err(fail)
     }
 
-    async fn attempt(&self, body: bytes::Bytes) -> Result<Vec<u8>, Failure> {
+    async fn attempt(&self, body: reqwest::Body) -> Result<Vec<u8>, Failure> {
         let send = async {
             let response = self
                 .client

@@ -3,6 +3,7 @@
 //! wrapped in [`AnyLlm`] when the provider is chosen at run time.
 
 pub mod anthropic;
+mod body;
 pub mod config;
 mod encode;
 pub mod http;

@@ -25,6 +25,7 @@ use reqwest::header::AUTHORIZATION;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::llm::body::{BodyWriter, RequestBody};
 use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport};
 use crate::llm::stream::{self, Decoder, OnDelta, OpenAiDecoder};
@@ -84,8 +85,23 @@ impl OpenAi {
     /// The body [`complete`](LlmClient::complete) sends for `request`; a streamed request has
     /// `"stream":true,"stream_options":{"include_usage":true}` first.
     pub fn request_body(&self, request: &LlmRequest<'_>) -> Result<Vec<u8>, LlmError> {
+        Ok(self.encoded(request, None)?.to_vec())
+    }
+
+    /// The body for `request`, with `stream_fields` first when it streams.
+    pub(crate) fn encoded(
+        &self,
+        request: &LlmRequest<'_>,
+        stream_fields: Option<&str>,
+    ) -> Result<RequestBody, LlmError> {
         let mut lease = self.cache.lease(request, &Chat);
-        body(&self.model, self.max_tokens_field, request, &mut lease)
+        body(
+            &self.model,
+            self.max_tokens_field,
+            request,
+            &mut lease,
+            stream_fields,
+        )
     }
 }
 
@@ -99,14 +115,14 @@ impl LlmClient for OpenAi {
         request: LlmRequest<'_>,
         on_delta: &mut OnDelta<'_>,
     ) -> Result<LlmReply, LlmError> {
-        let body = self.request_body(&request)?;
         if !self.transport.streams() {
+            let body = self.encoded(&request, None)?;
             return self
                 .transport
                 .exchange(&self.model, &request, body, parse_response)
                 .await;
         }
-        let body = stream::with_stream_fields(body, stream::OPENAI_STREAM_FIELDS)?;
+        let body = self.encoded(&request, Some(stream::OPENAI_STREAM_FIELDS))?;
         let decoder = || -> Box<dyn Decoder> { Box::<OpenAiDecoder>::default() };
         self.transport
             .exchange_stream(
@@ -174,37 +190,45 @@ pub fn request_body(
     field: MaxTokensField,
     request: &LlmRequest<'_>,
 ) -> Result<Vec<u8>, LlmError> {
-    body(model, field, request, &mut Lease::none())
+    Ok(body(model, field, request, &mut Lease::none(), None)?.to_vec())
 }
 
-/// The body, written field by field in the order the dialect's documentation shows, with the
-/// messages and tools `lease` already holds reused.
+/// The body, written field by field in the order the dialect's documentation shows (after
+/// `stream_fields`, if any), with the messages and tools `lease` already holds shared.
 fn body(
     model: &str,
     field: MaxTokensField,
     request: &LlmRequest<'_>,
     lease: &mut Lease<'_>,
-) -> Result<Vec<u8>, LlmError> {
-    let mut out = Vec::with_capacity(lease.capacity_hint());
-    out.extend_from_slice(br#"{"model":"#);
-    encode::write_json(&mut out, model)?;
-    out.extend_from_slice(br#","messages":["#);
+    stream_fields: Option<&str>,
+) -> Result<RequestBody, LlmError> {
+    let mut out = BodyWriter::default();
+    let head = out.buf();
+    head.push(b'{');
+    if let Some(fields) = stream_fields {
+        head.extend_from_slice(fields.as_bytes());
+        head.push(b',');
+    }
+    head.extend_from_slice(br#""model":"#);
+    encode::write_json(head, model)?;
+    head.extend_from_slice(br#","messages":["#);
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
-        encode::write_json(&mut out, &ChatMessage::System { content: system })?;
-        out.push(b',');
+        encode::write_json(head, &ChatMessage::System { content: system })?;
+        head.push(b',');
     }
     lease.write_messages(request, &Chat, &mut out)?;
-    encode::close_list(&mut out);
+    out.close_list();
     if !request.tools.is_empty() {
-        out.extend_from_slice(br#","tools":"#);
+        out.buf().extend_from_slice(br#","tools":"#);
         lease.write_tools(request, &Chat, &mut out)?;
     }
-    out.push(b',');
-    encode::write_json(&mut out, field.as_str())?;
-    out.push(b':');
-    encode::write_json(&mut out, &request.max_output_tokens)?;
-    out.push(b'}');
-    Ok(out)
+    let end = out.buf();
+    end.push(b',');
+    encode::write_json(end, field.as_str())?;
+    end.push(b':');
+    encode::write_json(end, &request.max_output_tokens)?;
+    end.push(b'}');
+    Ok(out.finish())
 }
 
 /// The Chat Completions wire form of turns and tools.

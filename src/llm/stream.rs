@@ -137,24 +137,6 @@ fn invalid_event(what: &str, data: &str, error: impl std::fmt::Display) -> LlmEr
     ))
 }
 
-/// Inserts the streaming fields first in a request body the dialect built (a JSON object), so
-/// the request encoding stays one code path whatever the mode.
-pub(crate) fn with_stream_fields(body: Vec<u8>, fields: &str) -> Result<Vec<u8>, LlmError> {
-    let Some(rest) = body.strip_prefix(b"{") else {
-        return Err(LlmError::Other(
-            "cannot stream: the request body is not a JSON object".into(),
-        ));
-    };
-    let mut out = Vec::with_capacity(body.len() + fields.len() + 2);
-    out.push(b'{');
-    out.extend_from_slice(fields.as_bytes());
-    if rest.first() != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(rest);
-    Ok(out)
-}
-
 /// The fields a Chat Completions request streams with; usage comes in a last chunk.
 pub(crate) const OPENAI_STREAM_FIELDS: &str =
     r#""stream":true,"stream_options":{"include_usage":true}"#;
@@ -746,18 +728,5 @@ mod tests {
                 assert!(parse_stream(provider, [&body[..cut]]).is_err(), "{cut}");
             }
         }
-    }
-
-    #[test]
-    fn stream_fields_go_first_in_the_body() {
-        assert_eq!(
-            with_stream_fields(br#"{"model":"m"}"#.to_vec(), ANTHROPIC_STREAM_FIELDS).unwrap(),
-            br#"{"stream":true,"model":"m"}"#
-        );
-        assert_eq!(
-            with_stream_fields(b"{}".to_vec(), ANTHROPIC_STREAM_FIELDS).unwrap(),
-            br#"{"stream":true}"#
-        );
-        assert!(with_stream_fields(b"[]".to_vec(), ANTHROPIC_STREAM_FIELDS).is_err());
     }
 }
