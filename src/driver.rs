@@ -186,11 +186,22 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
 
     /// Ends the session: a prompt still running (its future dropped) ends as cancelled,
     /// `_SessionEnd` is called on the servers that have it (at most once per session, its
-    /// answers ignored), and the machine refuses every later fact. A cancel stops waiting for
-    /// `_SessionEnd`.
+    /// answers ignored), and the machine refuses every later fact. A cancel made while `close`
+    /// runs stops waiting for `_SessionEnd`; one made before it (the one that ended the last
+    /// prompt, say) does not.
     pub async fn close(&mut self) -> Result<(), SessionError> {
         let span = tracing::info_span!(parent: &self.span, "close");
         async {
+            // A front end closing a session cancels its prompt first (ACP `session/close`, a
+            // client that went away): that cancel was for the prompt, and if it stood it would
+            // drop `_SessionEnd` before a single server was asked.
+            self.cancel_rx.borrow_and_update();
+            // The servers `_SessionEnd` goes to are those of the catalog now: a session that
+            // never ran a prompt has not learned it yet, and one may have gained the hook since.
+            // A closed machine refuses every fact but `Closed`.
+            if self.boundary.machine.phase() != Phase::Done {
+                self.boundary.sync_catalog(&self.host)?;
+            }
             self.boundary.feed(Input::Closed)?;
             let mut next = self.boundary.drain(&self.host).await?;
             while let Some(work) = next {

@@ -447,3 +447,28 @@ async fn a_pre_tool_use_denial_stops_the_call_and_close_calls_session_end_once()
     assert_eq!(host.hook_calls("guard", Hook::SessionEnd), 1);
     assert_clean(&llm);
 }
+
+#[tokio::test]
+async fn a_cancel_made_before_close_does_not_keep_session_end_from_being_called() {
+    let llm = ScriptedLlm::new([Step::text("done")]);
+    let host = InProcessHost::new().hook("audit", Hook::SessionEnd, [HookStep::Say("bye".into())]);
+    let mut session = Session::new(config(), llm.clone(), host.clone());
+    session.prompt("go").await.unwrap();
+    // What a front end does to end a session: cancel whatever runs, then close.
+    session.cancel_handle().cancel();
+    session.close().await.unwrap();
+    assert_eq!(host.hook_calls("audit", Hook::SessionEnd), 1);
+    assert_clean(&llm);
+}
+
+#[tokio::test]
+async fn a_session_closed_before_any_prompt_calls_session_end_once() {
+    let llm = ScriptedLlm::new([]);
+    let host = InProcessHost::new().hook("audit", Hook::SessionEnd, [HookStep::Say("bye".into())]);
+    let mut session = Session::new(config(), llm.clone(), host.clone());
+    session.close().await.unwrap();
+    session.close().await.unwrap();
+    assert_eq!(host.hook_calls("audit", Hook::SessionEnd), 1);
+    assert_eq!(host.hook_calls("audit", Hook::SessionStart), 0);
+    assert_clean(&llm);
+}

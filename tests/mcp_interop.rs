@@ -115,6 +115,9 @@ async fn python_sdk_hook_server() {
     let config = Config::builder()
         .hook_servers(HookServers::All)
         .hook_timeout(Duration::from_secs(5))
+        // The server numbers todos as their calls reach it: one call at a time keeps that the
+        // order of the reply, which the objection's text below depends on.
+        .tool_concurrency(1)
         .build()
         .unwrap();
     let mut session = Session::new(config, llm.clone(), host);

@@ -4,12 +4,12 @@
 //! | variable | effect |
 //! |---|---|
 //! | `TS_HOOKS` | hooks it lists, comma-separated (`_Stop,_PostCompact`); none by default |
-//! | `TS_STOP`, `TS_POST_COMPACT` | the hook's answers, one step per call, `\|`-separated |
+//! | `TS_STOP`, `TS_POST_COMPACT`, … | a hook's answers, one step per call, `\|`-separated: `TS_` and the hook's name in upper snake case (`_PreToolUse`: `TS_PRE_TOOL_USE`) |
 //! | `TS_THEN` | the step once a script runs out (default `empty`) |
 //! | `TS_STATE_DIR` | keep the script position in files here, so it survives restarts |
 //! | `TS_EXTRA_TOOLS` | more tool names, comma-separated (invalid or duplicate ones too) |
 //! | `TS_TOOL_COUNT` | this many more tools, `t0`, `t1`… |
-//! | `TS_LOG` | append `call <tool>`, `meta <json>` and `cancelled` (a hung call was) lines here |
+//! | `TS_LOG` | append `call <tool>`, `meta <json>`, `args <json>` (a hook's arguments) and `cancelled` (a hung call was) lines here |
 //! | `TS_PID_FILE` | append this process's pid at start |
 //! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
 //! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
@@ -32,9 +32,10 @@
 //! in `input_required` rounds from it on. A `roots/list_changed` from the client logs
 //! `roots_changed`.
 
+use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::borrow::Cow;
@@ -57,7 +58,8 @@ struct Inner {
     hooks: Vec<String>,
     extra: Vec<String>,
     added: AtomicBool,
-    counters: [AtomicUsize; 2],
+    /// Each hook's position in its script.
+    counters: Mutex<HashMap<String, usize>>,
     serial: tokio::sync::Mutex<()>,
     is_serial: bool,
 }
@@ -100,7 +102,7 @@ impl TestServer {
                 hooks: list("TS_HOOKS"),
                 extra,
                 added: AtomicBool::new(false),
-                counters: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                counters: Mutex::new(HashMap::new()),
                 serial: tokio::sync::Mutex::new(()),
                 is_serial: env("TS_SERIAL").is_some(),
             }),
@@ -109,10 +111,7 @@ impl TestServer {
 
     /// The next step of `hook`'s script.
     fn next_step(&self, hook: &str) -> String {
-        let (var, index) = match hook {
-            "_Stop" => ("TS_STOP", 0),
-            _ => ("TS_POST_COMPACT", 1),
-        };
+        let var = script_var(hook);
         let n = match env("TS_STATE_DIR") {
             Some(dir) => {
                 let path = format!("{dir}/{hook}.count");
@@ -123,9 +122,14 @@ impl TestServer {
                 std::fs::write(&path, (n + 1).to_string()).expect("state file");
                 n
             }
-            None => self.inner.counters[index].fetch_add(1, Ordering::SeqCst),
+            None => {
+                let mut counters = self.inner.counters.lock().expect("counters");
+                let n = counters.entry(hook.to_owned()).or_default();
+                *n += 1;
+                *n - 1
+            }
         };
-        let script = env(var).unwrap_or_default();
+        let script = env(&var).unwrap_or_default();
         script
             .split('|')
             .filter(|s| !s.is_empty())
@@ -271,6 +275,20 @@ fn root_uris(answer: &Value) -> String {
         .join("\n")
 }
 
+/// The variable holding `hook`'s script: `_PreToolUse` → `TS_PRE_TOOL_USE`.
+fn script_var(hook: &str) -> String {
+    let mut var = String::from("TS");
+    for c in hook.chars() {
+        if c.is_ascii_uppercase() {
+            var.push('_');
+        }
+        if c != '_' {
+            var.push(c.to_ascii_uppercase());
+        }
+    }
+    var
+}
+
 /// Waits until the client cancels the request (a `notifications/cancelled`, or on the stateless
 /// HTTP protocol a closed response stream), and says so in the log.
 async fn hang(context: &RequestContext<RoleServer>) -> ErrorData {
@@ -351,6 +369,8 @@ impl ServerHandler for TestServer {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             log(&format!("meta {}", Value::Object(meta)));
+            let arguments = request.arguments.clone().unwrap_or_default();
+            log(&format!("args {}", Value::Object(arguments)));
             if !self.inner.hooks.iter().any(|h| h == name) {
                 return Err(ErrorData::invalid_params("no such hook", None));
             }
