@@ -316,6 +316,9 @@ pub struct HostOptions {
     /// A life that answered a call and lasted this long before it ended badly starts a new
     /// streak of bad lives instead of extending the last one. Default 60 s.
     pub healthy_after: Duration,
+    /// How HTTP servers that ask for OAuth get their tokens (those whose configuration sets no
+    /// `Authorization` header). Default: the user's token store, and no login.
+    pub oauth: crate::mcp::auth::OAuthOptions,
 }
 
 impl Default for HostOptions {
@@ -334,6 +337,7 @@ impl Default for HostOptions {
             restart_backoff: Duration::from_millis(200),
             max_restart_backoff: Duration::from_secs(10),
             healthy_after: Duration::from_secs(60),
+            oauth: crate::mcp::auth::OAuthOptions::default(),
         }
     }
 }
