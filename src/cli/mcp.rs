@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use hookloop::ToolHost;
-use hookloop::mcp::auth::{Authorize, LoginState, OAuthClient, OAuthOptions, TokenStore};
+use hookloop::mcp::auth::{Authorize, LoginState, OAuthClient, OAuthOptions, ShowUrl, TokenStore};
 use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
 
 use super::{Failure, exit, wire};
@@ -53,7 +53,9 @@ async fn login_inner(
         all_or_nothing: true,
         oauth: OAuthOptions {
             store: store.clone(),
-            authorize: Authorize::Browser,
+            authorize: Authorize::Browser(ShowUrl::new(|server, url| {
+                eprintln!("To log in to {server}, open this address in a browser:\n\n  {url}\n");
+            })),
             client: OAuthClient {
                 client_id: client.client_id,
                 client_secret: secret,

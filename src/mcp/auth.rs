@@ -39,19 +39,53 @@ use crate::text::lock;
 pub const MAX_AUTHORIZATIONS: u32 = 3;
 
 /// What the host does when a server asks for an authorization it does not have.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Authorize {
     /// Nothing: the server fails to start (or the call fails) with a message naming
     /// `hookloop mcp login <server>`. Sessions never wait on a person.
     #[default]
     Never,
-    /// Print the authorization URL, open a browser when there is a display, and wait for the
-    /// redirect on a loopback listener (`hookloop mcp login`).
-    Browser,
+    /// Show the authorization URL to the person, open a browser on it when there is a display,
+    /// and wait for the redirect on a loopback listener (`hookloop mcp login`).
+    Browser(ShowUrl),
     /// The browser step without a browser: follow the authorization page's redirects to the
     /// loopback listener. For authorization servers that approve without a person (the
     /// conformance suite, tests).
     FollowRedirects,
+}
+
+/// Shows a person the authorization URL of a login: `(server, url)`. The library prints
+/// nothing itself; `hookloop mcp login` puts it on stderr.
+#[derive(Clone)]
+pub struct ShowUrl(Arc<ShowFn>);
+
+/// What [`ShowUrl`] calls: `(server, url)`.
+type ShowFn = dyn Fn(&str, &str) + Send + Sync;
+
+impl ShowUrl {
+    /// Shows the URL with `show`.
+    pub fn new(show: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(show))
+    }
+
+    fn show(&self, server: &str, url: &str) {
+        (self.0)(server, url)
+    }
+}
+
+impl PartialEq for ShowUrl {
+    /// The same function.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ShowUrl {}
+
+impl std::fmt::Debug for ShowUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShowUrl")
+    }
 }
 
 /// The client identity to use where no registration is stored.
@@ -261,7 +295,7 @@ impl ServerAuth {
         problem: AuthProblem,
     ) -> Result<(), AuthError> {
         let mut state = self.state.lock().await;
-        if self.options.authorize == Authorize::Never {
+        if matches!(self.options.authorize, Authorize::Never) {
             self.note(problem.clone());
             return Err(AuthError::AuthorizationFailed(
                 problem.describe(&self.server),
@@ -277,7 +311,7 @@ impl ServerAuth {
         let flow = flow::Flow {
             url: &self.url,
             store: &self.options.store,
-            authorize: self.options.authorize,
+            authorize: &self.options.authorize,
             client: &self.options.client,
             challenge: Some(challenge),
             scopes,

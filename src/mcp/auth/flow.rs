@@ -45,7 +45,7 @@ pub enum FlowError {
 pub(super) struct Flow<'a> {
     pub url: &'a str,
     pub store: &'a TokenStore,
-    pub authorize: Authorize,
+    pub authorize: &'a Authorize,
     pub client: &'a OAuthClient,
     /// The `WWW-Authenticate` header of the answer that asked for it, if any.
     pub challenge: Option<&'a str>,
@@ -114,8 +114,9 @@ impl Flow<'_> {
             .await
             .map_err(|(_, e)| e)?;
         let callback = match self.authorize {
-            Authorize::Browser => {
-                open_browser(self.server, session.get_authorization_url());
+            Authorize::Browser(show) => {
+                show.show(self.server, session.get_authorization_url());
+                open_browser(session.get_authorization_url());
                 wait_for_redirect(&listener, port, BROWSER_WAIT).await?
             }
             Authorize::FollowRedirects => {
@@ -146,9 +147,8 @@ impl Flow<'_> {
     }
 }
 
-/// Prints the URL for the person, and opens a browser on it when there is a display.
-fn open_browser(server: &str, url: &str) {
-    eprintln!("To log in to {server}, open this address in a browser:\n\n  {url}\n");
+/// Opens a browser on the URL when there is a display to show it on.
+fn open_browser(url: &str) {
     let opener = if cfg!(target_os = "macos") {
         Some("open")
     } else if std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some()
