@@ -6,13 +6,16 @@
 //! newest protocol rmcp speaks, falling back to `initialize`), list the tools, then call each
 //! tool once with arguments made from its input schema (the first example or enum value, else
 //! `1` for numbers, `true` for booleans, `"test"` for strings). A server's question
-//! (elicitation) is accepted with the form's defaults. OAuth is not implemented yet: those
-//! scenarios fail, which the CI step reports.
+//! (elicitation) is accepted with the form's defaults. A server that asks for OAuth is logged
+//! in to headlessly, through the code `hookloop mcp login` runs, with the browser step replaced
+//! by following the authorization page's redirects (the suite's authorization server approves
+//! at once); the scenario's context may give a pre-registered client.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use hookloop::machine::{CallId, ToolCall};
+use hookloop::mcp::auth::{Authorize, OAuthClient, OAuthOptions, TokenStore};
 use hookloop::mcp::{
     Answer, ElicitAnswer, Elicitation, ElicitationMode, HostOptions, McpHost, McpServers, Person,
     ServerConfig, ToolHost, schema_defaults,
@@ -49,6 +52,7 @@ async fn run(url: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let options = HostOptions {
         all_or_nothing: true,
+        oauth: oauth_options(),
         ..HostOptions::default()
     };
     let (host, _) = McpHost::connect(servers, options)
@@ -94,6 +98,30 @@ impl Person for Defaults {
         Box::pin(std::future::ready(ElicitAnswer::Accept(content)))
     }
 }
+
+/// Headless logins, tokens in memory (never in the user's store), and the client the scenario
+/// names: a pre-registered one from `MCP_CONFORMANCE_CONTEXT`, else the suite's client metadata
+/// document URL (used where the authorization server takes one), else registration.
+fn oauth_options() -> OAuthOptions {
+    let context: Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    let field = |name: &str| context.get(name).and_then(Value::as_str).map(str::to_owned);
+    OAuthOptions {
+        store: TokenStore::memory(),
+        authorize: Authorize::FollowRedirects,
+        client: OAuthClient {
+            client_id: field("client_id"),
+            client_secret: field("client_secret"),
+            client_metadata_url: Some(CIMD_URL.to_owned()),
+        },
+    }
+}
+
+/// The client metadata document URL the suite's authorization servers accept without
+/// fetching it.
+const CIMD_URL: &str = "https://conformance-test.local/client-metadata.json";
 
 /// Arguments that satisfy a simple input schema: each required property gets a value of its
 /// type.

@@ -156,6 +156,10 @@ enum Command {
     #[command(subcommand)]
     Transcript(TranscriptCommand),
 
+    /// The configured MCP servers: what they offer, and the logins of OAuth-protected ones.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
     #[command(hide = true)]
     TodoServer,
@@ -184,6 +188,53 @@ enum TranscriptCommand {
         /// fetched): a timeline picture above the conversation.
         #[arg(long, value_name = "OUT")]
         html: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Log in to an OAuth-protected HTTP server and store its tokens.
+    ///
+    /// Prints the authorization URL (and opens a browser when there is a display), waits for
+    /// the redirect on a loopback address, and stores the tokens in
+    /// $XDG_CONFIG_HOME/hookloop/mcp-oauth.json (mode 0600), replacing an earlier login.
+    /// Sessions then use them, refreshing them as they expire; a server that needs a login it
+    /// does not have fails to start and names this command.
+    Login {
+        /// The server's name in the configuration.
+        server: String,
+
+        /// MCP servers, in the `.mcp.json` format. Default: ./.mcp.json.
+        #[arg(long, value_name = "FILE")]
+        mcp_config: Option<PathBuf>,
+
+        /// A client id registered with the authorization server beforehand (its secret, if
+        /// any, in HOOKLOOP_OAUTH_CLIENT_SECRET); else hookloop registers itself.
+        #[arg(long, value_name = "ID")]
+        client_id: Option<String>,
+
+        /// The HTTPS URL of a client metadata document to use as the client id, where the
+        /// authorization server accepts one.
+        #[arg(long, value_name = "URL")]
+        client_metadata_url: Option<String>,
+    },
+
+    /// Forget the stored tokens of a server.
+    Logout {
+        /// The server's name in the configuration.
+        server: String,
+
+        /// MCP servers, in the `.mcp.json` format. Default: ./.mcp.json.
+        #[arg(long, value_name = "FILE")]
+        mcp_config: Option<PathBuf>,
+    },
+
+    /// Start each configured server and show its transport, protocol version, tools, hooks
+    /// and login.
+    List {
+        /// MCP servers, in the `.mcp.json` format. Default: ./.mcp.json.
+        #[arg(long, value_name = "FILE")]
+        mcp_config: Option<PathBuf>,
     },
 }
 
@@ -279,6 +330,22 @@ async fn run(command: Command) -> ExitCode {
             };
             cli::transcript::show(&file, format)
         }
+        Command::Mcp(McpCommand::Login {
+            server,
+            mcp_config,
+            client_id,
+            client_metadata_url,
+        }) => {
+            let client = cli::mcp::LoginClient {
+                client_id,
+                client_metadata_url,
+            };
+            cli::mcp::login(&server, mcp_config.as_deref(), client).await
+        }
+        Command::Mcp(McpCommand::Logout { server, mcp_config }) => {
+            cli::mcp::logout(&server, mcp_config.as_deref())
+        }
+        Command::Mcp(McpCommand::List { mcp_config }) => cli::mcp::list(mcp_config.as_deref()).await,
         // Served above, outside this runtime.
         Command::TodoServer => ExitCode::from(cli::exit::USAGE),
     }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the MCP servers the interop tests (tests/mcp_interop.rs) talk to: the official Python
-# SDK (for a hook server written with it) and three servers of the reference npm set. Versions are
+# Installs the MCP servers the interop tests (tests/mcp_interop.rs, tests/mcp_oauth.rs) talk to:
+# the official Python SDK (for a hook server written with it, and for an OAuth-protected server:
+# the SDK's `mcp.server.auth` needs nothing beyond the `mcp` package) and three servers of the
+# reference npm set. Versions are
 # pinned so a release upstream cannot change what CI tests. Everything goes under one cache
 # folder, so a second run on the same machine installs nothing.
 set -euo pipefail

@@ -4,6 +4,7 @@
 pub mod acp;
 mod ask;
 pub mod demo;
+pub mod mcp;
 pub mod run;
 pub mod script;
 pub mod transcript;
@@ -34,6 +35,9 @@ Environment (an invalid value stops start-up with a message naming it, exit stat
   HOOKLOOP_SYSTEM_PROMPT(_FILE)      the system prompt, or a file holding it
   HOOKLOOP_RECORD_DIR                acp: write each session's transcript in this folder
   HOOKLOOP_LOG                       log filter for stderr (tracing syntax), default warn
+  HOOKLOOP_OAUTH_CLIENT_SECRET       mcp login --client-id: the pre-registered client's secret
+  XDG_CONFIG_HOME                    OAuth tokens live in $XDG_CONFIG_HOME/hookloop/mcp-oauth.json
+                                     (default ~/.config/hookloop/mcp-oauth.json)
 See the README for the full table.";
 
 /// Exit statuses of `hookloop run` (and of start-up failures of every command).

@@ -319,6 +319,9 @@ pub struct HostOptions {
     /// The directories offered to servers as their roots (the session's working directory).
     /// Default: none.
     pub roots: Vec<PathBuf>,
+    /// How HTTP servers that ask for OAuth get their tokens (those whose configuration sets no
+    /// `Authorization` header). Default: the user's token store, and no login.
+    pub oauth: crate::mcp::auth::OAuthOptions,
 }
 
 impl Default for HostOptions {
@@ -338,6 +341,7 @@ impl Default for HostOptions {
             max_restart_backoff: Duration::from_secs(10),
             healthy_after: Duration::from_secs(60),
             roots: Vec::new(),
+            oauth: crate::mcp::auth::OAuthOptions::default(),
         }
     }
 }

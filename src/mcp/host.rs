@@ -175,6 +175,15 @@ impl McpHost {
         }
     }
 
+    /// The protocol version a server negotiated, while it runs (for `hookloop mcp list`).
+    pub fn protocol_version(&self, server: &str) -> Option<String> {
+        let slot = self.slot(server)?;
+        match &slot.lock().life {
+            Life::Live(conn) => conn.protocol_version(),
+            Life::Down | Life::Retired => None,
+        }
+    }
+
     /// The session id sent to hook servers.
     pub fn session_id(&self) -> &str {
         &self.shared.options.session_id

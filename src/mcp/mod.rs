@@ -5,6 +5,7 @@
 //! rmcp's types stay inside this module: the rest of the engine sees [`Catalog`],
 //! [`ToolOutput`] and [`HookReply`] only.
 
+pub mod auth;
 mod child;
 mod config;
 mod convert;

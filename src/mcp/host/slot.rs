@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use super::client::{self, CallKind, Handler, InFlight};
 use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
+use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
 use crate::mcp::{McpError, Person, convert};
@@ -121,6 +122,12 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    /// The protocol version negotiated for this life.
+    pub(super) fn protocol_version(&self) -> Option<String> {
+        let info = self.service.peer().peer_info()?;
+        Some(info.protocol_version.to_string())
+    }
+
     /// Which life of its server this is.
     pub(super) fn life(&self) -> u64 {
         self.life
@@ -443,13 +450,32 @@ impl Slot {
                 Ok((service, Some(Mutex::new(child))))
             }
             Launch::Config(ServerConfig::Http(config)) => {
-                let transport = StreamableHttpClientTransport::from_config(
-                    http_config(config).map_err(Handshake::Spawn)?,
-                );
-                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
-                    .await
-                    .map_err(|e| Handshake::Init(Box::new(e)))?;
-                Ok((service, None))
+                let transport_config = http_config(config).map_err(Handshake::Spawn)?;
+                // A configured `Authorization` header is the operator's choice of credentials;
+                // otherwise the server may ask for OAuth, and the OAuth client answers.
+                if config
+                    .headers
+                    .keys()
+                    .any(|h| h.eq_ignore_ascii_case("authorization"))
+                {
+                    let transport = StreamableHttpClientTransport::from_config(transport_config);
+                    let service = serve_client_with_lifecycle(handler, transport, lifecycle)
+                        .await
+                        .map_err(|e| Handshake::Init(Box::new(e)))?;
+                    return Ok((service, None));
+                }
+                let options = self.shared.options.oauth.clone();
+                let auth = ServerAuth::new(self.name.as_str(), &config.url, options);
+                let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
+                let transport =
+                    StreamableHttpClientTransport::with_client(client, transport_config);
+                match serve_client_with_lifecycle(handler, transport, lifecycle).await {
+                    Ok(service) => Ok((service, None)),
+                    Err(error) => Err(match auth.problem() {
+                        Some(problem) => Handshake::Auth(problem.describe(self.name.as_str())),
+                        None => Handshake::Init(Box::new(error)),
+                    }),
+                }
             }
             #[cfg(test)]
             Launch::Duplex(make) => {
@@ -475,12 +501,14 @@ enum Handshake {
     Spawn(String),
     /// The MCP handshake failed.
     Init(Box<ClientInitializeError>),
+    /// The server's authorization stopped it (no login, an expired one, too few scopes).
+    Auth(String),
 }
 
 impl Handshake {
     fn into_error(self, server: &ServerName) -> McpError {
         let reason = match self {
-            Self::Spawn(reason) => reason,
+            Self::Spawn(reason) | Self::Auth(reason) => reason,
             Self::Init(error) => error.to_string(),
         };
         McpError::Startup {

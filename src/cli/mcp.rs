@@ -1,0 +1,225 @@
+//! `hookloop mcp login | logout | list`: the logins of OAuth-protected HTTP servers, and what
+//! each configured server offers.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use hookloop::ToolHost;
+use hookloop::mcp::auth::{Authorize, LoginState, OAuthClient, OAuthOptions, ShowUrl, TokenStore};
+use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
+
+use super::{Failure, exit, wire};
+
+/// The variable holding the secret of a pre-registered client (`--client-id`): a secret on the
+/// command line would show in the process list and the shell's history.
+pub const CLIENT_SECRET_VAR: &str = "HOOKLOOP_OAUTH_CLIENT_SECRET";
+
+/// How `login` identifies hookloop to the authorization server, when not by registration.
+#[derive(Debug, Default)]
+pub struct LoginClient {
+    pub client_id: Option<String>,
+    pub client_metadata_url: Option<String>,
+}
+
+/// `hookloop mcp login <server>`: runs the authorization flow for one configured HTTP server
+/// (the URL printed, a browser opened when there is a display, the redirect awaited on a
+/// loopback address) and stores its tokens, replacing any earlier login.
+pub async fn login(server: &str, mcp_config: Option<&Path>, client: LoginClient) -> ExitCode {
+    match login_inner(server, mcp_config, client).await {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn login_inner(
+    server: &str,
+    mcp_config: Option<&Path>,
+    client: LoginClient,
+) -> Result<(), Failure> {
+    let (servers, url) = one_http_server(server, mcp_config)?;
+    let store = store()?;
+    let secret = match std::env::var(CLIENT_SECRET_VAR) {
+        Ok(secret) if client.client_id.is_some() => Some(secret),
+        Ok(_) => {
+            return Err(Failure::usage(format!(
+                "{CLIENT_SECRET_VAR} is set but --client-id is not: a secret belongs to a client id"
+            )));
+        }
+        Err(_) => None,
+    };
+    // A login replaces the one stored, so that the server asks again.
+    store.remove(&url).map_err(Failure::failed)?;
+    let options = HostOptions {
+        all_or_nothing: true,
+        oauth: OAuthOptions {
+            store: store.clone(),
+            authorize: Authorize::Browser(ShowUrl::new(|server, url| {
+                eprintln!("To log in to {server}, open this address in a browser:\n\n  {url}\n");
+            })),
+            client: OAuthClient {
+                client_id: client.client_id,
+                client_secret: secret,
+                client_metadata_url: client.client_metadata_url,
+            },
+        },
+        ..HostOptions::default()
+    };
+    let (host, _) = McpHost::connect(servers, options)
+        .await
+        .map_err(|e| Failure::failed(format!("login to {server} failed: {e}")))?;
+    let tools = host
+        .catalog()
+        .servers
+        .iter()
+        .map(|s| s.tools.len())
+        .sum::<usize>();
+    match LoginState::of(&store, &url).map_err(Failure::failed)? {
+        LoginState::None => println!("{server} did not ask for a login; it offers {tools} tools"),
+        state => println!("{server}: {state}; it offers {tools} tools"),
+    }
+    Ok(())
+}
+
+/// `hookloop mcp logout <server>`: forgets the server's tokens.
+pub fn logout(server: &str, mcp_config: Option<&Path>) -> ExitCode {
+    let run = || -> Result<(), Failure> {
+        let (_, url) = one_http_server(server, mcp_config)?;
+        if store()?.remove(&url).map_err(Failure::failed)? {
+            println!("logged out of {server}");
+        } else {
+            println!("{server} had no login");
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(failure) => failure.report(),
+    }
+}
+
+/// `hookloop mcp list`: starts every configured server (without logging in) and prints, for
+/// each, its transport, protocol version, tools, hooks and login.
+pub async fn list(mcp_config: Option<&Path>) -> ExitCode {
+    match list_inner(mcp_config).await {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
+    let servers = wire::load_mcp_config(mcp_config)?;
+    if servers.is_empty() {
+        println!("no MCP servers are configured (.mcp.json, or --mcp-config FILE)");
+        return Ok(());
+    }
+    let store = store()?;
+    let configs: Vec<_> = servers
+        .iter()
+        .map(|(n, c)| (n.clone(), c.clone()))
+        .collect();
+    let options = HostOptions {
+        oauth: OAuthOptions {
+            store: store.clone(),
+            ..OAuthOptions::default()
+        },
+        ..HostOptions::default()
+    };
+    let (host, failures) = McpHost::connect(servers, options)
+        .await
+        .map_err(Failure::failed)?;
+    let catalog = host.catalog();
+    for (name, config) in configs {
+        let (transport, auth) = match &config {
+            ServerConfig::Stdio(stdio) => {
+                let mut line = stdio.command.clone();
+                for arg in &stdio.args {
+                    line.push(' ');
+                    line.push_str(arg);
+                }
+                (format!("stdio: {line}"), None)
+            }
+            ServerConfig::Http(http) => {
+                let auth = if http
+                    .headers
+                    .keys()
+                    .any(|h| h.eq_ignore_ascii_case("authorization"))
+                {
+                    "Authorization header from the configuration".to_owned()
+                } else {
+                    LoginState::of(&store, &http.url)
+                        .map_err(Failure::failed)?
+                        .to_string()
+                };
+                (format!("http: {}", http.url), Some(auth))
+            }
+        };
+        println!("{name} ({transport})");
+        match catalog.servers.iter().find(|s| s.server == name) {
+            Some(server) => {
+                let (hooks, tools): (Vec<_>, Vec<_>) = server
+                    .tools
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .partition(|t| hookloop::hooks::is_hook(t));
+                let version = host
+                    .protocol_version(name.as_str())
+                    .unwrap_or_else(|| "unknown".into());
+                println!("  protocol {version}");
+                println!("  tools ({}): {}", tools.len(), or_none(&tools));
+                println!("  hooks ({}): {}", hooks.len(), or_none(&hooks));
+            }
+            None => {
+                let error = failures
+                    .iter()
+                    .find(|f| f.server == name)
+                    .map(|f| f.error.to_string())
+                    .unwrap_or_else(|| "not running".into());
+                println!("  did not start: {error}");
+            }
+        }
+        if let Some(auth) = auth {
+            println!("  login: {auth}");
+        }
+    }
+    Ok(())
+}
+
+fn or_none(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The user's token store.
+fn store() -> Result<TokenStore, Failure> {
+    TokenStore::default_path()
+        .map(TokenStore::file)
+        .map_err(Failure::usage)
+}
+
+/// The configuration of `server` alone, which must be an HTTP server, and its URL.
+fn one_http_server(
+    server: &str,
+    mcp_config: Option<&Path>,
+) -> Result<(McpServers, String), Failure> {
+    let servers = wire::load_mcp_config(mcp_config)?;
+    let Some((_, config)) = servers.iter().find(|(name, _)| name.as_str() == server) else {
+        let names: Vec<&str> = servers.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(Failure::usage(format!(
+            "no server named {server:?} is configured (configured: {})",
+            or_none(&names)
+        )));
+    };
+    let ServerConfig::Http(http) = config else {
+        return Err(Failure::usage(format!(
+            "{server} is a stdio server; only HTTP servers log in"
+        )));
+    };
+    let url = http.url.clone();
+    let alone = McpServers::new()
+        .with(server, config.clone())
+        .map_err(Failure::usage)?;
+    Ok((alone, url))
+}

@@ -1,0 +1,623 @@
+//! OAuth 2.1 for streamable-HTTP servers, on rmcp's `auth` support.
+//!
+//! rmcp does the protocol: protected-resource metadata (RFC 9728), authorization-server metadata
+//! (RFC 8414 and OpenID discovery), dynamic client registration, PKCE S256, the resource
+//! indicator (RFC 8707) on every token request, the authorization response's issuer (RFC 9207),
+//! refresh. This module adds what a host needs around it:
+//!
+//! - [`TokenStore`]: one private file of tokens, keyed by server URL ([`store`]);
+//! - the flow in order, with its browser step and loopback redirect listener ([`flow`]);
+//! - [`OAuthHttp`], the HTTP client of an OAuth-protected server's transport: it sends the
+//!   stored token, refreshes it when it expires or is refused, and on a `401` or a `403
+//!   insufficient_scope` either runs the flow again (a login, a step-up to the union of the
+//!   granted and the challenged scopes; at most [`MAX_AUTHORIZATIONS`] per connection) or, in a
+//!   session, fails the server with a message naming `hookloop mcp login <server>`.
+
+mod flow;
+mod store;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use futures_util::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::auth::{AuthError, AuthorizationManager, OAuthClientConfig};
+use rmcp::transport::streamable_http_client::{
+    InsufficientScopeError, SseError, StreamableHttpClient, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use serde::{Deserialize, Serialize};
+
+pub use self::flow::FlowError;
+pub use self::store::{ServerTokens, StoreError, TokenStore};
+use crate::text::lock;
+
+/// Authorizations (the first login and each scope step-up) one connection may run before it
+/// gives up: a server that keeps refusing the scopes it asked for must not loop the client.
+pub const MAX_AUTHORIZATIONS: u32 = 3;
+
+/// What the host does when a server asks for an authorization it does not have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Authorize {
+    /// Nothing: the server fails to start (or the call fails) with a message naming
+    /// `hookloop mcp login <server>`. Sessions never wait on a person.
+    #[default]
+    Never,
+    /// Show the authorization URL to the person, open a browser on it when there is a display,
+    /// and wait for the redirect on a loopback listener (`hookloop mcp login`).
+    Browser(ShowUrl),
+    /// The browser step without a browser: follow the authorization page's redirects to the
+    /// loopback listener. For authorization servers that approve without a person (the
+    /// conformance suite, tests).
+    FollowRedirects,
+}
+
+/// Shows a person the authorization URL of a login: `(server, url)`. The library prints
+/// nothing itself; `hookloop mcp login` puts it on stderr.
+#[derive(Clone)]
+pub struct ShowUrl(Arc<ShowFn>);
+
+/// What [`ShowUrl`] calls: `(server, url)`.
+type ShowFn = dyn Fn(&str, &str) + Send + Sync;
+
+impl ShowUrl {
+    /// Shows the URL with `show`.
+    pub fn new(show: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(show))
+    }
+
+    fn show(&self, server: &str, url: &str) {
+        (self.0)(server, url)
+    }
+}
+
+impl PartialEq for ShowUrl {
+    /// The same function.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ShowUrl {}
+
+impl std::fmt::Debug for ShowUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShowUrl")
+    }
+}
+
+/// The client identity to use where no registration is stored.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct OAuthClient {
+    /// A client id registered with the authorization server beforehand; no registration then.
+    pub client_id: Option<String>,
+    /// Its secret, for a confidential client.
+    pub client_secret: Option<String>,
+    /// The HTTPS URL of this client's metadata document, used as the client id where the
+    /// authorization server accepts such documents (`client_id_metadata_document_supported`).
+    pub client_metadata_url: Option<String>,
+}
+
+impl std::fmt::Debug for OAuthClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("client_metadata_url", &self.client_metadata_url)
+            .finish()
+    }
+}
+
+/// OAuth settings of a host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OAuthOptions {
+    /// Where tokens are read and written. Default: the file at [`TokenStore::default_path`]
+    /// (memory when neither `XDG_CONFIG_HOME` nor `HOME` is set).
+    pub store: TokenStore,
+    /// What to do when a server needs an authorization. Default: [`Authorize::Never`].
+    pub authorize: Authorize,
+    /// The client identity where none is stored.
+    pub client: OAuthClient,
+}
+
+impl Default for OAuthOptions {
+    fn default() -> Self {
+        Self {
+            store: TokenStore::default_path()
+                .map(TokenStore::file)
+                .unwrap_or_else(|_| TokenStore::memory()),
+            authorize: Authorize::Never,
+            client: OAuthClient::default(),
+        }
+    }
+}
+
+impl PartialEq for TokenStore {
+    /// Two handles are equal when they share one store.
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other)
+    }
+}
+
+impl Eq for TokenStore {}
+
+/// Why a server's authorization stopped it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthProblem {
+    /// It asked for a login and none is stored.
+    LoginNeeded,
+    /// Its token expired and could not be refreshed (no refresh token, or the refresh was
+    /// refused).
+    LoginExpired,
+    /// It asked for more scopes than the login granted.
+    MoreScopes(String),
+    /// The authorization flow failed.
+    Failed(String),
+}
+
+impl AuthProblem {
+    /// The problem in words, with what to do about it.
+    pub fn describe(&self, server: &str) -> String {
+        match self {
+            Self::LoginNeeded => {
+                format!("it needs a login: run `hookloop mcp login {server}`")
+            }
+            Self::LoginExpired => format!(
+                "its login expired and could not be refreshed: run `hookloop mcp login {server}` again"
+            ),
+            Self::MoreScopes(scope) => format!(
+                "it asks for more access ({scope}) than the login granted: run `hookloop mcp login {server}` again"
+            ),
+            Self::Failed(reason) => format!("its authorization failed: {reason}"),
+        }
+    }
+}
+
+/// How one server authorizes: the shared half of its [`OAuthHttp`] clients.
+pub(crate) struct ServerAuth {
+    server: String,
+    url: String,
+    options: OAuthOptions,
+    state: tokio::sync::Mutex<State>,
+    problem: Mutex<Option<AuthProblem>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The authorized client, once a login ran or the stored one was restored.
+    manager: Option<AuthorizationManager>,
+    /// Whether the store was looked at (once per connection).
+    restored: bool,
+    /// Authorizations run so far.
+    authorizations: u32,
+}
+
+impl ServerAuth {
+    /// The authorization of the server `server` at `url`.
+    pub(crate) fn new(server: &str, url: &str, options: OAuthOptions) -> Arc<Self> {
+        Arc::new(Self {
+            server: server.to_owned(),
+            url: url.to_owned(),
+            options,
+            state: tokio::sync::Mutex::new(State::default()),
+            problem: Mutex::new(None),
+        })
+    }
+
+    /// What stopped the server, if its authorization did.
+    pub(crate) fn problem(&self) -> Option<AuthProblem> {
+        lock(&self.problem).clone()
+    }
+
+    fn note(&self, problem: AuthProblem) {
+        let mut slot = lock(&self.problem);
+        // An expired login is the more useful thing to say than "needs a login", which
+        // follows from it.
+        if !(problem == AuthProblem::LoginNeeded && *slot == Some(AuthProblem::LoginExpired)) {
+            *slot = Some(problem);
+        }
+    }
+
+    /// The access token to send, refreshed first when it has expired; `None` when there is
+    /// none (the request goes without, and the server's challenge decides).
+    async fn token(&self) -> Result<Option<String>, AuthError> {
+        let mut state = self.state.lock().await;
+        if !state.restored {
+            state.restored = true;
+            state.manager = self.restore().await?;
+        }
+        let Some(manager) = &state.manager else {
+            return Ok(None);
+        };
+        match manager.get_access_token().await {
+            Ok(token) => Ok(Some(token)),
+            Err(AuthError::AuthorizationRequired) => {
+                self.note(AuthProblem::LoginExpired);
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The client of the stored login, without touching the network: the authorization
+    /// server's metadata was stored with the tokens.
+    async fn restore(&self) -> Result<Option<AuthorizationManager>, AuthError> {
+        let store_error = |e: StoreError| AuthError::CredentialStoreError(e.to_string());
+        let Some(entry) = self.options.store.get(&self.url).map_err(store_error)? else {
+            return Ok(None);
+        };
+        let (Some(credentials), Some(metadata)) = (&entry.credentials, entry.metadata.clone())
+        else {
+            return Ok(None);
+        };
+        if credentials.token_response.is_none() {
+            self.note(AuthProblem::LoginExpired);
+            return Ok(None);
+        }
+        let mut manager = new_manager(&self.url).await?;
+        manager.set_metadata(metadata);
+        let mut config = OAuthClientConfig::new(credentials.client_id.clone(), self.url.clone());
+        if let Some(secret) = &entry.client_secret {
+            config = config.with_client_secret(secret.clone());
+        }
+        manager.configure_client(config)?;
+        manager.set_credential_store(self.options.store.credentials(&self.url, None));
+        Ok(Some(manager))
+    }
+
+    /// Refreshes after the server refused a token; whether a new one came.
+    async fn refresh(&self, refused: &str) -> Result<bool, AuthError> {
+        let state = self.state.lock().await;
+        let Some(manager) = &state.manager else {
+            return Ok(false);
+        };
+        match manager.refresh_token().await {
+            Ok(response) => Ok(store::rmcp_token(&response) != refused),
+            Err(AuthError::AuthorizationRequired | AuthError::TokenRefreshRejected(_)) => {
+                self.note(AuthProblem::LoginExpired);
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Runs the flow (a login, or a step-up to `scopes`) when the host may, else records why
+    /// the server stops.
+    async fn authorize(
+        &self,
+        challenge: &str,
+        scopes: Option<Vec<String>>,
+        problem: AuthProblem,
+    ) -> Result<(), AuthError> {
+        let mut state = self.state.lock().await;
+        if matches!(self.options.authorize, Authorize::Never) {
+            self.note(problem.clone());
+            return Err(AuthError::AuthorizationFailed(
+                problem.describe(&self.server),
+            ));
+        }
+        if state.authorizations >= MAX_AUTHORIZATIONS {
+            let reason =
+                format!("the server still refuses after {MAX_AUTHORIZATIONS} authorizations");
+            self.note(AuthProblem::Failed(reason.clone()));
+            return Err(AuthError::AuthorizationFailed(reason));
+        }
+        state.authorizations += 1;
+        let flow = flow::Flow {
+            url: &self.url,
+            store: &self.options.store,
+            authorize: &self.options.authorize,
+            client: &self.options.client,
+            challenge: Some(challenge),
+            scopes,
+            server: &self.server,
+        };
+        match flow.run().await {
+            Ok((manager, metadata)) => {
+                self.options
+                    .store
+                    .update(&self.url, |entry| {
+                        let mut entry = entry.unwrap_or_default();
+                        entry.metadata = Some(metadata);
+                        Some(entry)
+                    })
+                    .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+                state.manager = Some(manager);
+                state.restored = true;
+                Ok(())
+            }
+            Err(error) => {
+                self.note(AuthProblem::Failed(error.to_string()));
+                Err(AuthError::AuthorizationFailed(error.to_string()))
+            }
+        }
+    }
+
+    /// The scopes granted so far joined with those a `403 insufficient_scope` asks for.
+    async fn step_up_scopes(&self, error: &InsufficientScopeError) -> (Vec<String>, String) {
+        let required = error
+            .get_required_scope()
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let state = self.state.lock().await;
+        let mut scopes = match &state.manager {
+            Some(manager) => manager.get_current_scopes().await,
+            None => Vec::new(),
+        };
+        for scope in required.split_whitespace() {
+            if !scopes.iter().any(|s| s == scope) {
+                scopes.push(scope.to_owned());
+            }
+        }
+        (scopes, required)
+    }
+}
+
+/// A fresh rmcp manager for `url`. Its metadata may name hosts at private addresses (an
+/// authorization server inside a company network); loopback ones only when `url` is loopback.
+async fn new_manager(url: &str) -> Result<AuthorizationManager, AuthError> {
+    AuthorizationManager::new_allowing_private_addresses(url).await
+}
+
+/// The HTTP client of an OAuth-protected server's transport. See the module doc.
+#[derive(Clone)]
+pub(crate) struct OAuthHttp {
+    http: reqwest::Client,
+    auth: Arc<ServerAuth>,
+}
+
+/// An attempt of one request; more means the server or the token store keeps changing its
+/// mind, and the request fails instead of looping.
+const MAX_ATTEMPTS: u32 = 2 + 2 * MAX_AUTHORIZATIONS;
+
+type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
+
+impl OAuthHttp {
+    /// A client for the server whose authorization is `auth`.
+    pub(crate) fn new(auth: Arc<ServerAuth>) -> Result<Self, String> {
+        // Redirects are not followed: a redirect elsewhere would carry the bearer token there.
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self { http, auth })
+    }
+
+    /// Sends with the current token and reacts to the server's verdict (see the module doc).
+    async fn send<T, F, Fut>(&self, call: F) -> HttpResult<T>
+    where
+        F: Fn(reqwest::Client, Option<String>) -> Fut,
+        Fut: Future<Output = HttpResult<T>>,
+    {
+        let mut refreshed = false;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let token = self.auth.token().await?;
+            let result = call(self.http.clone(), token.clone()).await;
+            if attempts >= MAX_ATTEMPTS {
+                return result;
+            }
+            match result {
+                Err(StreamableHttpError::AuthRequired(challenge)) => {
+                    // Another request may have logged in while this one was out.
+                    if self.auth.token().await? != token {
+                        continue;
+                    }
+                    if let Some(sent) = &token
+                        && !refreshed
+                    {
+                        refreshed = true;
+                        if self.auth.refresh(sent).await? {
+                            continue;
+                        }
+                    }
+                    self.auth
+                        .authorize(
+                            &challenge.www_authenticate_header,
+                            None,
+                            AuthProblem::LoginNeeded,
+                        )
+                        .await?;
+                }
+                Err(StreamableHttpError::InsufficientScope(error)) => {
+                    if self.auth.token().await? != token {
+                        continue;
+                    }
+                    let (scopes, required) = self.auth.step_up_scopes(&error).await;
+                    self.auth
+                        .authorize(
+                            &error.www_authenticate_header,
+                            Some(scopes),
+                            AuthProblem::MoreScopes(required),
+                        )
+                        .await?;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl StreamableHttpClient for OAuthHttp {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        self.send(|http, token| {
+            let (uri, message) = (uri.clone(), message.clone());
+            let (session_id, headers) = (session_id.clone(), custom_headers.clone());
+            async move {
+                http.post_message(uri, message, session_id, token, headers)
+                    .await
+            }
+        })
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        self.send(|http, token| {
+            let (uri, message) = (uri.clone(), message.clone());
+            let (session_id, headers) = (session_id.clone(), custom_headers.clone());
+            async move {
+                http.post_message_with_response_limits(
+                    uri, message, session_id, token, headers, limits,
+                )
+                .await
+            }
+        })
+        .await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<()> {
+        // Closing a session is no reason to log in: one try with the current token.
+        let token = self.auth.token().await?;
+        self.http
+            .delete_session(uri, session_id, token, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<BoxStream<'static, Result<sse_stream::Sse, SseError>>> {
+        self.send(|http, token| {
+            let (uri, session_id) = (uri.clone(), session_id.clone());
+            let (last_event_id, headers) = (last_event_id.clone(), custom_headers.clone());
+            async move {
+                http.get_stream(uri, session_id, last_event_id, token, headers)
+                    .await
+            }
+        })
+        .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<BoxStream<'static, Result<sse_stream::Sse, SseError>>> {
+        self.send(|http, token| {
+            let (uri, session_id) = (uri.clone(), session_id.clone());
+            let (last_event_id, headers) = (last_event_id.clone(), custom_headers.clone());
+            async move {
+                http.get_stream_with_max_sse_event_size(
+                    uri,
+                    session_id,
+                    last_event_id,
+                    token,
+                    headers,
+                    max_sse_event_size,
+                )
+                .await
+            }
+        })
+        .await
+    }
+}
+
+/// What `hookloop mcp list` says of a server's login.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoginState {
+    /// No login is stored.
+    None,
+    /// A token is stored; `expires_in_secs` is what was left of it when read, if known.
+    LoggedIn {
+        expires_in_secs: Option<u64>,
+        refreshable: bool,
+        scopes: Vec<String>,
+    },
+    /// The login's token was dropped (its refresh was refused); log in again.
+    Expired,
+}
+
+impl LoginState {
+    /// The login stored for `url`.
+    pub fn of(store: &TokenStore, url: &str) -> Result<Self, StoreError> {
+        use oauth2::TokenResponse;
+        let Some(entry) = store.get(url)? else {
+            return Ok(Self::None);
+        };
+        let Some(credentials) = &entry.credentials else {
+            return Ok(Self::None);
+        };
+        let Some(response) = &credentials.token_response else {
+            return Ok(Self::Expired);
+        };
+        let expires_in_secs = response
+            .expires_in()
+            .zip(credentials.token_received_at)
+            .map(|(lasts, received)| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                (received + lasts.as_secs()).saturating_sub(now)
+            });
+        Ok(Self::LoggedIn {
+            expires_in_secs,
+            refreshable: response.refresh_token().is_some(),
+            scopes: credentials.granted_scopes.clone(),
+        })
+    }
+}
+
+impl std::fmt::Display for LoginState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("not logged in"),
+            Self::Expired => f.write_str("login expired (log in again)"),
+            Self::LoggedIn {
+                expires_in_secs,
+                refreshable,
+                scopes,
+            } => {
+                f.write_str("logged in")?;
+                if !scopes.is_empty() {
+                    write!(f, " ({})", scopes.join(" "))?;
+                }
+                match (expires_in_secs, refreshable) {
+                    (Some(0), true) => f.write_str(", token expired, refreshed on next use"),
+                    (Some(0), false) => f.write_str(", token expired"),
+                    (Some(secs), _) => write!(f, ", token valid for {secs} s"),
+                    (None, _) => Ok(()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! OAuth against a real OAuth-protected MCP server built on the official Python SDK
+//! (`tests/interop/oauth_server.py`, on 127.0.0.1): `hookloop mcp login` through the real flow
+//! (the test plays the browser: it follows the printed URL's redirects to the loopback
+//! listener), a session calling the server's tools with the stored tokens, an expiring token
+//! refreshed without anyone, a refused refresh, a server without a login, and tokens kept out of
+//! transcripts and logs.
+//!
+//! The Python SDK comes from `.ci/setup.d/30-mcp-interop.sh` (`HOOKLOOP_INTEROP_PYTHON`);
+//! without it these tests say so in one line and do nothing.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use hookloop::mcp::auth::{Authorize, LoginState, OAuthOptions, TokenStore};
+use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
+use hookloop::testing::{ScriptedLlm, Step};
+use hookloop::{Config, PromptStop, Session, ToolHost};
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+use common::Scratch;
+
+const HOOKLOOP: &str = env!("CARGO_BIN_EXE_hookloop");
+const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/oauth_server.py");
+
+/// The SDK's Python, or `None` after saying (once) that these tests did not run.
+fn python() -> Option<PathBuf> {
+    if let Some(python) = std::env::var_os("HOOKLOOP_INTEROP_PYTHON") {
+        return Some(python.into());
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but HOOKLOOP_INTEROP_PYTHON is not: .ci/setup.d/30-mcp-interop.sh did not run"
+    );
+    static SAID: Once = Once::new();
+    SAID.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "OAuth interop tests not run: HOOKLOOP_INTEROP_PYTHON is unset; run .ci/run, or \
+             `CI_ENV=/tmp/interop.env bash .ci/setup.d/30-mcp-interop.sh && set -a && \
+             . /tmp/interop.env && set +a && cargo test --test mcp_oauth`"
+        );
+    });
+    None
+}
+
+/// The Python server, killed when dropped.
+struct OAuthServer {
+    child: Child,
+    url: String,
+}
+
+impl OAuthServer {
+    fn start(python: &Path, args: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(python)
+            .arg(SERVER)
+            .arg(port.to_string())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python runs");
+        let server = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        // Up once its metadata answers.
+        let metadata = format!("http://127.0.0.1:{port}/.well-known/oauth-authorization-server");
+        for _ in 0..200 {
+            if answers_ok(&metadata) {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the OAuth server did not come up at {metadata}");
+    }
+
+    fn mcp_json(&self, dir: &Scratch) -> String {
+        let path = dir.file("mcp.json");
+        let config = json!({"mcpServers": {"secure": {"type": "http", "url": self.url}}});
+        std::fs::write(&path, config.to_string()).unwrap();
+        path
+    }
+}
+
+impl Drop for OAuthServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether a GET of `url` answers 200: a readiness check, blocking, without a blocking HTTP
+/// client in the dependencies.
+fn answers_ok(url: &str) -> bool {
+    use std::io::Read;
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else {
+        return false;
+    };
+    let request = format!("GET /{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200")
+}
+
+/// Runs `hookloop mcp login secure` with its config folder in `dir`, playing the browser: the
+/// URL it prints is fetched, redirects followed, which ends at its loopback listener.
+async fn login_with_the_binary(dir: &Scratch, mcp_json: &str) -> String {
+    let mut child = tokio::process::Command::new(HOOKLOOP)
+        .args(["mcp", "login", "secure", "--mcp-config", mcp_json])
+        .env("XDG_CONFIG_HOME", dir.path())
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+            .await
+            .expect("login prints the authorization URL in time")
+            .unwrap()
+            .expect("login prints the authorization URL");
+        let line = line.trim();
+        if line.starts_with("http://") {
+            break line.to_owned();
+        }
+    };
+    // Keep reading what it says, so that it never writes into a closed pipe.
+    let said = tokio::spawn(async move {
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = stderr.next_line().await {
+            rest.push(line);
+        }
+        rest
+    });
+    assert!(url.contains("code_challenge_method=S256"), "{url}");
+    assert!(url.contains("resource="), "the resource indicator: {url}");
+    // The browser: follows the authorization page's redirect to the loopback listener.
+    let page = reqwest::get(&url).await.unwrap();
+    assert_eq!(page.status(), 200);
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let said = said.await.unwrap().join("\n");
+    assert!(output.status.success(), "login failed: {stdout}{said}");
+    stdout
+}
+
+fn store_path(dir: &Scratch) -> PathBuf {
+    dir.path().join("hookloop").join("mcp-oauth.json")
+}
+
+fn options(store: TokenStore) -> HostOptions {
+    HostOptions {
+        oauth: OAuthOptions {
+            store,
+            ..OAuthOptions::default()
+        },
+        ..common::fast_options()
+    }
+}
+
+fn servers(url: &str) -> McpServers {
+    McpServers::new()
+        .with("secure", ServerConfig::http(url))
+        .unwrap()
+}
+
+/// Every secret of the stored login.
+fn stored_secrets(store: &TokenStore, url: &str) -> Vec<String> {
+    let entry = store.get(url).unwrap().expect("a stored login");
+    let text = serde_json::to_value(entry.credentials.unwrap()).unwrap();
+    let response = &text["token_response"];
+    let mut secrets = vec![response["access_token"].as_str().unwrap().to_owned()];
+    if let Some(refresh) = response["refresh_token"].as_str() {
+        secrets.push(refresh.to_owned());
+    }
+    secrets
+}
+
+/// A `tracing` writer into a shared buffer, to read what a session logged.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn login_then_a_session_calls_tools_and_an_expired_token_is_refreshed() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &["--token-secs", "2"]);
+    let dir = Scratch::new("oauth-login");
+    let mcp_json = server.mcp_json(&dir);
+
+    let said = login_with_the_binary(&dir, &mcp_json).await;
+    assert!(said.contains("secure: logged in (todo)"), "{said}");
+    assert!(said.contains("2 tools"), "{said}");
+    let path = store_path(&dir);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the token store is private");
+    }
+    let store = TokenStore::file(&path);
+    let first_secrets = stored_secrets(&store, &server.url);
+
+    // Everything the session logs, at the most verbose level, goes into `logs`.
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("trace")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let (host, failures) = McpHost::connect(servers(&server.url), options(store.clone()))
+        .await
+        .unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("secure__add", json!({"a": 2, "b": 3}))]),
+        Step::text("five"),
+        Step::tools(2, &[("secure__stats", json!({}))]),
+        Step::text("done"),
+    ]);
+    let transcript = dir.file("session.jsonl");
+    let mut session = Session::new(Config::builder().build().unwrap(), llm.clone(), host);
+    let recorder = session.record_to(&transcript).unwrap();
+    assert_eq!(session.prompt("Add.").await.unwrap(), PromptStop::EndTurn);
+    // The token lasts 2 s; past that the next call refreshes it first.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(session.prompt("Stats.").await.unwrap(), PromptStop::EndTurn);
+    session.close().await.unwrap();
+    recorder.check().unwrap();
+
+    let results: Vec<String> = llm
+        .requests()
+        .iter()
+        .flat_map(|r| r.messages.iter())
+        .filter_map(|m| match m {
+            hookloop::machine::Message::ToolResult { output, .. } => Some(output.joined_text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], "5", "{results:?}");
+    let stats: serde_json::Value = serde_json::from_str(results.last().unwrap()).unwrap();
+    assert_eq!(stats["codes"], 1, "one login: {stats}");
+    assert!(
+        stats["refreshes"].as_u64().unwrap() >= 1,
+        "a refresh: {stats}"
+    );
+
+    // The refreshed tokens were stored, and no token, old or new, is in the transcript or logs.
+    let mut secrets = first_secrets;
+    secrets.extend(stored_secrets(&store, &server.url));
+    assert_ne!(secrets[0], secrets[2], "the access token changed");
+    let recorded = std::fs::read_to_string(&transcript).unwrap();
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logged.contains("secure"), "the capture saw the session");
+    for secret in &secrets {
+        assert!(
+            !recorded.contains(secret.as_str()),
+            "a token in the transcript"
+        );
+        assert!(!logged.contains(secret.as_str()), "a token in the logs");
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_a_login_is_left_out_with_the_login_command() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &[]);
+    let mut list = servers(&server.url);
+    list.push(
+        hookloop::ServerName::new("plain").unwrap(),
+        common::test_server(&[]),
+    )
+    .unwrap();
+    let (host, failures) = McpHost::connect(list, options(TokenStore::memory()))
+        .await
+        .unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let message = failures[0].error.to_string();
+    assert!(
+        message.contains("run `hookloop mcp login secure`"),
+        "{message}"
+    );
+    // The session runs without it.
+    let catalog = host.catalog();
+    let names: Vec<_> = catalog.servers.iter().map(|s| s.server.as_str()).collect();
+    assert_eq!(names, ["plain"]);
+}
+
+#[tokio::test]
+async fn a_refused_refresh_says_to_log_in_again() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &["--token-secs", "1", "--refuse-refresh"]);
+    let dir = Scratch::new("oauth-refused");
+    let store = TokenStore::file(store_path(&dir));
+    // A login through the same flow `mcp login` runs, the browser step headless.
+    let login = HostOptions {
+        oauth: OAuthOptions {
+            store: store.clone(),
+            authorize: Authorize::FollowRedirects,
+            ..OAuthOptions::default()
+        },
+        ..common::fast_options()
+    };
+    let (host, failures) = McpHost::connect(servers(&server.url), login).await.unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    drop(host);
+    assert!(matches!(
+        LoginState::of(&store, &server.url).unwrap(),
+        LoginState::LoggedIn { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let (_host, failures) = McpHost::connect(servers(&server.url), options(store.clone()))
+        .await
+        .unwrap();
+    assert_eq!(failures.len(), 1);
+    let message = failures[0].error.to_string();
+    assert!(
+        message.contains("could not be refreshed: run `hookloop mcp login secure` again"),
+        "{message}"
+    );
+    // The refused tokens are dropped: the store says to log in again.
+    assert_eq!(
+        LoginState::of(&store, &server.url).unwrap(),
+        LoginState::Expired
+    );
+}
+
+#[tokio::test]
+async fn list_shows_the_login_and_logout_forgets_it() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &[]);
+    let dir = Scratch::new("oauth-list");
+    let mcp_json = server.mcp_json(&dir);
+    let run = |args: &[&str]| {
+        let output = Command::new(HOOKLOOP)
+            .args(args)
+            .args(["--mcp-config", &mcp_json])
+            .env("XDG_CONFIG_HOME", dir.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let before = run(&["mcp", "list"]);
+    assert!(
+        before.contains(&format!("secure (http: {})", server.url)),
+        "{before}"
+    );
+    assert!(
+        before.contains("run `hookloop mcp login secure`"),
+        "{before}"
+    );
+    assert!(before.contains("login: not logged in"), "{before}");
+
+    login_with_the_binary(&dir, &mcp_json).await;
+    let after = run(&["mcp", "list"]);
+    assert!(after.contains("tools (2): add, stats"), "{after}");
+    assert!(after.contains("protocol "), "{after}");
+    assert!(after.contains("login: logged in (todo)"), "{after}");
+
+    assert!(run(&["mcp", "logout", "secure"]).contains("logged out of secure"));
+    let gone = run(&["mcp", "list"]);
+    assert!(gone.contains("login: not logged in"), "{gone}");
+}
