@@ -9,7 +9,7 @@ use super::message::ToolSpec;
 use crate::hooks::{self, Hook, ServerName};
 
 /// The catalog as the machine uses it.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Tools {
     pub(super) model: Vec<ToolSpec>,
     /// Names this catalog for [`Lineage::tools`](super::Lineage::tools); 0 for the empty

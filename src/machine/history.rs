@@ -67,6 +67,13 @@ impl History {
         self.lineage
     }
 
+    /// The figures the context estimate is computed from: the bytes held, the last usage anchor,
+    /// and the bytes when the last request was sent.
+    #[cfg(feature = "testing")]
+    pub(crate) fn accounting(&self) -> (usize, Option<(u64, usize)>, usize) {
+        (self.bytes, self.anchor, self.request_bytes)
+    }
+
     /// Whether a tool call with this id is in the history.
     pub fn has_call_id(&self, id: &CallId) -> bool {
         self.call_ids.contains(id)

@@ -43,6 +43,8 @@
 mod catalog;
 mod digest;
 mod effect;
+#[cfg(feature = "testing")]
+mod fingerprint;
 mod history;
 mod input;
 mod message;
@@ -82,6 +84,10 @@ pub fn unknown_tool_text(name: &str) -> String {
 }
 
 /// One session's state machine. See the [module docs](self) for the driving contract.
+///
+/// A clone is an independent session from the moment it is taken (its history gets a lineage of
+/// its own): what an explorer of the state space forks at every branch.
+#[derive(Clone)]
 pub struct Machine {
     sm: statig::blocking::InitializedStateMachine<Core>,
     outbox: Outbox,
@@ -271,7 +277,7 @@ pub enum MachineError {
 }
 
 /// The statig context: where handlers put their orders and their refusals.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Outbox {
     effects: VecDeque<Effect>,
     error: Option<MachineError>,
@@ -302,6 +308,7 @@ impl Outbox {
 }
 
 /// Shared storage: what lives for the whole session, in every state.
+#[derive(Clone)]
 pub(crate) struct Core {
     policy: Policy,
     system_prompt: Option<String>,
@@ -324,7 +331,7 @@ pub(crate) struct Core {
 }
 
 /// Data of the running prompt.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Turn {
     text: String,
     /// Model requests made for this prompt (summaries excluded).
@@ -345,7 +352,7 @@ pub(crate) enum Resume {
 
 /// What a hook round leads to once every server has answered: the continuation of the one
 /// hook-round state, each applied by the function named after its hook.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Then {
     /// `on_session_start`, then the rest of the prompt's start.
     SessionStart,
@@ -376,7 +383,7 @@ enum PromptStage {
 
 #[state_machine(
     initial = "State::idle()",
-    state(derive(Debug)),
+    state(derive(Debug, Clone)),
     superstate(derive(Debug)),
     visibility = "pub(crate)",
     after_transition = "Self::after_transition"

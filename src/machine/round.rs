@@ -6,7 +6,7 @@ use super::message::{CallId, ToolCall, ToolOutput};
 use crate::hooks::{Hook, ServerName};
 
 /// The outstanding calls of one model reply, in the order the model made them.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct ToolBatch {
     pub(super) ids: Vec<CallId>,
     pub(super) results: Vec<Option<ToolOutput>>,
@@ -35,15 +35,15 @@ impl ToolBatch {
 /// One hook called on several servers, each once per subject (the calls a `_PreToolUse` round
 /// gates, say; one subject for most hooks). Answers are kept by subject, then in server
 /// configuration order.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct HookRound {
     pub(super) hook: Hook,
     pub(super) servers: Vec<ServerName>,
     /// `answers[subject * servers.len() + server]`.
-    answers: Vec<Answer>,
+    pub(super) answers: Vec<Answer>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Answer {
     Waiting,
     Quiet,

@@ -21,6 +21,11 @@ use crate::machine::{
 };
 use crate::mcp::{HookCall, ToolHost};
 
+pub mod explore;
+mod invariants;
+
+pub use self::invariants::{Invariants, Violation};
+
 /// Checks the pairing invariant on one request's messages: every tool result answers a call
 /// made earlier in the same request, exactly once, and every call is answered.
 pub fn check_pairing(messages: &[Message]) -> Result<(), String> {

@@ -1,0 +1,764 @@
+//! Exhaustive exploration of the machine up to a bound: every sequence of facts from a small
+//! alphabet, breadth first, each distinct state visited once, every [invariant](super::Invariants)
+//! checked on every transition.
+//!
+//! # What is explored
+//!
+//! A [`Setup`] is one configuration: one or two servers (`s0`, `s1`), each with a `run` tool and
+//! any subset of the eight hooks; the allowlist off, `s0` only, or all; a `_Stop` budget. From
+//! each state the explorer feeds every fact the state accepts, drawn from this alphabet:
+//!
+//! - idle: a short prompt, and a long one over the context budget;
+//! - awaiting a turn: text ending with `end_turn` (with and without usage below the budget),
+//!   `stop_sequence`, `pause_turn`, an unknown reason, `max_tokens`, `refusal`; one tool call
+//!   (with and without usage over the budget); two calls; a call to a hook's name; a call to an
+//!   unknown tool; a failed request;
+//! - awaiting a summary: a summary, an empty one, a failure;
+//! - per outstanding tool call: a result, an error result;
+//! - per outstanding hook call (server and subject): an answer with text, an empty answer, an
+//!   error result, a timeout;
+//! - in every state: cancel, close, and the two catalogs (the setup's, and one where the last
+//!   server's hook set is complemented: a hook added or removed mid-session).
+//!
+//! and in every state one fact it must refuse (a result for a call nobody made), which must
+//! leave the machine as it was. In `Done` it feeds `Closed` (accepted, no order) and a prompt
+//! (refused).
+//!
+//! # Deduplication
+//!
+//! A state is the machine's canonical encoding (see the machine's `fingerprint` module: its
+//! state and data, counters, catalog and the *shape* of the history, not its words) together
+//! with what the invariants remember. The encoding is hashed to 128 bits; two distinct states
+//! would have to collide on both 64-bit halves to be merged.
+//!
+//! # Counterexamples
+//!
+//! Breadth first, the first violation found is reached by a shortest sequence of facts. It is
+//! returned as a [`Counterexample`] whose [`transcript`](Counterexample::transcript) (format
+//! version 2) `hookloop replay` reads: the facts, and the orders the explored machine gave.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde_json::json;
+
+use super::invariants::{Invariants, Violation};
+use crate::hooks::{Hook, HookServers, ServerName};
+use crate::machine::{
+    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, MachineError, Phase, Policy,
+    Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
+};
+use crate::transcript::{Header, Record, Transcript};
+
+/// What the explorer drives: the machine, or a wrapper around it (a planted bug, a policy
+/// extension). Cloned at every branch.
+pub trait Subject: Clone {
+    /// The machine the invariants look at.
+    fn machine(&self) -> &Machine;
+    /// Feeds one fact, as [`Machine::handle`].
+    fn handle(&mut self, fact: Input) -> Result<(), MachineError>;
+    /// The next order, as [`Machine::poll_effect`].
+    fn poll_effect(&mut self) -> Option<Effect>;
+    /// Appends the subject's canonical encoding; a wrapper adds its own state to
+    /// [`fingerprint`]'s.
+    fn fingerprint(&self, out: &mut Vec<u8>) {
+        fingerprint(self.machine(), out);
+    }
+}
+
+impl Subject for Machine {
+    fn machine(&self) -> &Machine {
+        self
+    }
+
+    fn handle(&mut self, fact: Input) -> Result<(), MachineError> {
+        Machine::handle(self, fact)
+    }
+
+    fn poll_effect(&mut self) -> Option<Effect> {
+        Machine::poll_effect(self)
+    }
+}
+
+/// Appends the machine's canonical encoding: what its future depends on, without the words
+/// (the module docs say why that is sound).
+pub fn fingerprint(machine: &Machine, out: &mut Vec<u8>) {
+    machine.fingerprint(out);
+}
+
+/// Which servers' hooks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Allow {
+    Off,
+    /// `s0` only.
+    One,
+    All,
+}
+
+/// One configuration to explore.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Setup {
+    /// Per server (`s0`, `s1`), a bit per hook of [`Hook::ALL`].
+    pub servers: Vec<u8>,
+    pub allow: Allow,
+    /// The `_Stop` budget.
+    pub budget: u32,
+}
+
+/// The context window of every setup: a budget of 2,000 tokens that the long prompt and the
+/// high usage figure exceed.
+const MAX_CONTEXT_TOKENS: u64 = 3_000;
+const MAX_OUTPUT_TOKENS: u32 = 1_000;
+const LONG_PROMPT_BYTES: usize = 9_000;
+const USAGE_BELOW: u64 = 100;
+const USAGE_ABOVE: u64 = 2_100;
+
+impl Setup {
+    /// Every configuration the issue lists: 1 and 2 servers, each with any subset of the eight
+    /// hooks, the allowlist off, one or all, budget 0 to 3.
+    pub fn all() -> impl Iterator<Item = Self> {
+        let one = (0..=255u8).map(|a| vec![a]);
+        let two = (0..=255u8).flat_map(|a| (0..=255u8).map(move |b| vec![a, b]));
+        one.chain(two).flat_map(|servers| {
+            [Allow::Off, Allow::One, Allow::All]
+                .into_iter()
+                .flat_map(move |allow| {
+                    let servers = servers.clone();
+                    (0..4).map(move |budget| Self {
+                        servers: servers.clone(),
+                        allow,
+                        budget,
+                    })
+                })
+        })
+    }
+
+    /// The representative of this setup's class: setups whose machines the allowlist and the
+    /// budget make identical explore the same states. Hooks of servers the allowlist leaves
+    /// out are never called and never reach the model, so they are dropped; the budget matters
+    /// only when an allowed server has `_Stop`, else it is 0.
+    pub fn canonical(&self) -> Self {
+        let servers: Vec<u8> = self
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, bits)| match (self.allow, i) {
+                (Allow::All, _) | (Allow::One, 0) => *bits,
+                (Allow::Off | Allow::One, _) => 0,
+            })
+            .collect();
+        let stop_bit = 1 << hook_bit(Hook::Stop);
+        let has_stop = servers.iter().any(|bits| bits & stop_bit != 0);
+        let any_hook = servers.iter().any(|bits| *bits != 0);
+        let allow = match self.allow {
+            // With no hook left, the allowlist decides nothing; with one server, `s0` is all.
+            _ if !any_hook => Allow::Off,
+            Allow::One if servers.len() == 1 => Allow::All,
+            allow => allow,
+        };
+        Self {
+            servers,
+            allow,
+            budget: if has_stop { self.budget } else { 0 },
+        }
+    }
+
+    /// A short name for reports: `s0=…,s1=… allow=… budget=…`, hooks by their initials.
+    pub fn name(&self) -> String {
+        let servers: Vec<String> = self
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, bits)| {
+                let hooks: Vec<&str> = Hook::ALL
+                    .iter()
+                    .enumerate()
+                    .filter(|(bit, _)| bits & (1 << bit) != 0)
+                    .map(|(_, hook)| hook.tool_name())
+                    .collect();
+                format!("s{i}=[{}]", hooks.join(" "))
+            })
+            .collect();
+        format!(
+            "{} allow={:?} budget={}",
+            servers.join(","),
+            self.allow,
+            self.budget
+        )
+    }
+
+    /// The machine's policy under this setup.
+    pub fn policy(&self) -> Policy {
+        let hook_servers = match self.allow {
+            Allow::Off => HookServers::Off,
+            Allow::One => HookServers::Named(vec![server(0)]),
+            Allow::All => HookServers::All,
+        };
+        Policy {
+            hook_servers,
+            stop_max_rejections: self.budget,
+            max_context_tokens: MAX_CONTEXT_TOKENS,
+            max_output_tokens: MAX_OUTPUT_TOKENS,
+            ..Policy::default()
+        }
+    }
+
+    /// The catalog the session starts with.
+    pub fn catalog(&self) -> Catalog {
+        catalog_of(&self.servers)
+    }
+
+    /// The other catalog of the alphabet: the last server's hook set complemented.
+    pub fn alternate_catalog(&self) -> Catalog {
+        let mut servers = self.servers.clone();
+        if let Some(last) = servers.last_mut() {
+            *last = !*last;
+        }
+        catalog_of(&servers)
+    }
+
+    /// A new machine under this setup, its catalog fed.
+    pub fn machine(&self) -> Machine {
+        let mut machine = Machine::new(self.policy(), Some(SYSTEM.to_owned()));
+        // The first fact of every session; a catalog is accepted in every state but Done.
+        let _ = machine.handle(Input::CatalogChanged {
+            catalog: self.catalog(),
+        });
+        while machine.poll_effect().is_some() {}
+        machine
+    }
+
+    /// The header of a transcript of this setup.
+    fn header(&self) -> Header {
+        Header::from_parts(self.policy(), Some(SYSTEM.to_owned())).with_catalog(self.catalog())
+    }
+}
+
+const SYSTEM: &str = "system";
+
+fn hook_bit(hook: Hook) -> usize {
+    Hook::ALL.iter().position(|h| *h == hook).unwrap_or(0)
+}
+
+fn server(i: usize) -> ServerName {
+    // "s0", "s1": valid names by construction.
+    ServerName::new(format!("s{i}")).unwrap_or_else(|e| panic!("explorer server name: {e}"))
+}
+
+fn catalog_of(servers: &[u8]) -> Catalog {
+    let info = |name: &str| ToolInfo {
+        name: name.to_owned(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+        hints: ToolHints::default(),
+    };
+    Catalog {
+        servers: servers
+            .iter()
+            .enumerate()
+            .map(|(i, bits)| ServerTools {
+                server: server(i),
+                tools: std::iter::once(info("run"))
+                    .chain(
+                        Hook::ALL
+                            .iter()
+                            .enumerate()
+                            .filter(|(bit, _)| bits & (1 << bit) != 0)
+                            .map(|(_, hook)| info(hook.tool_name())),
+                    )
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// What one exploration found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub setup: Setup,
+    /// Distinct states visited (the start included).
+    pub states: usize,
+    /// Facts fed and accepted, from every visited state.
+    pub transitions: usize,
+    /// The deepest level visited, in facts after the first catalog.
+    pub depth: usize,
+    /// The search ran out of new states before the bound.
+    pub exhausted: bool,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} states, {} transitions, depth {}{}",
+            self.setup.name(),
+            self.states,
+            self.transitions,
+            self.depth,
+            if self.exhausted { " (exhausted)" } else { "" }
+        )
+    }
+}
+
+/// A violated invariant and the shortest sequence of facts that reaches it.
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    pub setup: Setup,
+    pub violation: Violation,
+    /// The facts after the first catalog, in order; the last one broke the rule.
+    pub facts: Vec<Input>,
+    /// The whole sequence as a transcript: the first catalog, each fact and the orders it got.
+    pub transcript: Transcript,
+}
+
+impl fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.setup.name())?;
+        writeln!(f, "violated: {}", self.violation)?;
+        writeln!(f, "after {} facts:", self.facts.len())?;
+        for (i, fact) in self.facts.iter().enumerate() {
+            writeln!(f, "  {:>2}. {}", i + 1, fact_line(fact))?;
+        }
+        writeln!(f, "transcript (hookloop replay reads it):")?;
+        f.write_str(&self.transcript.to_jsonl())
+    }
+}
+
+fn fact_line(fact: &Input) -> String {
+    serde_json::to_string(fact).unwrap_or_else(|_| fact.kind().to_owned())
+}
+
+impl std::error::Error for Counterexample {}
+
+/// What the driver owes the machine: the answers to its last awaited order still missing.
+#[derive(Clone, Debug)]
+enum Pending {
+    Nothing,
+    Model(Purpose),
+    Tools(Vec<CallId>),
+    Hooks(Hook, Vec<(ServerName, Option<u32>)>),
+}
+
+struct Node {
+    parent: u32,
+    fact: Option<Input>,
+}
+
+struct Frontier<S> {
+    node: u32,
+    subject: S,
+    invariants: Invariants,
+    pending: Pending,
+}
+
+/// Explores `setup` from `start` breadth first to `max_depth` facts, or until no new state is
+/// left. Returns the first violation as a shortest counterexample.
+pub fn explore<S: Subject>(
+    setup: &Setup,
+    start: S,
+    max_depth: usize,
+) -> Result<Report, Box<Counterexample>> {
+    let alphabet = Alphabet::new(setup);
+    let mut report = Report {
+        setup: setup.clone(),
+        states: 1,
+        transitions: 0,
+        depth: 0,
+        exhausted: false,
+    };
+    let invariants = Invariants::new(&start.machine().policy().clone());
+    let mut seen = HashSet::new();
+    let mut buffer = Vec::new();
+    seen.insert(key(&start, &invariants, &mut buffer));
+    let mut nodes = vec![Node {
+        parent: u32::MAX,
+        fact: None,
+    }];
+    let mut layer = vec![Frontier {
+        node: 0,
+        subject: start.clone(),
+        invariants,
+        pending: Pending::Nothing,
+    }];
+    let mut depth = 0;
+    while !layer.is_empty() && depth < max_depth {
+        depth += 1;
+        let mut next = Vec::new();
+        for item in &layer {
+            let before = item.subject.machine().phase();
+            let probe = refused_probe(before);
+            let mut refused = item.subject.clone();
+            if refused.handle(probe.clone()).is_ok() {
+                let violation = Violation {
+                    rule: "a fact nobody asked for is refused",
+                    detail: format!("{} accepted while {before}", probe.kind()),
+                };
+                return Err(counterexample(
+                    setup, &start, &nodes, item.node, &probe, violation,
+                ));
+            }
+            if refused.poll_effect().is_some()
+                || key(&refused, &item.invariants, &mut buffer)
+                    != key(&item.subject, &item.invariants, &mut buffer)
+            {
+                let violation = Violation {
+                    rule: "a refused fact changes nothing",
+                    detail: format!("{} while {before}", probe.kind()),
+                };
+                return Err(counterexample(
+                    setup, &start, &nodes, item.node, &probe, violation,
+                ));
+            }
+            for fact in alphabet.facts(before, &item.pending) {
+                let mut subject = item.subject.clone();
+                let history_before = item.subject.machine().history();
+                if let Err(error) = subject.handle(fact.clone()) {
+                    if before == Phase::Done && !matches!(fact, Input::Closed) {
+                        continue;
+                    }
+                    let violation = Violation {
+                        rule: "no refused fact in a state that claims to accept it",
+                        detail: format!("{error}"),
+                    };
+                    return Err(counterexample(
+                        setup, &start, &nodes, item.node, &fact, violation,
+                    ));
+                }
+                report.transitions += 1;
+                let effects: Vec<Effect> = std::iter::from_fn(|| subject.poll_effect()).collect();
+                let mut invariants = item.invariants.clone();
+                if let Err(violation) =
+                    invariants.check(before, &fact, subject.machine(), &effects, history_before)
+                {
+                    return Err(counterexample(
+                        setup, &start, &nodes, item.node, &fact, violation,
+                    ));
+                }
+                let pending =
+                    next_pending(&item.pending, &fact, &effects, subject.machine().phase());
+                if let Err(violation) = no_stall(subject.machine().phase(), &pending) {
+                    return Err(counterexample(
+                        setup, &start, &nodes, item.node, &fact, violation,
+                    ));
+                }
+                if !seen.insert(key(&subject, &invariants, &mut buffer)) {
+                    continue;
+                }
+                let node = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+                nodes.push(Node {
+                    parent: item.node,
+                    fact: Some(fact),
+                });
+                report.states += 1;
+                report.depth = depth;
+                next.push(Frontier {
+                    node,
+                    subject,
+                    invariants,
+                    pending,
+                });
+            }
+        }
+        layer = next;
+    }
+    report.exhausted = layer.is_empty();
+    Ok(report)
+}
+
+/// The state's key: the subject's encoding and what the invariants remember, hashed to 128 bits.
+fn key<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Vec<u8>) -> u128 {
+    buffer.clear();
+    subject.fingerprint(buffer);
+    buffer.push(0xFE);
+    invariants.fingerprint(buffer);
+    let half = |salt: u8| {
+        let mut hasher = DefaultHasher::new();
+        salt.hash(&mut hasher);
+        buffer.hash(&mut hasher);
+        hasher.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+/// A fact the machine must refuse whatever it waits for: a result for a call nobody made (in
+/// `Done`, a prompt).
+fn refused_probe(phase: Phase) -> Input {
+    match phase {
+        Phase::Done => Input::Prompted {
+            text: "after the end".into(),
+        },
+        _ => Input::ToolFinished {
+            id: CallId("never_made".into()),
+            output: ToolOutput::text("x"),
+        },
+    }
+}
+
+/// A running prompt always waits for an answer the driver owes.
+fn no_stall(phase: Phase, pending: &Pending) -> Result<(), Violation> {
+    let waits = !matches!(phase, Phase::Idle | Phase::Done);
+    if waits == !matches!(pending, Pending::Nothing) {
+        Ok(())
+    } else {
+        Err(Violation {
+            rule: "a running prompt always waits for an order's answer",
+            detail: format!("{phase} with {pending:?} owed"),
+        })
+    }
+}
+
+/// What is owed after `fact` answered part of `owed`, the machine gave `effects` and is now in
+/// `phase`.
+fn next_pending(owed: &Pending, fact: &Input, effects: &[Effect], phase: Phase) -> Pending {
+    let order = effects.iter().rev().find_map(|effect| match effect {
+        Effect::CallLlm { purpose, .. } => Some(Pending::Model(*purpose)),
+        Effect::CallTools { calls } => Some(Pending::Tools(
+            calls.iter().map(|call| call.id.clone()).collect(),
+        )),
+        Effect::CallHooks {
+            hook,
+            servers,
+            subjects,
+            ..
+        } => {
+            let keys: Vec<Option<u32>> = if subjects.is_empty() {
+                vec![None]
+            } else {
+                (0..subjects.len()).map(|i| u32::try_from(i).ok()).collect()
+            };
+            Some(Pending::Hooks(
+                *hook,
+                keys.iter()
+                    .flat_map(|key| servers.iter().map(move |s| (s.clone(), *key)))
+                    .collect(),
+            ))
+        }
+        Effect::KillServer { .. } | Effect::Notify { .. } | Effect::Finish { .. } => None,
+    });
+    if let Some(order) = order {
+        return order;
+    }
+    if matches!(phase, Phase::Idle | Phase::Done) {
+        return Pending::Nothing;
+    }
+    let left = match (owed, fact) {
+        (Pending::Tools(ids), Input::ToolFinished { id, .. }) => {
+            Pending::Tools(ids.iter().filter(|i| *i != id).cloned().collect())
+        }
+        (
+            Pending::Hooks(hook, slots),
+            Input::HookAnswered {
+                server, subject, ..
+            },
+        ) => Pending::Hooks(
+            *hook,
+            slots
+                .iter()
+                .filter(|(s, k)| !(s == server && k == subject))
+                .cloned()
+                .collect(),
+        ),
+        (Pending::Model(_), Input::LlmReplied { .. } | Input::LlmFailed { .. }) => Pending::Nothing,
+        (owed, _) => owed.clone(),
+    };
+    match left {
+        Pending::Tools(ids) if ids.is_empty() => Pending::Nothing,
+        Pending::Hooks(_, slots) if slots.is_empty() => Pending::Nothing,
+        left => left,
+    }
+}
+
+/// Rebuilds the path to `node`, adds `fact`, and replays it to write the transcript.
+fn counterexample<S: Subject>(
+    setup: &Setup,
+    start: &S,
+    nodes: &[Node],
+    node: u32,
+    fact: &Input,
+    violation: Violation,
+) -> Box<Counterexample> {
+    let mut facts = vec![fact.clone()];
+    let mut at = node;
+    while let Some(n) = nodes.get(at as usize) {
+        if let Some(fact) = &n.fact {
+            facts.push(fact.clone());
+        }
+        at = n.parent;
+    }
+    facts.reverse();
+    Box::new(Counterexample {
+        setup: setup.clone(),
+        violation,
+        transcript: transcript_of(setup, start.clone(), &facts),
+        facts,
+    })
+}
+
+/// Writes the transcript of `facts` as `start` answers them: the first catalog, then each fact
+/// and the orders it got.
+pub fn transcript_of<S: Subject>(setup: &Setup, mut start: S, facts: &[Input]) -> Transcript {
+    let mut records = vec![Record::fact(
+        0,
+        Input::CatalogChanged {
+            catalog: setup.catalog(),
+        },
+    )];
+    for fact in facts {
+        records.push(Record::fact(0, fact.clone()));
+        if start.handle(fact.clone()).is_ok() {
+            while let Some(effect) = start.poll_effect() {
+                records.push(Record::effect(0, effect));
+            }
+        }
+    }
+    Transcript::new(setup.header(), records)
+}
+
+/// The facts the explorer feeds, built once per setup.
+struct Alphabet {
+    prompts: Vec<Input>,
+    replies: Vec<Input>,
+    summaries: Vec<Input>,
+    common: Vec<Input>,
+}
+
+impl Alphabet {
+    fn new(setup: &Setup) -> Self {
+        let text = |stop: StopReason, usage: Option<u64>| Input::LlmReplied {
+            reply: LlmReply {
+                text: "done".into(),
+                tool_calls: Vec::new(),
+                stop,
+                usage: usage.map(usage_of),
+            },
+        };
+        let calls = |names: &[&str], usage: Option<u64>| Input::LlmReplied {
+            reply: LlmReply {
+                text: String::new(),
+                tool_calls: names
+                    .iter()
+                    .zip(1..)
+                    .map(|(name, n)| ToolCall {
+                        // Fixed ids: a second reply reuses them, and the machine must rename.
+                        id: CallId(format!("c{n}")),
+                        name: (*name).to_owned(),
+                        arguments: json!({}),
+                    })
+                    .collect(),
+                stop: StopReason::ToolUse,
+                usage: usage.map(usage_of),
+            },
+        };
+        let second = if setup.servers.len() > 1 {
+            "s1__run"
+        } else {
+            "s0__run"
+        };
+        Self {
+            prompts: vec![
+                Input::Prompted {
+                    text: "do it".into(),
+                },
+                Input::Prompted {
+                    text: "x".repeat(LONG_PROMPT_BYTES),
+                },
+            ],
+            replies: vec![
+                text(StopReason::EndTurn, None),
+                text(StopReason::EndTurn, Some(USAGE_BELOW)),
+                text(StopReason::StopSequence, None),
+                text(StopReason::PauseTurn, None),
+                text(StopReason::Other("new_reason".into()), None),
+                text(StopReason::MaxTokens, None),
+                text(StopReason::Refusal, None),
+                calls(&["s0__run"], None),
+                calls(&["s0__run"], Some(USAGE_ABOVE)),
+                calls(&["s0__run", second], None),
+                calls(&["s0___Stop"], None),
+                calls(&["nobody__run"], None),
+                Input::LlmFailed {
+                    error: "down".into(),
+                },
+            ],
+            summaries: vec![
+                Input::LlmReplied {
+                    reply: LlmReply {
+                        text: "summary".into(),
+                        ..LlmReply::default()
+                    },
+                },
+                Input::LlmReplied {
+                    reply: LlmReply::default(),
+                },
+                Input::LlmFailed {
+                    error: "down".into(),
+                },
+            ],
+            common: vec![
+                Input::Cancelled,
+                Input::Closed,
+                Input::CatalogChanged {
+                    catalog: setup.catalog(),
+                },
+                Input::CatalogChanged {
+                    catalog: setup.alternate_catalog(),
+                },
+            ],
+        }
+    }
+
+    /// Every fact a state in `phase` owing `pending` accepts.
+    fn facts(&self, phase: Phase, pending: &Pending) -> Vec<Input> {
+        if phase == Phase::Done {
+            return vec![Input::Closed];
+        }
+        let mut facts = match pending {
+            Pending::Nothing => self.prompts.clone(),
+            Pending::Model(Purpose::Turn) => self.replies.clone(),
+            Pending::Model(Purpose::Summary { .. }) => self.summaries.clone(),
+            Pending::Tools(ids) => ids
+                .iter()
+                .flat_map(|id| {
+                    [ToolOutput::text("ok!"), ToolOutput::error("err")].map(|output| {
+                        Input::ToolFinished {
+                            id: id.clone(),
+                            output,
+                        }
+                    })
+                })
+                .collect(),
+            Pending::Hooks(hook, slots) => slots
+                .iter()
+                .flat_map(|(server, subject)| {
+                    [
+                        HookReply::Text {
+                            text: "objection".into(),
+                        },
+                        HookReply::Text {
+                            text: String::new(),
+                        },
+                        HookReply::ErrorResult { text: "e".into() },
+                        HookReply::TimedOut,
+                    ]
+                    .map(|reply| Input::HookAnswered {
+                        server: server.clone(),
+                        hook: *hook,
+                        reply,
+                        subject: *subject,
+                    })
+                })
+                .collect(),
+        };
+        facts.extend(self.common.iter().cloned());
+        facts
+    }
+}
+
+fn usage_of(input_tokens: u64) -> Usage {
+    Usage {
+        input_tokens,
+        output_tokens: 1,
+        ..Usage::default()
+    }
+}

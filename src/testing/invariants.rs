@@ -1,0 +1,630 @@
+//! The machine's sovereignty invariants, defined once and checked after every fact by every
+//! driver that feeds the machine: the exhaustive explorer ([`explore`](super::explore)) and the
+//! property tests (`tests/machine_props.rs`, `tests/hook_props.rs`).
+//!
+//! [`Invariants`] keeps what the rules need to remember between facts (a `_Stop` round since the
+//! last work, the objection latch, consecutive timeouts per server, the slack of the bound on
+//! model requests, the calls a `_PreToolUse` round denied) and nothing else, so an explorer can
+//! put it in its state's fingerprint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::hooks::{self, Hook, HookServers, ServerName};
+use crate::machine::{
+    CallId, Effect, HookReply, Input, Machine, Message, Notice, Phase, Policy, Purpose, StopReason,
+};
+
+use super::check_pairing;
+
+/// A rule the machine broke on one fact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule, in the words of the spec or the crate doc.
+    pub rule: &'static str,
+    /// What showed it.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.rule, self.detail)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+fn broken(rule: &'static str, detail: impl Into<String>) -> Result<(), Violation> {
+    Err(Violation {
+        rule,
+        detail: detail.into(),
+    })
+}
+
+fn ensure(ok: bool, rule: &'static str, detail: impl FnOnce() -> String) -> Result<(), Violation> {
+    if ok { Ok(()) } else { broken(rule, detail()) }
+}
+
+/// The invariants, with what they remember between facts. Feed it every accepted fact with
+/// [`check`](Self::check), right after the machine handled it and its orders were drained.
+#[derive(Clone, Debug)]
+pub struct Invariants {
+    budget: u32,
+    allow: HookServers,
+    /// A `_Stop` round happened and no prompt or reply with tool calls came since.
+    stop_since_work: bool,
+    /// An objection was injected and the model has not made a tool call since (nor a prompt
+    /// started): the next genuine end of turn is a declined objection.
+    latch: bool,
+    /// Hook timeouts in a row per server, counted here from the facts.
+    timeouts: BTreeMap<ServerName, u32>,
+    /// (prompts + replies with tool calls or paused + `_Stop` budget + compactions) − model
+    /// requests: the crate doc's bound says it never goes below zero.
+    slack: i64,
+    compactions: u32,
+    session_end_rounds: u32,
+    session_start_pairs: u32,
+    /// The calls the open `_PreToolUse` round is about, and the subjects denied so far.
+    pre_tool: Option<(Vec<CallId>, BTreeSet<usize>)>,
+    /// Calls a `_PreToolUse` round denied whose error result has not been checked yet.
+    denied: BTreeSet<CallId>,
+}
+
+impl Invariants {
+    /// The invariants of a new session under `policy`.
+    pub fn new(policy: &Policy) -> Self {
+        Self {
+            budget: policy.stop_max_rejections,
+            allow: policy.hook_servers.clone(),
+            stop_since_work: false,
+            latch: false,
+            timeouts: BTreeMap::new(),
+            slack: i64::from(policy.stop_max_rejections),
+            compactions: 0,
+            session_end_rounds: 0,
+            session_start_pairs: 0,
+            pre_tool: None,
+            denied: BTreeSet::new(),
+        }
+    }
+
+    /// Checks every invariant on one accepted fact: `before` is the phase the machine was in
+    /// when `fact` came, `m` the machine after it, `effects` every order it gave for it.
+    pub fn check(
+        &mut self,
+        before: Phase,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+        history_before: &[Message],
+    ) -> Result<(), Violation> {
+        let turn_phase = matches!(before, Phase::Prompting | Phase::Objected);
+        if before == Phase::Done {
+            ensure(
+                matches!(fact, Input::Closed) && effects.is_empty() && m.phase() == Phase::Done,
+                "Done is absorbing",
+                || {
+                    format!(
+                        "{} in Done gave {effects:?}, now {}",
+                        fact.kind(),
+                        m.phase()
+                    )
+                },
+            )?;
+            return Ok(());
+        }
+        self.check_orders(m, effects)?;
+        self.check_kills(fact, effects)?;
+        self.check_stop(before, fact, m, effects)?;
+        self.check_injections(fact, m, effects, history_before)?;
+        self.check_denials(before, fact, m, effects)?;
+
+        // Work and prompts move the slack of the bound up; every model request moves it down.
+        match fact {
+            Input::Prompted { .. } => self.slack += 1,
+            Input::LlmReplied { reply }
+                if turn_phase
+                    && (!reply.tool_calls.is_empty() || reply.stop == StopReason::PauseTurn) =>
+            {
+                self.slack += 1;
+            }
+            _ => {}
+        }
+        let compactions = m.counters().compactions;
+        self.slack += i64::from(compactions.saturating_sub(self.compactions));
+        self.compactions = compactions;
+        for effect in effects {
+            if let Effect::CallLlm { .. } = effect {
+                self.slack -= 1;
+            }
+        }
+        ensure(
+            self.slack >= 0,
+            "model requests <= replies with tool calls or paused + prompts + _Stop budget + compactions",
+            || format!("one request too many after {}", fact.kind()),
+        )?;
+        ensure(
+            m.counters().objections <= self.budget,
+            "objections never exceed the budget",
+            || {
+                format!(
+                    "{} objections, budget {}",
+                    m.counters().objections,
+                    self.budget
+                )
+            },
+        )
+    }
+
+    /// Appends what the invariants remember to `out`, for an explorer's fingerprint.
+    pub fn fingerprint(&self, out: &mut Vec<u8>) {
+        out.push(u8::from(self.stop_since_work));
+        out.push(u8::from(self.latch));
+        out.extend_from_slice(&self.slack.to_le_bytes());
+        out.extend_from_slice(&self.compactions.to_le_bytes());
+        out.extend_from_slice(&self.session_end_rounds.to_le_bytes());
+        out.extend_from_slice(&self.session_start_pairs.to_le_bytes());
+        for (server, count) in &self.timeouts {
+            out.extend_from_slice(server.as_str().as_bytes());
+            out.push(0);
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+        out.push(0xFF);
+        if let Some((ids, said)) = &self.pre_tool {
+            for id in ids {
+                out.extend_from_slice(id.as_str().as_bytes());
+                out.push(0);
+            }
+            for subject in said {
+                out.extend_from_slice(&subject.to_le_bytes());
+            }
+        }
+        out.push(0xFF);
+        for id in &self.denied {
+            out.extend_from_slice(id.as_str().as_bytes());
+            out.push(0);
+        }
+    }
+
+    /// At most one awaited order per fact, last; each in the phase that waits for it; requests
+    /// paired, never offering a hook; tools never hooks; hooks only on allowed servers.
+    fn check_orders(&mut self, m: &Machine, effects: &[Effect]) -> Result<(), Violation> {
+        let awaited: Vec<usize> = effects
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                matches!(
+                    e,
+                    Effect::CallLlm { .. } | Effect::CallTools { .. } | Effect::CallHooks { .. }
+                )
+            })
+            .map(|(i, _)| i)
+            .collect();
+        ensure(
+            awaited.len() <= 1,
+            "at most one awaited order per fact",
+            || format!("{effects:?}"),
+        )?;
+        if let Some(&last) = awaited.last() {
+            ensure(
+                last == effects.len() - 1,
+                "the awaited order comes last",
+                || format!("{effects:?}"),
+            )?;
+        }
+        for effect in effects {
+            match effect {
+                Effect::CallLlm {
+                    purpose, messages, ..
+                } => {
+                    let request = m.request(*purpose);
+                    ensure(
+                        *messages == m.history().len(),
+                        "a request pins the history",
+                        || format!("{messages} messages, history {}", m.history().len()),
+                    )?;
+                    check_pairing(request.messages).map_err(|detail| Violation {
+                        rule: "every tool result answers exactly one earlier call of its request",
+                        detail,
+                    })?;
+                    if let Some(tool) = request
+                        .tools
+                        .iter()
+                        .find(|t| hooks::is_hook(hooks::bare_name(&t.name)))
+                    {
+                        return broken("hooks are never offered to the model", tool.name.clone());
+                    }
+                    let expected = match purpose {
+                        Purpose::Turn => [Phase::Prompting, Phase::Objected].contains(&m.phase()),
+                        Purpose::Summary { .. } => {
+                            m.phase() == Phase::Summarizing && request.tools.is_empty()
+                        }
+                    };
+                    ensure(
+                        expected,
+                        "each order in the phase that waits for it",
+                        || format!("{purpose:?} in {}", m.phase()),
+                    )?;
+                }
+                Effect::CallTools { calls } => {
+                    for call in calls {
+                        ensure(
+                            !hooks::is_hook(hooks::bare_name(&call.name)),
+                            "hooks are never run by the model",
+                            || call.name.clone(),
+                        )?;
+                        ensure(
+                            m.model_tools().iter().any(|t| t.name == call.name),
+                            "only offered tools run",
+                            || call.name.clone(),
+                        )?;
+                    }
+                    ensure(
+                        m.phase() == Phase::RunningTools,
+                        "each order in the phase that waits for it",
+                        || format!("tools in {}", m.phase()),
+                    )?;
+                }
+                Effect::CallHooks { hook, servers, .. } => {
+                    for server in servers {
+                        ensure(
+                            self.allow.allows(server.as_str()),
+                            "hooks run only on allowed servers",
+                            || format!("{hook} on {server}"),
+                        )?;
+                    }
+                    ensure(
+                        m.phase() == hook_phase(*hook),
+                        "each order in the phase that waits for it",
+                        || format!("{hook} round in {}", m.phase()),
+                    )?;
+                    if *hook == Hook::SessionEnd {
+                        self.session_end_rounds += 1;
+                        ensure(
+                            self.session_end_rounds <= 1,
+                            "_SessionEnd is called at most once",
+                            String::new,
+                        )?;
+                    }
+                }
+                Effect::Finish { .. } => {
+                    ensure(
+                        matches!(
+                            m.phase(),
+                            Phase::Idle | Phase::Done | Phase::AwaitingHook(Hook::SessionEnd)
+                        ),
+                        "a finished prompt leaves the machine idle (or closing)",
+                        || format!("finished in {}", m.phase()),
+                    )?;
+                }
+                Effect::KillServer { .. } | Effect::Notify { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A server is killed exactly on its second consecutive hook timeout, and at no other time.
+    fn check_kills(&mut self, fact: &Input, effects: &[Effect]) -> Result<(), Violation> {
+        let kills: Vec<&ServerName> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::KillServer { server } => Some(server),
+                _ => None,
+            })
+            .collect();
+        const RULE: &str = "a server is killed exactly on its second consecutive timeout";
+        match fact {
+            Input::HookAnswered { server, reply, .. } => match reply {
+                HookReply::TimedOut => {
+                    let count = self.timeouts.entry(server.clone()).or_insert(0);
+                    *count += 1;
+                    if *count == 2 {
+                        self.timeouts.remove(server);
+                        ensure(kills == [server], RULE, || {
+                            format!("second timeout of {server}, kills {kills:?}")
+                        })
+                    } else {
+                        ensure(kills.is_empty(), RULE, || {
+                            format!("first timeout of {server}, kills {kills:?}")
+                        })
+                    }
+                }
+                HookReply::Text { .. } | HookReply::ErrorResult { .. } => {
+                    self.timeouts.remove(server);
+                    ensure(kills.is_empty(), RULE, || {
+                        format!("an answer of {server}, kills {kills:?}")
+                    })
+                }
+                HookReply::Failed { .. } | HookReply::Skipped { .. } => {
+                    ensure(kills.is_empty(), RULE, || {
+                        format!("no timeout, kills {kills:?}")
+                    })
+                }
+            },
+            _ => ensure(kills.is_empty(), RULE, || {
+                format!("{}, kills {kills:?}", fact.kind())
+            }),
+        }
+    }
+
+    /// `_Stop` is asked at a genuine end of turn exactly when the rules allow it: not when off,
+    /// at budget 0 or spent, not right after an objection the model declined, never twice
+    /// without work or a prompt between.
+    fn check_stop(
+        &mut self,
+        before: Phase,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+    ) -> Result<(), Violation> {
+        let turn_phase = matches!(before, Phase::Prompting | Phase::Objected);
+        let asked = effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::CallHooks {
+                    hook: Hook::Stop,
+                    ..
+                }
+            )
+        });
+        match fact {
+            Input::Prompted { .. } => {
+                self.stop_since_work = false;
+                self.latch = false;
+            }
+            Input::LlmReplied { reply } if turn_phase => {
+                if !reply.tool_calls.is_empty() {
+                    self.stop_since_work = false;
+                    self.latch = false;
+                } else if matches!(reply.stop, StopReason::EndTurn | StopReason::StopSequence) {
+                    let objections = m.counters().objections;
+                    let expected = !m.hook_servers(Hook::Stop).is_empty()
+                        && self.budget > 0
+                        && objections < self.budget
+                        && !self.latch;
+                    ensure(
+                        asked == expected,
+                        "_Stop is asked at a genuine end of turn exactly when the rules allow",
+                        || {
+                            format!(
+                                "asked: {asked}; servers {:?}, budget {}, objections {objections}, \
+                                 right after an objection: {}",
+                                m.hook_servers(Hook::Stop),
+                                self.budget,
+                                self.latch
+                            )
+                        },
+                    )?;
+                }
+            }
+            _ => {}
+        }
+        if asked {
+            ensure(self.budget > 0, "no _Stop with budget 0", String::new)?;
+            ensure(
+                m.counters().objections < self.budget,
+                "no _Stop with the budget spent",
+                || format!("{} objections", m.counters().objections),
+            )?;
+            ensure(
+                !self.stop_since_work,
+                "never two _Stop rounds without work or a prompt between",
+                String::new,
+            )?;
+            self.stop_since_work = true;
+        }
+        if effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Notify {
+                    notice: Notice::Objection { .. }
+                }
+            )
+        }) {
+            self.latch = true;
+        }
+        Ok(())
+    }
+
+    /// Hook answers enter the history only as the pair of the hook whose round this fact
+    /// completed, and only for the hooks that inject (`_SessionStart`, `_UserPromptSubmit`,
+    /// `_PostToolUse`, `_Stop`, `_PostCompact`); user messages only with a prompt or a
+    /// compaction; `_SessionStart` at most once per server.
+    fn check_injections(
+        &mut self,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+        history_before: &[Message],
+    ) -> Result<(), Violation> {
+        const RULE: &str = "injections only at their points";
+        let compacted = effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Notify {
+                    notice: Notice::Compacted { .. }
+                }
+            )
+        });
+        let after = m.history();
+        if compacted {
+            // A fresh context: a summary and the prompt, or the newest turns kept as they were.
+            return Ok(());
+        }
+        ensure(
+            after.len() >= history_before.len() && after[..history_before.len()] == *history_before,
+            "the history only grows between compactions",
+            || format!("{} messages, then {}", history_before.len(), after.len()),
+        )?;
+        let mut reply_message = matches!(fact, Input::LlmReplied { .. });
+        for message in &after[history_before.len()..] {
+            match message {
+                Message::User { .. } => {
+                    ensure(matches!(fact, Input::Prompted { .. }), RULE, || {
+                        format!("a user message after {}", fact.kind())
+                    })?
+                }
+                Message::Assistant { tool_calls, .. } => {
+                    if std::mem::take(&mut reply_message) {
+                        continue;
+                    }
+                    for call in tool_calls {
+                        let hook = hooks::split_qualified(&call.name)
+                            .and_then(|(_, bare)| Hook::from_tool_name(bare));
+                        let answered = match fact {
+                            Input::HookAnswered { hook, .. } => Some(*hook),
+                            _ => None,
+                        };
+                        let injects = matches!(
+                            hook,
+                            Some(
+                                Hook::SessionStart
+                                    | Hook::UserPromptSubmit
+                                    | Hook::PostToolUse
+                                    | Hook::Stop
+                                    | Hook::PostCompact
+                            )
+                        );
+                        ensure(injects && hook == answered, RULE, || {
+                            format!("{} added after {}", call.name, fact.kind())
+                        })?;
+                        if hook == Some(Hook::SessionStart) {
+                            self.session_start_pairs += 1;
+                            ensure(
+                                self.session_start_pairs as usize
+                                    <= m.hook_servers(Hook::SessionStart).len().max(1) * 2,
+                                "_SessionStart is injected once per session",
+                                || format!("{} pairs", self.session_start_pairs),
+                            )?;
+                        }
+                    }
+                }
+                Message::ToolResult { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A call a `_PreToolUse` round denied never runs, and is answered exactly once, with an
+    /// error carrying the denial.
+    fn check_denials(
+        &mut self,
+        before: Phase,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+    ) -> Result<(), Violation> {
+        const NEVER_RUNS: &str = "a denied call never runs";
+        for effect in effects {
+            if let Effect::CallHooks {
+                hook: Hook::PreToolUse,
+                subjects,
+                ..
+            } = effect
+            {
+                // The subjects are the reply's runnable calls, in order: the newest assistant
+                // message's calls with the same name and arguments.
+                let calls = m.history().iter().rev().find_map(|message| match message {
+                    Message::Assistant { tool_calls, .. } => Some(tool_calls),
+                    _ => None,
+                });
+                let mut ids = Vec::new();
+                let mut rest = calls.map_or(&[][..], Vec::as_slice).iter();
+                for subject in subjects {
+                    let found = rest.by_ref().find(|call| {
+                        subject["tool"] == call.name.as_str()
+                            && subject["arguments"] == call.arguments
+                    });
+                    match found {
+                        Some(call) => ids.push(call.id.clone()),
+                        None => {
+                            return broken(
+                                NEVER_RUNS,
+                                format!("subject {subject} is no call of the reply"),
+                            );
+                        }
+                    }
+                }
+                self.pre_tool = Some((ids, BTreeSet::new()));
+            }
+        }
+        if let Input::HookAnswered {
+            hook: Hook::PreToolUse,
+            reply: HookReply::Text { text },
+            subject,
+            ..
+        } = fact
+            && before == Phase::AwaitingHook(Hook::PreToolUse)
+            && !text.trim().is_empty()
+            && let Some((_, said)) = &mut self.pre_tool
+        {
+            said.insert(subject.map_or(0, |s| s as usize));
+        }
+        if before == Phase::AwaitingHook(Hook::PreToolUse)
+            && m.phase() != Phase::AwaitingHook(Hook::PreToolUse)
+            && let Some((ids, said)) = self.pre_tool.take()
+            && matches!(fact, Input::HookAnswered { .. })
+        {
+            for subject in said {
+                if let Some(id) = ids.get(subject) {
+                    self.denied.insert(id.clone());
+                }
+            }
+        }
+        if matches!(fact, Input::Cancelled | Input::Closed) {
+            // A round cut short denies nothing.
+            self.pre_tool = None;
+        }
+        for effect in effects {
+            if let Effect::CallTools { calls } = effect
+                && let Some(call) = calls.iter().find(|c| self.denied.contains(&c.id))
+            {
+                return broken(NEVER_RUNS, format!("{} ({}) ran", call.id, call.name));
+            }
+        }
+        // Once the batch's results are in the history, each denied call has exactly one, an
+        // error carrying the `_PreToolUse` body.
+        if !self.denied.is_empty()
+            && !matches!(
+                m.phase(),
+                Phase::RunningTools | Phase::AwaitingHook(Hook::PreToolUse)
+            )
+        {
+            let denied = std::mem::take(&mut self.denied);
+            for id in &denied {
+                let results: Vec<_> = m
+                    .history()
+                    .iter()
+                    .filter_map(|message| match message {
+                        Message::ToolResult { call_id, output } if call_id == id => Some(output),
+                        _ => None,
+                    })
+                    .collect();
+                ensure(
+                    results.len() == 1
+                        && results[0].is_error
+                        && results[0]
+                            .joined_text()
+                            .contains("\"hook\":\"_PreToolUse\""),
+                    "a denial is answered exactly once, with an error carrying it",
+                    || format!("{id}: {results:?}"),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The phase a round of `hook` waits in.
+fn hook_phase(hook: Hook) -> Phase {
+    match hook {
+        Hook::Stop => Phase::AwaitingStop,
+        Hook::PostCompact => Phase::PostCompacting,
+        Hook::SessionStart
+        | Hook::UserPromptSubmit
+        | Hook::PreToolUse
+        | Hook::PostToolUse
+        | Hook::PreCompact
+        | Hook::SessionEnd => Phase::AwaitingHook(hook),
+    }
+}

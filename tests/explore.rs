@@ -1,0 +1,414 @@
+//! Exhaustive exploration of the machine up to a bound (`hookloop::testing::explore`): every
+//! sequence of facts of the explorer's alphabet, breadth first, every invariant checked on every
+//! transition. Two planted bugs show that the explorer fails, with a shortest counterexample.
+//!
+//! The figures each exploration prints (states, transitions, depth) are in the README's
+//! testing section; `cargo test --test explore -- --ignored explore_deep --nocapture` runs the
+//! deeper bound.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use hookloop::hooks::{Hook, ServerName};
+use hookloop::machine::{
+    Effect, FinishReason, HookReply, Input, Machine, MachineError, Notice, Phase, SkipReason,
+};
+use hookloop::testing::explore::{Allow, Report, Setup, Subject, explore, fingerprint};
+use hookloop::transcript::{DivergenceKind, replay_str};
+
+fn bits(hooks: &[Hook]) -> u8 {
+    hooks
+        .iter()
+        .map(|hook| 1 << Hook::ALL.iter().position(|h| h == hook).unwrap())
+        .sum()
+}
+
+const ALL_HOOKS: u8 = 0xFF;
+
+/// Explores every setup to `depth`; panics with the counterexample on a violation.
+fn explore_all(setups: &[Setup], depth: usize) -> Vec<Report> {
+    let started = Instant::now();
+    let reports: Vec<Report> = setups
+        .iter()
+        .map(|setup| {
+            let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
+            assert!(
+                report.depth >= depth || report.exhausted,
+                "{report}: stopped short of depth {depth}"
+            );
+            report
+        })
+        .collect();
+    let states: usize = reports.iter().map(|r| r.states).sum();
+    let transitions: usize = reports.iter().map(|r| r.transitions).sum();
+    eprintln!(
+        "{} configurations to depth {depth}: {states} states, {transitions} transitions, {:?}",
+        reports.len(),
+        started.elapsed()
+    );
+    reports
+}
+
+/// Every configuration class of one server: each subset of the eight hooks, the allowlist off
+/// or on, every budget 0..3 (classes: see `Setup::canonical`).
+fn single_server_classes() -> Vec<Setup> {
+    let classes: BTreeSet<(Vec<u8>, u8, u32)> = Setup::all()
+        .filter(|s| s.servers.len() == 1)
+        .map(|s| s.canonical())
+        .map(|s| (s.servers, s.allow as u8, s.budget))
+        .collect();
+    classes
+        .into_iter()
+        .map(|(servers, allow, budget)| Setup {
+            servers,
+            allow: [Allow::Off, Allow::One, Allow::All][usize::from(allow)],
+            budget,
+        })
+        .collect()
+}
+
+/// Two servers: both with the same one hook (each hook point answered by two servers, in
+/// configuration order), both with every hook, and one with every hook beside one with none;
+/// the allowlist naming one or all; every budget where `_Stop` is allowed.
+fn two_server_family() -> Vec<Setup> {
+    let mut pairs: Vec<[u8; 2]> = Hook::ALL.iter().map(|h| [bits(&[*h]); 2]).collect();
+    pairs.extend([
+        [ALL_HOOKS, ALL_HOOKS],
+        [ALL_HOOKS, 0],
+        [0, ALL_HOOKS],
+        [0, 0],
+    ]);
+    let mut setups = BTreeSet::new();
+    for pair in pairs {
+        for allow in [Allow::Off, Allow::One, Allow::All] {
+            for budget in 0..4 {
+                let setup = Setup {
+                    servers: pair.to_vec(),
+                    allow,
+                    budget,
+                }
+                .canonical();
+                setups.insert((setup.servers, setup.allow as u8, setup.budget));
+            }
+        }
+    }
+    setups
+        .into_iter()
+        .map(|(servers, allow, budget)| Setup {
+            servers,
+            allow: [Allow::Off, Allow::One, Allow::All][usize::from(allow)],
+            budget,
+        })
+        .collect()
+}
+
+#[test]
+fn every_single_server_configuration_class_holds_every_invariant_to_depth_5() {
+    let setups = single_server_classes();
+    assert_eq!(setups.len(), 1 + 127 + 128 * 4);
+    explore_all(&setups, 5);
+}
+
+#[test]
+fn two_server_configurations_hold_every_invariant_to_depth_6() {
+    explore_all(&two_server_family(), 6);
+}
+
+/// The deeper bound, run by hand: the figures are in the README's testing section.
+#[test]
+#[ignore]
+fn explore_deep() {
+    let setups = [
+        Setup {
+            servers: vec![0],
+            allow: Allow::Off,
+            budget: 0,
+        },
+        Setup {
+            servers: vec![ALL_HOOKS],
+            allow: Allow::All,
+            budget: 1,
+        },
+        Setup {
+            servers: vec![ALL_HOOKS, ALL_HOOKS],
+            allow: Allow::All,
+            budget: 3,
+        },
+    ];
+    let depth = std::env::var("HOOKLOOP_EXPLORE_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(8);
+    for setup in &setups {
+        let started = Instant::now();
+        let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
+        eprintln!("{report} in {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn every_configuration_maps_to_a_class_whose_machine_is_the_same() {
+    // The classes are sound only if a setup and its representative build machines in the same
+    // state: the same encoding, catalog as the machine uses it included.
+    let mut checked = 0;
+    for setup in Setup::all().step_by(97) {
+        let canonical = setup.canonical();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        fingerprint(&setup.machine(), &mut a);
+        fingerprint(&canonical.machine(), &mut b);
+        if setup.budget != canonical.budget {
+            // The budget is policy, not state: a class drops it only when no `_Stop` runs.
+            assert!(
+                setup.machine().hook_servers(Hook::Stop).is_empty(),
+                "{setup:?}"
+            );
+        }
+        assert_eq!(a, b, "{} vs {}", setup.name(), canonical.name());
+        checked += 1;
+    }
+    assert!(checked > 8_000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planted bugs: wrappers that break one rule at the machine's boundary, never in the machine
+// ---------------------------------------------------------------------------------------------
+
+/// The machine, except that a server is killed on its third consecutive hook timeout instead
+/// of its second.
+#[derive(Clone)]
+struct KillOnThirdTimeout {
+    machine: Machine,
+    timeouts: BTreeMap<ServerName, u32>,
+    out: VecDeque<Effect>,
+}
+
+impl Subject for KillOnThirdTimeout {
+    fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    fn handle(&mut self, fact: Input) -> Result<(), MachineError> {
+        self.machine.handle(fact.clone())?;
+        let mut effects: Vec<Effect> = std::iter::from_fn(|| self.machine.poll_effect())
+            .filter(|e| !matches!(e, Effect::KillServer { .. }))
+            .collect();
+        if let Input::HookAnswered { server, reply, .. } = &fact {
+            match reply {
+                HookReply::TimedOut => {
+                    let count = self.timeouts.entry(server.clone()).or_insert(0);
+                    *count += 1;
+                    if *count == 3 {
+                        self.timeouts.remove(server);
+                        // Where the machine puts a kill: right after the timeout's notice.
+                        let at = effects
+                            .iter()
+                            .position(|e| {
+                                matches!(
+                                    e,
+                                    Effect::Notify {
+                                        notice: Notice::HookFailedOpen { .. }
+                                    }
+                                )
+                            })
+                            .map_or(0, |i| i + 1);
+                        effects.insert(
+                            at,
+                            Effect::KillServer {
+                                server: server.clone(),
+                            },
+                        );
+                    }
+                }
+                HookReply::Text { .. } | HookReply::ErrorResult { .. } => {
+                    self.timeouts.remove(server);
+                }
+                HookReply::Failed { .. } | HookReply::Skipped { .. } => {}
+            }
+        }
+        self.out.extend(effects);
+        Ok(())
+    }
+
+    fn poll_effect(&mut self) -> Option<Effect> {
+        self.out.pop_front()
+    }
+
+    fn fingerprint(&self, out: &mut Vec<u8>) {
+        fingerprint(&self.machine, out);
+        out.extend(format!("{:?}", self.timeouts).bytes());
+    }
+}
+
+/// The machine, except that the end_turn latch an objection sets is not cleared by a tool
+/// call: a later end of turn in the same prompt is taken for a declined objection.
+#[derive(Clone)]
+struct LatchKeptAcrossToolCalls {
+    machine: Machine,
+    objected: bool,
+    out: VecDeque<Effect>,
+}
+
+impl Subject for LatchKeptAcrossToolCalls {
+    fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    fn handle(&mut self, fact: Input) -> Result<(), MachineError> {
+        let before = self.machine.phase();
+        if matches!(fact, Input::Prompted { .. }) {
+            self.objected = false;
+        }
+        self.machine.handle(fact)?;
+        let mut effects: Vec<Effect> = std::iter::from_fn(|| self.machine.poll_effect()).collect();
+        if effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Notify {
+                    notice: Notice::Objection { .. }
+                }
+            )
+        }) {
+            self.objected = true;
+        }
+        let stop_round = effects.iter().position(|e| {
+            matches!(
+                e,
+                Effect::CallHooks {
+                    hook: Hook::Stop,
+                    ..
+                }
+            )
+        });
+        if let (Some(at), true, Phase::Prompting) = (stop_round, self.objected, before) {
+            let Effect::CallHooks { servers, .. } = effects.remove(at) else {
+                unreachable!()
+            };
+            // The buggy machine skips `_Stop` and ends the prompt; bring the real one to the
+            // same place without touching its counters: every server fails open.
+            for server in servers {
+                self.machine.handle(Input::HookAnswered {
+                    server,
+                    hook: Hook::Stop,
+                    reply: HookReply::Failed {
+                        error: "skipped".into(),
+                    },
+                    subject: None,
+                })?;
+            }
+            while self.machine.poll_effect().is_some() {}
+            effects.push(Effect::Notify {
+                notice: Notice::StopSkipped {
+                    reason: SkipReason::DeclinedObjection,
+                },
+            });
+            effects.push(Effect::Finish {
+                reason: FinishReason::EndTurn,
+            });
+        }
+        self.out.extend(effects);
+        Ok(())
+    }
+
+    fn poll_effect(&mut self) -> Option<Effect> {
+        self.out.pop_front()
+    }
+
+    fn fingerprint(&self, out: &mut Vec<u8>) {
+        fingerprint(&self.machine, out);
+        out.push(u8::from(self.objected));
+    }
+}
+
+#[test]
+fn kill_on_the_third_timeout_is_caught_with_a_three_fact_counterexample() {
+    let setup = Setup {
+        servers: vec![ALL_HOOKS],
+        allow: Allow::All,
+        budget: 1,
+    };
+    let planted = KillOnThirdTimeout {
+        machine: setup.machine(),
+        timeouts: BTreeMap::new(),
+        out: VecDeque::new(),
+    };
+    let found = explore(&setup, planted, 6).expect_err("the planted bug is found");
+    eprintln!("{found}");
+    assert_eq!(
+        found.violation.rule,
+        "a server is killed exactly on its second consecutive timeout"
+    );
+    // Prompt; `_SessionStart` times out; `_UserPromptSubmit` times out: no kill.
+    assert_eq!(found.facts.len(), 3, "{found}");
+    assert!(matches!(found.facts[0], Input::Prompted { .. }));
+    for fact in &found.facts[1..] {
+        assert!(matches!(
+            fact,
+            Input::HookAnswered {
+                reply: HookReply::TimedOut,
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
+fn latch_kept_across_a_tool_call_is_caught_with_a_five_fact_counterexample() {
+    let setup = Setup {
+        servers: vec![bits(&[Hook::Stop])],
+        allow: Allow::All,
+        budget: 2,
+    };
+    let planted = LatchKeptAcrossToolCalls {
+        machine: setup.machine(),
+        objected: false,
+        out: VecDeque::new(),
+    };
+    let found = explore(&setup, planted, 8).expect_err("the planted bug is found");
+    eprintln!("{found}");
+    assert_eq!(
+        found.violation.rule,
+        "_Stop is asked at a genuine end of turn exactly when the rules allow"
+    );
+    // Prompt; end_turn; objection; a reply with a tool call (refused: no result to wait
+    // for); end_turn again, after work.
+    assert_eq!(found.facts.len(), 5, "{found}");
+    let Input::LlmReplied { reply } = &found.facts[3] else {
+        panic!("{found}")
+    };
+    assert!(!reply.tool_calls.is_empty());
+}
+
+#[test]
+fn a_counterexample_transcript_replays_to_the_broken_rule() {
+    let setup = Setup {
+        servers: vec![bits(&[Hook::Stop])],
+        allow: Allow::All,
+        budget: 2,
+    };
+    let planted = LatchKeptAcrossToolCalls {
+        machine: setup.machine(),
+        objected: false,
+        out: VecDeque::new(),
+    };
+    let found = explore(&setup, planted, 8).expect_err("the planted bug is found");
+    // `hookloop replay` reads it, and the engine diverges exactly where the planted rule did:
+    // on the orders of the last fact, where the record skips `_Stop`.
+    let divergence = replay_str(&found.transcript.to_jsonl())
+        .expect_err("the planted orders are not the engine's")
+        .to_string();
+    assert!(
+        divergence.contains("_Stop") || divergence.contains("stop"),
+        "{divergence}"
+    );
+    let text = found.transcript.to_jsonl();
+    let at = hookloop::transcript::Transcript::parse(&text).unwrap();
+    let replayed = at.replay().expect_err("diverges");
+    assert!(
+        matches!(replayed.kind, DivergenceKind::EffectMismatch { .. }),
+        "{replayed}"
+    );
+    // The facts alone, answered by the engine, replay whole.
+    let honest = hookloop::testing::explore::transcript_of(&setup, setup.machine(), &found.facts);
+    let report = replay_str(&honest.to_jsonl()).expect("the engine's own orders replay");
+    assert_eq!(report.facts, found.facts.len() + 1);
+}
