@@ -3,15 +3,14 @@
 //!
 //! `PROPTEST_CASES` sets the number of cases (CI runs 10,000 per property).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use hookloop::hooks::{self, Hook, HookServers, ServerName};
 use hookloop::machine::{
-    Catalog, Effect, FinishReason, HookReply, Input, LlmReply, Machine, Media, Message, Notice,
-    Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
-    Usage,
+    Catalog, Effect, FinishReason, HookReply, Input, LlmReply, Machine, Media, Phase, Policy,
+    Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
-use hookloop::testing::check_pairing;
+use hookloop::testing::Invariants;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -21,8 +20,13 @@ use serde_json::json;
 
 #[derive(Clone, Debug)]
 struct ServerSpec {
-    has_stop: bool,
-    has_post_compact: bool,
+    /// A bit per hook of [`Hook::ALL`].
+    hooks: u8,
+}
+
+fn hook_bit(hook: Hook) -> u8 {
+    let at = Hook::ALL.iter().position(|h| *h == hook).unwrap_or(0);
+    1 << at
 }
 
 #[derive(Clone, Debug)]
@@ -142,13 +146,8 @@ fn hook_step() -> impl Strategy<Value = HookStep> {
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
-    let servers = proptest::collection::vec(
-        (any::<bool>(), any::<bool>()).prop_map(|(has_stop, has_post_compact)| ServerSpec {
-            has_stop,
-            has_post_compact,
-        }),
-        1..4,
-    );
+    let servers =
+        proptest::collection::vec(any::<u8>().prop_map(|hooks| ServerSpec { hooks }), 1..4);
     let allow = prop_oneof![1 => Just(Allow::Off), 3 => Just(Allow::All), 2 => any::<u8>().prop_map(Allow::Named)];
     let tool = prop_oneof![4 => prop_oneof![Just(10usize), Just(6_000)].prop_map(ToolStep::Ok), 1 => Just(ToolStep::Error), 1 => Just(ToolStep::Cancel)];
     let summary = prop_oneof![3 => Just(SummaryStep::Text), 1 => Just(SummaryStep::Empty), 1 => Just(SummaryStep::Fail), 1 => Just(SummaryStep::Cancel)];
@@ -235,11 +234,10 @@ impl Scenario {
                 .enumerate()
                 .map(|(i, spec)| {
                     let mut tools = vec![info("run")];
-                    if spec.has_stop {
-                        tools.push(info("_Stop"));
-                    }
-                    if spec.has_post_compact {
-                        tools.push(info("_PostCompact"));
+                    for hook in Hook::ALL {
+                        if spec.hooks & hook_bit(hook) != 0 {
+                            tools.push(info(hook.tool_name()));
+                        }
                     }
                     tools.push(info("_Private"));
                     ServerTools {
@@ -251,11 +249,14 @@ impl Scenario {
         }
     }
 
-    /// Servers whose `_Stop` the rules allow calling, in configuration order.
-    fn stop_servers(&self) -> Vec<ServerName> {
+    /// Servers whose `hook` the rules allow calling, in configuration order.
+    fn hook_servers(&self, hook: Hook) -> Vec<ServerName> {
         let policy = self.policy();
         (0..self.servers.len())
-            .filter(|&i| self.servers[i].has_stop && policy.hook_servers.allows(&format!("s{i}")))
+            .filter(|&i| {
+                self.servers[i].hooks & hook_bit(hook) != 0
+                    && policy.hook_servers.allows(&format!("s{i}"))
+            })
             .map(server_name)
             .collect()
     }
@@ -390,15 +391,10 @@ enum Ev {
 
 struct Checker<'a> {
     s: &'a Scenario,
-    policy: Policy,
+    /// The invariants every driver of the machine checks (`hookloop::testing::Invariants`).
+    invariants: Invariants,
     effects: Vec<Effect>,
     trace: Vec<Ev>,
-    /// A `_Stop` round happened and no tool call or prompt came since.
-    stop_round_since_work: bool,
-    consecutive_timeouts: BTreeMap<ServerName, u32>,
-    compacted_since_request: bool,
-    post_compact_pairs: usize,
-    extra_calls_from_stop: u32,
     steps: usize,
 }
 
@@ -406,14 +402,9 @@ impl<'a> Checker<'a> {
     fn new(s: &'a Scenario) -> Self {
         Self {
             s,
-            policy: s.policy(),
+            invariants: Invariants::new(&s.policy()),
             effects: Vec::new(),
             trace: Vec::new(),
-            stop_round_since_work: false,
-            consecutive_timeouts: BTreeMap::new(),
-            compacted_since_request: false,
-            post_compact_pairs: 0,
-            extra_calls_from_stop: 0,
             steps: 0,
         }
     }
@@ -435,100 +426,36 @@ impl<'a> Checker<'a> {
                 + 4);
         prop_assert!(self.steps <= bound, "no termination within {bound} facts");
 
-        let timed_out = match &input {
-            Input::HookAnswered { server, reply, .. } => Some((server.clone(), reply.clone())),
-            _ => None,
-        };
-        if matches!(input, Input::Prompted { .. }) {
-            self.stop_round_since_work = false;
-        }
-        if let Input::LlmReplied { reply } = &input
-            && !reply.tool_calls.is_empty()
-        {
-            self.stop_round_since_work = false;
-        }
-        m.handle(input)
+        let before = m.phase();
+        let history_before = m.history().to_vec();
+        m.handle(input.clone())
             .map_err(|e| TestCaseError::fail(format!("machine refused a valid fact: {e}")))?;
-        let mut drained = Vec::new();
-        while let Some(effect) = m.poll_effect() {
-            drained.push(effect);
-        }
-
-        // Kill exactly on a second consecutive timeout (reference count kept here).
-        let kills: Vec<&ServerName> = drained
-            .iter()
-            .filter_map(|e| match e {
-                Effect::KillServer { server } => Some(server),
-                _ => None,
-            })
-            .collect();
-        match timed_out {
-            Some((server, HookReply::TimedOut)) => {
-                let count = self.consecutive_timeouts.entry(server.clone()).or_insert(0);
-                *count += 1;
-                if *count == 2 {
-                    *count = 0;
-                    prop_assert_eq!(
-                        kills,
-                        vec![&server],
-                        "kill on the second consecutive timeout"
-                    );
-                } else {
-                    prop_assert!(kills.is_empty(), "kill after a first timeout");
-                }
-            }
-            Some((server, HookReply::Text { .. } | HookReply::ErrorResult { .. })) => {
-                self.consecutive_timeouts.remove(&server);
-                prop_assert!(kills.is_empty());
-            }
-            _ => prop_assert!(kills.is_empty(), "kill without a timeout"),
-        }
-
-        // At most one awaited order per fact, and it is last.
-        let awaited: Vec<usize> = drained
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| !matches!(e, Effect::Notify { .. } | Effect::KillServer { .. }))
-            .map(|(i, _)| i)
-            .collect();
-        prop_assert!(awaited.len() <= 1, "several awaited orders: {:?}", drained);
-        if let Some(&i) = awaited.first() {
-            prop_assert_eq!(
-                i,
-                drained.len() - 1,
-                "awaited order not last: {:?}",
-                drained
-            );
-        }
-
-        // `_PostCompact` output appears only in a fresh context: pairs are only ever added while
-        // a compaction is the last thing that happened to the history.
-        let pairs = count_calls(m.history(), "___PostCompact");
-        if pairs > self.post_compact_pairs {
-            prop_assert!(
-                self.compacted_since_request,
-                "_PostCompact pair outside a fresh context"
-            );
-        }
-        self.post_compact_pairs = pairs;
-
-        let objected = drained.iter().any(|e| {
-            matches!(
-                e,
-                Effect::Notify {
-                    notice: Notice::Objection { .. }
-                }
-            )
-        });
+        let drained: Vec<Effect> = std::iter::from_fn(|| m.poll_effect()).collect();
+        self.invariants
+            .check(before, &input, m, &drained, &history_before)
+            .map_err(|violation| TestCaseError::fail(violation.to_string()))?;
         for effect in &drained {
-            self.check_effect(m, effect, objected)?;
+            self.trace.push(match effect {
+                Effect::CallLlm {
+                    purpose: Purpose::Turn,
+                    ..
+                } => Ev::Llm,
+                Effect::CallLlm {
+                    purpose: Purpose::Summary { .. },
+                    ..
+                } => Ev::Summary,
+                Effect::CallTools { calls } => Ev::Tools(calls.len()),
+                Effect::CallHooks { hook, servers, .. } => Ev::Hooks(*hook, servers.clone()),
+                Effect::KillServer { server } => Ev::Kill(server.clone()),
+                Effect::Finish { reason } => Ev::Finish(match reason {
+                    FinishReason::Failed { .. } => FinishReason::Failed {
+                        error: String::new(),
+                    },
+                    other => other.clone(),
+                }),
+                Effect::Notify { .. } => continue,
+            });
         }
-
-        // Objections never exceed the budget.
-        prop_assert!(m.counters().objections <= self.policy.stop_max_rejections);
-        // `_Stop` causes at most `budget` extra model calls per session.
-        prop_assert!(self.extra_calls_from_stop <= self.policy.stop_max_rejections);
-
         let last = drained
             .last()
             .cloned()
@@ -536,105 +463,50 @@ impl<'a> Checker<'a> {
         self.effects.extend(drained);
         Ok(last)
     }
-
-    fn check_effect(
-        &mut self,
-        m: &Machine,
-        effect: &Effect,
-        objected: bool,
-    ) -> Result<(), TestCaseError> {
-        match effect {
-            Effect::CallLlm {
-                purpose, messages, ..
-            } => {
-                prop_assert_eq!(*messages, m.history().len());
-                let request = m.request(*purpose);
-                // Every result answers an earlier call of the same request, exactly once.
-                check_pairing(request.messages).map_err(TestCaseError::fail)?;
-                // Hooks are never offered to the model.
-                for tool in request.tools {
-                    prop_assert!(
-                        !hooks::is_hook(hooks::bare_name(&tool.name)),
-                        "hook offered: {}",
-                        tool.name
-                    );
-                }
-                match purpose {
-                    Purpose::Turn => {
-                        self.trace.push(Ev::Llm);
-                        self.compacted_since_request = false;
-                        if objected {
-                            self.extra_calls_from_stop += 1;
-                        }
-                    }
-                    Purpose::Summary { .. } => {
-                        prop_assert!(request.tools.is_empty());
-                        self.trace.push(Ev::Summary);
-                    }
-                }
-            }
-            Effect::CallTools { calls } => {
-                for call in calls {
-                    prop_assert!(
-                        !hooks::is_hook(hooks::bare_name(&call.name)),
-                        "hook run by a model call"
-                    );
-                    prop_assert!(m.model_tools().iter().any(|t| t.name == call.name));
-                }
-                self.trace.push(Ev::Tools(calls.len()));
-            }
-            Effect::CallHooks { hook, servers, .. } => {
-                for server in servers {
-                    prop_assert!(
-                        self.policy.hook_servers.allows(server.as_str()),
-                        "hook on a server outside the allowlist"
-                    );
-                }
-                if *hook == Hook::Stop {
-                    prop_assert!(self.policy.stop_max_rejections > 0, "_Stop with budget 0");
-                    prop_assert!(
-                        m.counters().objections < self.policy.stop_max_rejections,
-                        "_Stop with the budget spent"
-                    );
-                    prop_assert!(
-                        !self.stop_round_since_work,
-                        "two _Stop rounds without work or a prompt between"
-                    );
-                    self.stop_round_since_work = true;
-                }
-                self.trace.push(Ev::Hooks(*hook, servers.clone()));
-            }
-            Effect::KillServer { server } => self.trace.push(Ev::Kill(server.clone())),
-            Effect::Notify { notice } => {
-                if let Notice::Compacted { .. } = notice {
-                    self.compacted_since_request = true;
-                }
-            }
-            Effect::Finish { reason } => {
-                let reason = match reason {
-                    FinishReason::Failed { .. } => FinishReason::Failed {
-                        error: String::new(),
-                    },
-                    other => other.clone(),
-                };
-                self.trace.push(Ev::Finish(reason));
-            }
-        }
-        Ok(())
-    }
 }
 
-fn count_calls(history: &[Message], suffix: &str) -> usize {
-    history
-        .iter()
-        .map(|m| match m {
-            Message::Assistant { tool_calls, .. } => tool_calls
-                .iter()
-                .filter(|c| c.name.ends_with(suffix))
-                .count(),
-            _ => 0,
-        })
-        .sum()
+/// Answers one hook round: every (subject, server) call gets the world's next step, fed in
+/// configuration order (or reversed), up to a cancel.
+fn answer_hooks(
+    c: &mut Checker<'_>,
+    m: &mut Machine,
+    world: &mut World,
+    hook: Hook,
+    servers: &[ServerName],
+    subjects: usize,
+) -> Result<Option<Effect>, TestCaseError> {
+    let keys: Vec<Option<u32>> = if subjects == 0 {
+        vec![None]
+    } else {
+        (0..subjects).map(|i| u32::try_from(i).ok()).collect()
+    };
+    let mut answers = Vec::new();
+    for key in keys {
+        for server in servers {
+            answers.push((server.clone(), key, world.hook()));
+        }
+    }
+    if c.s.reverse_answers {
+        answers.reverse();
+    }
+    let mut out = None;
+    for (server, subject, step) in answers {
+        match hook_reply(&step) {
+            Some(reply) => {
+                out = c.feed(
+                    m,
+                    Input::HookAnswered {
+                        server,
+                        hook,
+                        reply,
+                        subject,
+                    },
+                )?;
+            }
+            None => return c.feed(m, Input::Cancelled),
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the scenario; returns every effect and the projected trace.
@@ -668,43 +540,19 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
                 Effect::CallLlm {
                     purpose: Purpose::Turn,
                     ..
-                } => {
-                    let step = world.model();
-                    // A reply that is not a genuine end of turn never consults `_Stop`.
-                    let genuine = matches!(
-                        &step,
-                        ModelStep::Text {
-                            stop: StopReason::EndTurn | StopReason::StopSequence,
-                            ..
-                        }
-                    );
-                    let out = match step {
-                        ModelStep::Cancel => c.feed(&mut m, Input::Cancelled)?,
-                        ModelStep::Fail => c.feed(
-                            &mut m,
-                            Input::LlmFailed {
-                                error: "boom".into(),
-                            },
-                        )?,
-                        step => {
-                            let reply = world.reply(&step);
-                            c.feed(&mut m, Input::LlmReplied { reply })?
-                        }
-                    };
-                    if !genuine {
-                        prop_assert!(
-                            !matches!(
-                                out,
-                                Some(Effect::CallHooks {
-                                    hook: Hook::Stop,
-                                    ..
-                                })
-                            ),
-                            "_Stop consulted after a non-end stop"
-                        );
+                } => match world.model() {
+                    ModelStep::Cancel => c.feed(&mut m, Input::Cancelled)?,
+                    ModelStep::Fail => c.feed(
+                        &mut m,
+                        Input::LlmFailed {
+                            error: "boom".into(),
+                        },
+                    )?,
+                    step => {
+                        let reply = world.reply(&step);
+                        c.feed(&mut m, Input::LlmReplied { reply })?
                     }
-                    out
-                }
+                },
                 Effect::CallLlm {
                     purpose: Purpose::Summary { .. },
                     ..
@@ -756,48 +604,32 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
                     }
                     out
                 }
-                Effect::CallHooks { hook, servers, .. } => {
-                    let answers: Vec<(ServerName, HookStep)> = servers
-                        .into_iter()
-                        .map(|server| (server, world.hook()))
-                        .collect();
-                    let ordered: Vec<_> = if s.reverse_answers {
-                        answers.into_iter().rev().collect()
-                    } else {
-                        answers
-                    };
-                    let mut out = None;
-                    for (server, step) in ordered {
-                        match hook_reply(&step) {
-                            Some(reply) => {
-                                out = c.feed(
-                                    &mut m,
-                                    Input::HookAnswered {
-                                        server,
-                                        hook,
-                                        reply,
-                                        subject: None,
-                                    },
-                                )?
-                            }
-                            None => {
-                                out = c.feed(&mut m, Input::Cancelled)?;
-                                break;
-                            }
-                        }
-                    }
-                    out
-                }
+                Effect::CallHooks {
+                    hook,
+                    servers,
+                    subjects,
+                    ..
+                } => answer_hooks(&mut c, &mut m, &mut world, hook, &servers, subjects.len())?,
                 Effect::KillServer { .. } | Effect::Notify { .. } | Effect::Finish { .. } => {
                     return Err(TestCaseError::fail("not an awaited order"));
                 }
             };
         }
     }
-    // Done is absorbing.
-    let last = c.feed(&mut m, Input::Closed)?;
+    // Closing asks `_SessionEnd` once; then Done is absorbing.
+    let mut last = c.feed(&mut m, Input::Closed)?;
+    while let Some(Effect::CallHooks {
+        hook,
+        servers,
+        subjects,
+        ..
+    }) = last
+    {
+        last = answer_hooks(&mut c, &mut m, &mut world, hook, &servers, subjects.len())?;
+    }
     prop_assert!(last.is_none());
     prop_assert_eq!(m.phase(), Phase::Done);
+    prop_assert!(c.feed(&mut m, Input::Closed)?.is_none());
     for input in [
         Input::Prompted { text: "x".into() },
         Input::Cancelled,
@@ -814,120 +646,199 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
 // ---------------------------------------------------------------------------------------------
 
 fn run_reference(s: &Scenario) -> Vec<Ev> {
-    let policy = s.policy();
-    let stop_servers = s.stop_servers();
     let mut world = World::new(s);
-    let mut trace = Vec::new();
-    let mut objections = 0u32;
-    let mut timeouts: BTreeMap<ServerName, u32> = BTreeMap::new();
-    let known = |name: &str| {
-        hooks::split_qualified(name).is_some_and(|(server, tool)| {
-            tool == "run" && (0..s.servers.len()).any(|i| format!("s{i}") == server)
-        })
+    let mut r = Reference {
+        s,
+        policy: s.policy(),
+        trace: Vec::new(),
+        objections: 0,
+        timeouts: BTreeMap::new(),
+        session_started: false,
     };
     for _ in 0..s.prompts {
+        let finish = r.prompt(&mut world);
+        r.trace.push(Ev::Finish(finish));
+    }
+    // Closing: `_SessionEnd` once, its answers ignored.
+    let end = s.hook_servers(Hook::SessionEnd);
+    if !end.is_empty() {
+        r.round(&mut world, Hook::SessionEnd, end, 0);
+    }
+    r.trace
+}
+
+/// The session-wide part of the reference model.
+struct Reference<'a> {
+    s: &'a Scenario,
+    policy: Policy,
+    trace: Vec<Ev>,
+    objections: u32,
+    timeouts: BTreeMap<ServerName, u32>,
+    session_started: bool,
+}
+
+impl Reference<'_> {
+    /// One round of `hook`, one call per server and subject (one when `subjects` is 0): the
+    /// subjects some server said something about, or `None` when the round was cancelled.
+    fn round(
+        &mut self,
+        world: &mut World,
+        hook: Hook,
+        servers: Vec<ServerName>,
+        subjects: usize,
+    ) -> Option<BTreeSet<usize>> {
+        self.trace.push(Ev::Hooks(hook, servers.clone()));
+        let mut answers = Vec::new();
+        for subject in 0..subjects.max(1) {
+            for server in &servers {
+                answers.push((server.clone(), subject, world.hook()));
+            }
+        }
+        if self.s.reverse_answers {
+            answers.reverse();
+        }
+        let mut said = BTreeSet::new();
+        for (server, subject, step) in answers {
+            match step {
+                HookStep::Cancel => return None,
+                HookStep::Timeout => {
+                    let n = self.timeouts.entry(server.clone()).or_insert(0);
+                    *n += 1;
+                    if *n == 2 {
+                        *n = 0;
+                        self.trace.push(Ev::Kill(server));
+                    }
+                }
+                HookStep::Object(text) => {
+                    self.timeouts.remove(&server);
+                    if !text.trim().is_empty() {
+                        said.insert(subject);
+                    }
+                }
+                HookStep::Empty | HookStep::Blank | HookStep::ErrorResult => {
+                    self.timeouts.remove(&server);
+                }
+                HookStep::Failed => {}
+            }
+        }
+        Some(said)
+    }
+
+    /// A round of `hook` on the servers that have it, if any; false when it was cancelled.
+    fn maybe_round(
+        &mut self,
+        world: &mut World,
+        hook: Hook,
+        subjects: usize,
+    ) -> Option<BTreeSet<usize>> {
+        let servers = self.s.hook_servers(hook);
+        if servers.is_empty() {
+            return Some(BTreeSet::new());
+        }
+        self.round(world, hook, servers, subjects)
+    }
+
+    /// One prompt, from its hooks to its finish.
+    fn prompt(&mut self, world: &mut World) -> FinishReason {
+        let s = self.s;
+        let known = |name: &str| {
+            hooks::split_qualified(name).is_some_and(|(server, tool)| {
+                tool == "run" && (0..s.servers.len()).any(|i| format!("s{i}") == server)
+            })
+        };
+        // `_SessionStart` at the first prompt only, then `_UserPromptSubmit`: context only.
+        if !self.session_started {
+            self.session_started = true;
+            if self.maybe_round(world, Hook::SessionStart, 0).is_none() {
+                return FinishReason::Cancelled;
+            }
+        }
+        if self.maybe_round(world, Hook::UserPromptSubmit, 0).is_none() {
+            return FinishReason::Cancelled;
+        }
         let mut rounds = 0;
         let mut latch = false;
-        let finish = 'prompt: loop {
-            if policy.max_rounds != 0 && rounds >= policy.max_rounds {
-                break FinishReason::MaxTurnRequests;
+        loop {
+            if self.policy.max_rounds != 0 && rounds >= self.policy.max_rounds {
+                return FinishReason::MaxTurnRequests;
             }
             rounds += 1;
-            trace.push(Ev::Llm);
-            let step = world.model();
-            let (calls, stop) = match &step {
-                ModelStep::Cancel => break FinishReason::Cancelled,
+            self.trace.push(Ev::Llm);
+            let (calls, stop) = match world.model() {
+                ModelStep::Cancel => return FinishReason::Cancelled,
                 ModelStep::Fail => {
-                    break FinishReason::Failed {
+                    return FinishReason::Failed {
                         error: String::new(),
                     };
                 }
                 step => {
-                    let reply = world.reply(step);
+                    let reply = world.reply(&step);
                     (reply.tool_calls, reply.stop)
                 }
             };
-            let cut_short = match &stop {
-                StopReason::MaxTokens => Some(FinishReason::MaxTokens),
-                StopReason::Refusal | StopReason::ContentFilter => Some(FinishReason::Refusal),
+            match &stop {
+                StopReason::MaxTokens => return FinishReason::MaxTokens,
+                StopReason::Refusal | StopReason::ContentFilter => return FinishReason::Refusal,
                 // An unknown reason ends the prompt without `_Stop`, like `max_tokens`.
-                StopReason::Other(reason) => Some(FinishReason::OtherStop {
-                    stop_reason: reason.clone(),
-                }),
-                _ => None,
-            };
-            if let Some(reason) = cut_short {
-                break reason;
+                StopReason::Other(reason) => {
+                    return FinishReason::OtherStop {
+                        stop_reason: reason.clone(),
+                    };
+                }
+                _ => {}
             }
             if !calls.is_empty() {
                 latch = false;
-                let run: Vec<&ToolCall> = calls
+                let run = calls
                     .iter()
                     .filter(|c| known(&c.name) && c.arguments.is_object())
-                    .collect();
-                if !run.is_empty() {
-                    trace.push(Ev::Tools(run.len()));
-                    let answers: Vec<ToolStep> = run.iter().map(|_| world.tool()).collect();
-                    if answers.iter().any(|a| matches!(a, ToolStep::Cancel)) {
-                        break FinishReason::Cancelled;
-                    }
+                    .count();
+                if run == 0 {
+                    continue;
+                }
+                // `_PreToolUse` gates every runnable call; a call any server denies never runs.
+                let Some(denied) = self.maybe_round(world, Hook::PreToolUse, run) else {
+                    return FinishReason::Cancelled;
+                };
+                let ran = run - denied.len();
+                if ran == 0 {
+                    continue;
+                }
+                self.trace.push(Ev::Tools(ran));
+                let answers: Vec<ToolStep> = (0..ran).map(|_| world.tool()).collect();
+                if answers.iter().any(|a| matches!(a, ToolStep::Cancel)) {
+                    return FinishReason::Cancelled;
+                }
+                // `_PostToolUse` on the calls that ran: context only.
+                if self.maybe_round(world, Hook::PostToolUse, ran).is_none() {
+                    return FinishReason::Cancelled;
                 }
                 continue;
             }
             match stop {
                 StopReason::PauseTurn => continue,
-                StopReason::ToolUse => break FinishReason::EndTurn,
+                StopReason::ToolUse => return FinishReason::EndTurn,
                 _ => {}
             }
             // A genuine end of turn.
+            let stop_servers = s.hook_servers(Hook::Stop);
             if stop_servers.is_empty()
-                || policy.stop_max_rejections == 0
+                || self.policy.stop_max_rejections == 0
                 || latch
-                || objections >= policy.stop_max_rejections
+                || self.objections >= self.policy.stop_max_rejections
             {
-                break FinishReason::EndTurn;
+                return FinishReason::EndTurn;
             }
-            trace.push(Ev::Hooks(Hook::Stop, stop_servers.clone()));
-            let answers: Vec<(ServerName, HookStep)> = stop_servers
-                .iter()
-                .map(|srv| (srv.clone(), world.hook()))
-                .collect();
-            let ordered: Vec<_> = if s.reverse_answers {
-                answers.into_iter().rev().collect()
-            } else {
-                answers
+            let Some(said) = self.round(world, Hook::Stop, stop_servers, 0) else {
+                return FinishReason::Cancelled;
             };
-            let mut objected = false;
-            for (server, step) in ordered {
-                match step {
-                    HookStep::Cancel => break 'prompt FinishReason::Cancelled,
-                    HookStep::Timeout => {
-                        let n = timeouts.entry(server.clone()).or_insert(0);
-                        *n += 1;
-                        if *n == 2 {
-                            *n = 0;
-                            trace.push(Ev::Kill(server));
-                        }
-                    }
-                    HookStep::Object(text) => {
-                        timeouts.remove(&server);
-                        objected |= !text.trim().is_empty();
-                    }
-                    HookStep::Empty | HookStep::Blank | HookStep::ErrorResult => {
-                        timeouts.remove(&server);
-                    }
-                    HookStep::Failed => {}
-                }
+            if said.is_empty() {
+                return FinishReason::EndTurn;
             }
-            if !objected {
-                break FinishReason::EndTurn;
-            }
-            objections += 1;
+            self.objections += 1;
             latch = true;
-        };
-        trace.push(Ev::Finish(finish));
+        }
     }
-    trace
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -979,8 +890,7 @@ fn stop_causes_at_most_budget_extra_model_calls() {
             small_context: false,
             allow: Allow::All,
             servers: vec![ServerSpec {
-                has_stop: true,
-                has_post_compact: false,
+                hooks: hook_bit(Hook::Stop),
             }],
             prompts: 3,
             model: (0..40)
