@@ -47,6 +47,11 @@
 //!   declined.
 //! - Hook output reaches the model JSON-encoded, as a tool result, never as instructions.
 //!
+//! These rules are checked in every state the machine reaches within a bound, not only on
+//! sampled sessions: the `testing` feature's explorer (`testing::explore`) enumerates every
+//! sequence of facts of a small alphabet up to a depth; its docs say exactly which
+//! configurations, which alphabet and which depth, and what is left out.
+//!
 //! ## Embedding
 //!
 //! ```

@@ -63,7 +63,8 @@ pub struct Invariants {
     slack: i64,
     compactions: u32,
     session_end_rounds: u32,
-    session_start_pairs: u32,
+    /// A `_SessionStart` round has injected its context.
+    session_started: bool,
     /// The calls the open `_PreToolUse` round is about, and the subjects denied so far.
     pre_tool: Option<(Vec<CallId>, BTreeSet<usize>)>,
     /// Calls a `_PreToolUse` round denied whose error result has not been checked yet.
@@ -82,7 +83,7 @@ impl Invariants {
             slack: i64::from(policy.stop_max_rejections),
             compactions: 0,
             session_end_rounds: 0,
-            session_start_pairs: 0,
+            session_started: false,
             pre_tool: None,
             denied: BTreeSet::new(),
         }
@@ -163,7 +164,7 @@ impl Invariants {
         out.extend_from_slice(&self.slack.to_le_bytes());
         out.extend_from_slice(&self.compactions.to_le_bytes());
         out.extend_from_slice(&self.session_end_rounds.to_le_bytes());
-        out.extend_from_slice(&self.session_start_pairs.to_le_bytes());
+        out.push(u8::from(self.session_started));
         for (server, count) in &self.timeouts {
             out.extend_from_slice(server.as_str().as_bytes());
             out.push(0);
@@ -457,6 +458,7 @@ impl Invariants {
             || format!("{} messages, then {}", history_before.len(), after.len()),
         )?;
         let mut reply_message = matches!(fact, Input::LlmReplied { .. });
+        let mut session_start = false;
         for message in &after[history_before.len()..] {
             match message {
                 Message::User { .. } => {
@@ -488,19 +490,20 @@ impl Invariants {
                         ensure(injects && hook == answered, RULE, || {
                             format!("{} added after {}", call.name, fact.kind())
                         })?;
-                        if hook == Some(Hook::SessionStart) {
-                            self.session_start_pairs += 1;
-                            ensure(
-                                self.session_start_pairs as usize
-                                    <= m.hook_servers(Hook::SessionStart).len().max(1) * 2,
-                                "_SessionStart is injected once per session",
-                                || format!("{} pairs", self.session_start_pairs),
-                            )?;
-                        }
+                        session_start |= hook == Some(Hook::SessionStart);
                     }
                 }
                 Message::ToolResult { .. } => {}
             }
+        }
+        if session_start {
+            // One round, whose answers are all injected on the fact that completes it.
+            ensure(
+                !self.session_started,
+                "_SessionStart is injected once per session",
+                String::new,
+            )?;
+            self.session_started = true;
         }
         Ok(())
     }
