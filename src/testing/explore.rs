@@ -208,7 +208,7 @@ impl Setup {
         }
     }
 
-    /// A short name for reports: `s0=…,s1=… allow=… budget=…`, hooks by their initials.
+    /// A short name for reports: `s0=[…],s1=[…] allow=… budget=…`, each server's hooks listed.
     pub fn name(&self) -> String {
         let servers: Vec<String> = self
             .servers
@@ -411,7 +411,7 @@ pub fn explore<S: Subject>(
         depth: 0,
         exhausted: false,
     };
-    let invariants = Invariants::new(&start.machine().policy().clone());
+    let invariants = Invariants::new(start.machine().policy());
     let mut seen = HashSet::new();
     let mut buffer = Vec::new();
     seen.insert(key(&start, &invariants, &mut buffer));
@@ -489,6 +489,7 @@ pub fn explore<S: Subject>(
                 if !seen.insert(key(&subject, &invariants, &mut buffer)) {
                     continue;
                 }
+                // Memory runs out long before four billion states.
                 let node = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
                 nodes.push(Node {
                     parent: item.node,
