@@ -90,7 +90,8 @@ impl Invariants {
     }
 
     /// Checks every invariant on one accepted fact: `before` is the phase the machine was in
-    /// when `fact` came, `m` the machine after it, `effects` every order it gave for it.
+    /// when `fact` came and `history_before` its history then, `m` the machine after it,
+    /// `effects` every order it gave for it.
     pub fn check(
         &mut self,
         before: Phase,
