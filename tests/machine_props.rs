@@ -218,6 +218,7 @@ impl Scenario {
             max_context_tokens,
             max_output_tokens,
             media: Media::default(),
+            ask_permission: false,
         }
     }
 
@@ -604,6 +605,9 @@ impl<'a> Checker<'a> {
                 }
                 self.trace.push(Ev::Hooks(*hook, servers.clone()));
             }
+            Effect::AskPermission { call } => {
+                prop_assert!(false, "asked permission for {} with asking off", call.name);
+            }
             Effect::KillServer { server } => self.trace.push(Ev::Kill(server.clone())),
             Effect::Notify { notice } => {
                 if let Notice::Compacted { .. } = notice {
@@ -755,6 +759,9 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
                         }
                     }
                     out
+                }
+                Effect::AskPermission { .. } => {
+                    return Err(TestCaseError::fail("asked permission with asking off"));
                 }
                 Effect::CallHooks { hook, servers, .. } => {
                     let answers: Vec<(ServerName, HookStep)> = servers

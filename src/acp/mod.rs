@@ -33,7 +33,7 @@ pub mod frame;
 pub mod permission;
 pub mod records;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -61,15 +61,15 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
-use self::permission::Asker;
-pub use self::permission::{Gated, Permissions};
+use self::permission::ClientAsker;
+pub use self::permission::Permissions;
 use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::{Delta, LlmClient};
 use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolHints};
 use crate::mcp::ToolHost;
-use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
+use crate::progress::{Event, ProgressObserver};
 use crate::text::lock;
 use crate::transcript::{RecordDir, Recorder};
 
@@ -91,6 +91,10 @@ pub struct SessionSpec {
     pub cwd: PathBuf,
     /// The session's own MCP servers, in the client's order.
     pub servers: Vec<ServerSpec>,
+    /// Whether the session asks the client before destructive tools run: a new session's
+    /// [`Config`](crate::Config) turns [`ask_permission`](crate::ConfigBuilder::ask_permission)
+    /// on when this is [`Permissions::Ask`]. A restored session keeps its record's setting.
+    pub permissions: Permissions,
 }
 
 /// One MCP server a client attached to a session.
@@ -143,20 +147,17 @@ pub trait SessionFactory: Send + Sync + 'static {
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> impl Future<Output = Result<AgentSession<Self::Llm, Self::Host>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// The directory sessions are recorded in, if they are: what `session/list` lists and
     /// `session/load` and `session/resume` read.
     fn record_dir(&self) -> Option<&Path>;
 }
 
-/// A session as the agent runs it: its host asks the client before destructive tools.
-pub type AgentSession<L, H> = Session<L, Gated<H>>;
-
-/// A session a [`SessionFactory`] built. Its host is wrapped in a [`Gated`], which the agent
-/// binds to the session's client so destructive tools ask first.
+/// A session a [`SessionFactory`] built. The agent gives it a [`PermissionAsker`]
+/// (crate::PermissionAsker) that asks the session's client.
 pub struct Created<L, H> {
-    pub session: AgentSession<L, H>,
+    pub session: Session<L, H>,
     /// Its recorder and the file its transcript goes to (what [`Session::record_in`] returns),
     /// if it is recorded. The file's stem becomes the session id; the recorder is checked after
     /// each prompt, so the client hears when the transcript could not be written whole.
@@ -561,7 +562,7 @@ impl<F: SessionFactory> AgentState<F> {
         responder: Responder<NewSessionResponse>,
         cx: ConnectionTo<Client>,
     ) {
-        let spec = match session_spec(request.cwd, request.mcp_servers) {
+        let spec = match session_spec(request.cwd, request.mcp_servers, self.permissions) {
             Ok(spec) => spec,
             Err(message) => {
                 self.release_slot();
@@ -630,7 +631,8 @@ impl<F: SessionFactory> AgentState<F> {
             let message = format!("session {id} is already open on this connection");
             return Err(error(code::INVALID_REQUEST, message));
         }
-        let spec = session_spec(cwd, servers).map_err(|m| error(code::INVALID_PARAMS, m))?;
+        let spec = session_spec(cwd, servers, self.permissions)
+            .map_err(|m| error(code::INVALID_PARAMS, m))?;
         let load_error = |e: records::LoadError| {
             error(
                 code::INVALID_PARAMS,
@@ -684,28 +686,26 @@ impl<F: SessionFactory> AgentState<F> {
     /// Watches `session` for the client and starts its actor.
     fn install(
         &self,
-        mut session: AgentSession<F::Llm, F::Host>,
+        mut session: Session<F::Llm, F::Host>,
         id: SessionId,
         cx: ConnectionTo<Client>,
         recorded: Option<Recorded>,
         recorder: Option<Recorder>,
     ) {
+        let kinds = Arc::new(Mutex::new(HashMap::new()));
         if self.permissions == Permissions::Ask {
-            session.host().bind(Asker {
+            session.set_permission_asker(ClientAsker {
                 cx: cx.clone(),
                 session: id.clone(),
+                kinds: Arc::clone(&kinds),
             });
         }
-        let kinds = Arc::new(Mutex::new(HashMap::new()));
         session.add_observer(KindWatcher {
             kinds: Arc::clone(&kinds),
         });
         // Events and reply pieces share one translator: it must know whether a reply's text
         // was already streamed before it sends the whole text again.
-        let translator = Arc::new(Mutex::new(Translator::new(
-            session.tool_concurrency(),
-            kinds,
-        )));
+        let translator = Arc::new(Mutex::new(Translator::new(kinds)));
         let notifier = Notifier {
             id: id.clone(),
             cx,
@@ -1121,7 +1121,11 @@ fn stop_reason(stop: PromptStop) -> StopReason {
 }
 
 /// The engine's view of a session's `cwd` and `mcpServers`, or what is wrong with them.
-fn session_spec(cwd: PathBuf, mcp_servers: Vec<McpServer>) -> Result<SessionSpec, String> {
+fn session_spec(
+    cwd: PathBuf,
+    mcp_servers: Vec<McpServer>,
+    permissions: Permissions,
+) -> Result<SessionSpec, String> {
     if !cwd.is_absolute() {
         return Err(format!("cwd must be an absolute path, got {cwd:?}"));
     }
@@ -1157,7 +1161,11 @@ fn session_spec(cwd: PathBuf, mcp_servers: Vec<McpServer>) -> Result<SessionSpec
         }
         servers.push(spec);
     }
-    Ok(SessionSpec { cwd, servers })
+    Ok(SessionSpec {
+        cwd,
+        servers,
+        permissions,
+    })
 }
 
 fn server_name(name: String) -> Result<ServerName, String> {
@@ -1199,25 +1207,20 @@ struct Translator {
     next: u64,
     /// Each model-facing tool's kind, from its server's hints.
     kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
-    /// How many calls of one reply the session runs at once.
-    concurrency: usize,
-    /// Calls running now.
-    running: HashSet<String>,
-    /// Calls waiting for a free slot, in the order the session starts them.
-    waiting: VecDeque<String>,
+    /// Calls already shown as `tool_call`s when the user was asked about them: when they run,
+    /// they are not shown again.
+    announced: HashSet<String>,
     /// The current reply's text has been sent piece by piece, so its whole text is not sent
     /// again. Cleared when a model request starts.
     streamed: bool,
 }
 
 impl Translator {
-    fn new(concurrency: usize, kinds: Arc<Mutex<HashMap<String, ToolKind>>>) -> Self {
+    fn new(kinds: Arc<Mutex<HashMap<String, ToolKind>>>) -> Self {
         Self {
             next: 0,
             kinds,
-            concurrency: concurrency.max(1),
-            running: HashSet::new(),
-            waiting: VecDeque::new(),
+            announced: HashSet::new(),
             streamed: false,
         }
     }
@@ -1237,33 +1240,18 @@ impl Translator {
         }
     }
 
-    /// A call of a reply: `in_progress` if the session starts it now, else it stays `pending`
-    /// until one ends. This follows the session's rule for a reply's calls: the first
-    /// `concurrency` start at once, and each call that ends starts the next one waiting.
-    fn call_requested(&mut self, id: String) -> Option<SessionUpdate> {
-        if self.running.len() < self.concurrency && self.waiting.is_empty() {
-            self.running.insert(id.clone());
-            Some(in_progress(id))
-        } else {
-            self.waiting.push_back(id);
-            None
-        }
-    }
-
-    /// A call ended: the next one waiting starts, unless the prompt itself is ending (its
-    /// calls are then reported cancelled, and none starts).
-    fn call_ended(&mut self, id: &str, output: &str, is_error: bool) -> Option<SessionUpdate> {
-        if let Some(at) = self.waiting.iter().position(|w| w == id) {
-            self.waiting.remove(at);
-            return None;
-        }
-        self.running.remove(id);
-        if is_error && output == CANCELLED_OUTPUT {
-            return None;
-        }
-        let next = self.waiting.pop_front()?;
-        self.running.insert(next.clone());
-        Some(in_progress(next))
+    /// A model tool call, `pending` until the session starts it.
+    fn pending_call(&self, id: String, name: String, arguments: Value) -> SessionUpdate {
+        let kind = lock(&self.kinds)
+            .get(&name)
+            .copied()
+            .unwrap_or(ToolKind::Other);
+        SessionUpdate::ToolCall(
+            ToolCall::new(id, name)
+                .kind(kind)
+                .status(ToolCallStatus::Pending)
+                .raw_input(arguments),
+        )
     }
 
     fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
@@ -1286,46 +1274,35 @@ impl Translator {
                     ContentBlock::from(text),
                 ))]
             }
+            Event::PermissionAsked {
+                id,
+                name,
+                arguments,
+            } => {
+                self.announced.insert(id.clone());
+                vec![self.pending_call(id, name, arguments)]
+            }
             Event::ToolStarted {
                 id,
                 name,
                 arguments,
             } => {
-                let kind = lock(&self.kinds)
-                    .get(&name)
-                    .copied()
-                    .unwrap_or(ToolKind::Other);
-                let call = SessionUpdate::ToolCall(
-                    ToolCall::new(id.clone(), name)
-                        .kind(kind)
-                        .status(ToolCallStatus::Pending)
-                        .raw_input(arguments),
-                );
-                std::iter::once(call)
-                    .chain(self.call_requested(id))
-                    .collect()
+                if self.announced.remove(&id) {
+                    return Vec::new();
+                }
+                vec![self.pending_call(id, name, arguments)]
+            }
+            Event::ToolRunning { id } => vec![in_progress(id)],
+            Event::ToolRejected { id, tool, .. } => {
+                self.announced.remove(&id);
+                vec![finished(id, true, crate::machine::rejected_text(&tool))]
             }
             Event::ToolFinished {
                 id,
                 is_error,
                 output,
                 ..
-            } => {
-                let status = if is_error {
-                    ToolCallStatus::Failed
-                } else {
-                    ToolCallStatus::Completed
-                };
-                let next = self.call_ended(&id, &output, is_error);
-                let done = SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    id,
-                    ToolCallUpdateFields::new()
-                        .status(status)
-                        .raw_output(json!({"text": output, "isError": is_error}))
-                        .content(vec![ToolCallContent::from(output)]),
-                ));
-                std::iter::once(done).chain(next).collect()
-            }
+            } => vec![finished(id, is_error, output)],
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
                 vec![self.synthetic(name, ToolKind::Other, ToolCallStatus::Failed, text, None)]
@@ -1479,6 +1456,22 @@ fn history_updates(messages: &[Message]) -> Vec<SessionUpdate> {
         }
     }
     updates
+}
+
+/// A call's end: completed or failed, with its output.
+fn finished(id: String, is_error: bool, output: String) -> SessionUpdate {
+    let status = if is_error {
+        ToolCallStatus::Failed
+    } else {
+        ToolCallStatus::Completed
+    };
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id,
+        ToolCallUpdateFields::new()
+            .status(status)
+            .raw_output(json!({"text": output, "isError": is_error}))
+            .content(vec![ToolCallContent::from(output)]),
+    ))
 }
 
 fn in_progress(id: String) -> SessionUpdate {
