@@ -23,7 +23,9 @@
 //!
 //! Tools: `echo` (its arguments back), `big`, `image`, `big_image` (2 MiB of base64 and a
 //! small image after it), `fail` (`isError`), `crash`, `hang`,
-//! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`).
+//! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`),
+//! `remove` (marked `destructiveHint: true`, so a front end that asks before destructive tools
+//! asks about it; answers `removed` and its arguments).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -33,6 +35,7 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ImageContent,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -170,6 +173,7 @@ impl TestServer {
             "hang",
             "slow",
             "add_tool",
+            "remove",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -216,7 +220,18 @@ impl ServerHandler for TestServer {
             .into_iter()
             .map(|name| {
                 let description = format!("test tool {name}");
-                Tool::new(name, description, Arc::clone(&schema))
+                let tool = Tool::new(name.clone(), description, Arc::clone(&schema));
+                if name == "remove" {
+                    tool.annotate(ToolAnnotations::from_raw(
+                        None,
+                        Some(false),
+                        Some(true),
+                        None,
+                        None,
+                    ))
+                } else {
+                    tool
+                }
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -285,6 +300,10 @@ impl ServerHandler for TestServer {
                 let _ = context.peer.notify_tool_list_changed().await;
                 Ok(text("added"))
             }
+            "remove" => Ok(text(format!(
+                "removed {}",
+                Value::Object(request.arguments.unwrap_or_default())
+            ))),
             other => Ok(text(format!("{other} ran"))),
         }
     }
