@@ -142,7 +142,8 @@ pub trait SessionFactory: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Created<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// Builds a session for `spec` that goes on from `machine`, a machine restored from a
-    /// record (with [`Session::with_machine`]). Such a session is not recorded again.
+    /// record (with [`Session::with_machine`]). The agent records it on in its record itself:
+    /// the factory adds no recorder.
     fn restore(
         &self,
         spec: SessionSpec,
@@ -640,14 +641,31 @@ impl<F: SessionFactory> AgentState<F> {
             )
         };
         let path = records::find(dir, &id.0).map_err(load_error)?;
-        let machine = records::restore(&path).map_err(load_error)?;
-        let conversation = history.then(|| machine.history().to_vec());
-        let session = self.factory.restore(spec, machine).await.map_err(|e| {
+        let restored = records::restore(&path).map_err(load_error)?;
+        let conversation = history.then(|| restored.machine.history().to_vec());
+        // Recorded on in its own file, so what happens now is there for the next load.
+        let (recorder, observer) = restored.record_on(&path).map_err(|e| {
             error(
                 code::INTERNAL_ERROR,
-                format!("could not start the session: {e}"),
+                format!("cannot record session {id} on: {e}"),
             )
         })?;
+        let recorded = Recorded {
+            path,
+            cwd: spec.cwd.clone(),
+            // The side file keeps the title the first prompt gave it.
+            titled: AtomicBool::new(true),
+        };
+        let mut session = self
+            .factory
+            .restore(spec, restored.machine)
+            .await
+            .map_err(|e| {
+                error(
+                    code::INTERNAL_ERROR,
+                    format!("could not start the session: {e}"),
+                )
+            })?;
         if let Some(messages) = conversation {
             let notifier = Notifier {
                 id: id.clone(),
@@ -658,7 +676,8 @@ impl<F: SessionFactory> AgentState<F> {
                 notifier.send(update);
             }
         }
-        self.install(session, id.clone(), cx, None, None);
+        session.add_observer(observer);
+        self.install(session, id.clone(), cx, Some(recorded), Some(recorder));
         tracing::info!(session = %id, history, "recorded session opened");
         Ok(())
     }
