@@ -78,6 +78,17 @@ fn the_typescript_sdk_objects_asks_cancels_closes_and_loads_a_session() {
             .any(|t| t.starts_with("_Stop objection from gate")),
         "{updates:?}"
     );
+    // The client takes notices: the objection, and the spent budget at the next end of turn,
+    // came with the budget's state.
+    let notices: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "notice")
+        .collect();
+    assert_eq!(notices.len(), 2, "{updates:?}");
+    for notice in notices {
+        assert_eq!(notice["title"], "_Stop objections: 1 of 1 used", "{notice}");
+        assert_eq!(notice["severity"], "warning", "{notice}");
+    }
     // Asked about the destructive tool with the four options; rejected, it did not run.
     let asked = first["permissions"].as_array().unwrap();
     assert_eq!(asked.len(), 1, "{asked:?}");

@@ -52,6 +52,7 @@ use agent_client_protocol::v1::schema::{
     SessionResumeCapabilities, SessionUpdate, StopReason, ToolCall, ToolCallContent,
     ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
+use agent_client_protocol::v1::schema::{Notice as AcpNotice, NoticeSeverity};
 use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
 use futures_util::StreamExt as _;
@@ -268,6 +269,7 @@ pub async fn serve<F: SessionFactory>(
         sessions: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
         outflow,
+        notices: AtomicBool::new(false),
     });
     let connection =
         builder(Arc::clone(&state)).connect_to(Lines::new(Box::pin(outgoing), incoming));
@@ -308,6 +310,12 @@ fn builder<F: SessionFactory>(
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
                 tracing::info!(client_version = ?request.protocol_version, "initialize");
+                let notices = request
+                    .client_capabilities
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.notices.is_some());
+                init_state.notices.store(notices, Ordering::Release);
                 let recorded = init_state.factory.record_dir().is_some();
                 responder.respond(initialize_response(recorded))
             },
@@ -422,6 +430,8 @@ struct AgentState<F> {
     sessions: Mutex<HashMap<SessionId, SessionHandle>>,
     next_id: AtomicU64,
     outflow: Arc<Outflow>,
+    /// The client advertised `session.notices` in `initialize`.
+    notices: AtomicBool,
 }
 
 /// The agent's side of one session: how to reach its actor.
@@ -724,7 +734,11 @@ impl<F: SessionFactory> AgentState<F> {
         });
         // Events and reply pieces share one translator: it must know whether a reply's text
         // was already streamed before it sends the whole text again.
-        let translator = Arc::new(Mutex::new(Translator::new(kinds)));
+        let budget = self
+            .notices
+            .load(Ordering::Acquire)
+            .then(|| session.machine().policy().stop_max_rejections);
+        let translator = Arc::new(Mutex::new(Translator::new(kinds, budget)));
         let notifier = Notifier {
             id: id.clone(),
             cx,
@@ -1229,17 +1243,21 @@ struct Translator {
     /// Calls already shown as `tool_call`s when the user was asked about them: when they run,
     /// they are not shown again.
     announced: HashSet<String>,
+    /// The session's `_Stop` budget, when the client takes `notice` updates: each objection
+    /// and a spent budget are then also shown as a notice of the budget's state.
+    budget: Option<u32>,
     /// The current reply's text has been sent piece by piece, so its whole text is not sent
     /// again. Cleared when a model request starts.
     streamed: bool,
 }
 
 impl Translator {
-    fn new(kinds: Arc<Mutex<HashMap<String, ToolKind>>>) -> Self {
+    fn new(kinds: Arc<Mutex<HashMap<String, ToolKind>>>, budget: Option<u32>) -> Self {
         Self {
             next: 0,
             kinds,
             announced: HashSet::new(),
+            budget,
             streamed: false,
         }
     }
@@ -1336,13 +1354,16 @@ impl Translator {
                     Hook::Stop
                 );
                 let raw = json!({"hook": Hook::Stop, "server": server, "text": text, "budget_left": budget_left});
-                vec![self.synthetic(
+                let call = self.synthetic(
                     title,
                     ToolKind::Other,
                     ToolCallStatus::Completed,
                     text,
                     Some(raw),
-                )]
+                );
+                std::iter::once(call)
+                    .chain(self.budget_notice(budget_left))
+                    .collect()
             }
             Event::PostCompactInjected { server, text } => {
                 let title = format!("{} from {server}", Hook::PostCompact);
@@ -1379,14 +1400,21 @@ impl Translator {
                     Some(raw),
                 )]
             }
-            Event::StopSkipped { reason } => vec![thought(match reason {
-                SkipReason::BudgetSpent => {
-                    "The _Stop objection budget is spent: the turn ends whatever the hooks say."
-                }
-                SkipReason::DeclinedObjection => {
-                    "The model ended its turn again after an objection: it heard and declined, so the turn ends."
-                }
-            })],
+            Event::StopSkipped { reason } => {
+                let said = thought(match reason {
+                    SkipReason::BudgetSpent => {
+                        "The _Stop objection budget is spent: the turn ends whatever the hooks say."
+                    }
+                    SkipReason::DeclinedObjection => {
+                        "The model ended its turn again after an objection: it heard and declined, so the turn ends."
+                    }
+                });
+                let spent = match reason {
+                    SkipReason::BudgetSpent => self.budget_notice(0),
+                    SkipReason::DeclinedObjection => None,
+                };
+                std::iter::once(said).chain(spent).collect()
+            }
             Event::Compacted {
                 summarized,
                 messages_before,
@@ -1408,6 +1436,32 @@ impl Translator {
                 "Server {server} was killed after its hooks timed out twice in a row."
             ))],
         }
+    }
+
+    /// The `_Stop` budget's state as a `notice`, for a client that takes notices.
+    fn budget_notice(&self, left: u32) -> Option<SessionUpdate> {
+        let budget = self.budget?;
+        let used = budget.saturating_sub(left);
+        let severity = if left == 0 {
+            NoticeSeverity::Warning
+        } else {
+            NoticeSeverity::Info
+        };
+        let notice = AcpNotice::new(
+            severity,
+            format!("_Stop objections: {used} of {budget} used"),
+        )
+        .description(if left == 0 {
+            "The objection budget is spent: hooks can no longer keep the agent working.".to_owned()
+        } else {
+            format!("{left} more objection(s) can keep the agent working this session.")
+        })
+        .meta(
+            json!({"hookloop/objections": used, "hookloop/budget": budget})
+                .as_object()
+                .cloned(),
+        );
+        Some(SessionUpdate::Notice(notice))
     }
 
     /// A tool call the model did not make, standing for something the engine did.

@@ -58,7 +58,7 @@ fn session_specs_check_names_and_transports() {
 
 #[test]
 fn a_streamed_reply_is_sent_in_pieces_and_not_again_whole_and_the_next_reply_is_judged_afresh() {
-    let mut translator = Translator::new(Arc::default());
+    let mut translator = Translator::new(Arc::default(), None);
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
     let piece = |translator: &mut Translator, delta: Delta| {
         serde_json::to_value(translator.delta(&delta)).unwrap()
@@ -96,9 +96,44 @@ fn a_streamed_reply_is_sent_in_pieces_and_not_again_whole_and_the_next_reply_is_
 }
 
 #[test]
+fn the_stop_budget_is_shown_as_a_notice_only_to_a_client_that_takes_notices() {
+    let server = ServerName::new("todo").unwrap();
+    let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
+    let objection = || Event::Objection {
+        server: server.clone(),
+        text: "1 open".into(),
+        budget_left: 2,
+    };
+    let spent = || Event::StopSkipped {
+        reason: SkipReason::BudgetSpent,
+    };
+
+    let mut translator = Translator::new(Arc::default(), Some(3));
+    let shown = json(translator.updates(objection()));
+    assert_eq!(shown[0]["sessionUpdate"], "tool_call", "{shown}");
+    assert_eq!(shown[1]["sessionUpdate"], "notice", "{shown}");
+    assert_eq!(shown[1]["severity"], "info");
+    assert_eq!(shown[1]["title"], "_Stop objections: 1 of 3 used");
+    assert_eq!(shown[1]["_meta"]["hookloop/objections"], 1);
+    let shown = json(translator.updates(spent()));
+    assert_eq!(shown[0]["sessionUpdate"], "agent_thought_chunk", "{shown}");
+    assert_eq!(shown[1]["severity"], "warning", "{shown}");
+    assert_eq!(shown[1]["title"], "_Stop objections: 3 of 3 used");
+    // A declined objection leaves the budget as it was: no notice.
+    let declined = translator.updates(Event::StopSkipped {
+        reason: SkipReason::DeclinedObjection,
+    });
+    assert_eq!(declined.len(), 1);
+
+    let mut translator = Translator::new(Arc::default(), None);
+    assert_eq!(translator.updates(objection()).len(), 1);
+    assert_eq!(translator.updates(spent()).len(), 1);
+}
+
+#[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
-    let mut translator = Translator::new(Arc::default());
+    let mut translator = Translator::new(Arc::default(), None);
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
 
     let injected = json(translator.updates(Event::PostCompactInjected {

@@ -77,9 +77,10 @@ async function errorCode(promise) {
 }
 
 const first = await withAgent(async (ctx, client) => {
+  // This client can show notices: the agent reports the _Stop budget with them.
   const init = await ctx.request(acp.methods.agent.initialize, {
     protocolVersion: acp.PROTOCOL_VERSION,
-    clientCapabilities: {},
+    clientCapabilities: { session: { notices: {} } },
   });
   const { sessionId } = await ctx.request(acp.methods.agent.session.new, {
     cwd: process.cwd(),
