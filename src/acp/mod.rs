@@ -156,8 +156,8 @@ pub trait SessionFactory: Send + Sync + 'static {
     fn record_dir(&self) -> Option<&Path>;
 }
 
-/// A session a [`SessionFactory`] built. The agent gives it a [`PermissionAsker`]
-/// (crate::PermissionAsker) that asks the session's client.
+/// A session a [`SessionFactory`] built. The agent gives it a
+/// [`PermissionAsker`](crate::PermissionAsker) that asks the session's client.
 pub struct Created<L, H> {
     pub session: Session<L, H>,
     /// Its recorder and the file its transcript goes to (what [`Session::record_in`] returns),

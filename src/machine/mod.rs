@@ -27,6 +27,7 @@
 //!      │  └────────│ AwaitingStop │──────────►│ Objected │ end_turn again: finish
 //!      │           └──────────────┘           └──────────┘
 //!      │  over budget before a request: Summarizing ─► PostCompacting ─► (where it was going)
+//!      │  a destructive call, when the policy asks: AwaitingPermission ─► RunningTools
 //!      │
 //!      └── Finish: max_tokens, refusal, round cap, model failure, cancel (superstate `live`)
 //!   Closed (from any state): Done, absorbing.
