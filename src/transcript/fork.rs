@@ -262,7 +262,10 @@ fn last_awaited_order(records: &[Record]) -> usize {
             matches!(
                 record.event,
                 Event::Effect(
-                    Effect::CallLlm { .. } | Effect::CallTools { .. } | Effect::CallHooks { .. }
+                    Effect::CallLlm { .. }
+                        | Effect::CallTools { .. }
+                        | Effect::CallHooks { .. }
+                        | Effect::AskPermission { .. }
                 )
             )
         })
