@@ -91,6 +91,11 @@ impl Config {
         builder.context_window(context, output).build()
     }
 
+    /// A builder starting from this configuration.
+    pub fn into_builder(self) -> ConfigBuilder {
+        ConfigBuilder { config: self }
+    }
+
     /// The rules the machine enforces.
     pub fn policy(&self) -> &Policy {
         &self.policy
@@ -125,6 +130,14 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
+    /// Whether the user is asked before a call of a tool its server marks destructive runs,
+    /// through the session's [`PermissionAsker`](crate::PermissionAsker). Turn it on only in a
+    /// front end that can ask. Default: off.
+    pub fn ask_permission(mut self, ask: bool) -> Self {
+        self.config.policy.ask_permission = ask;
+        self
+    }
+
     /// Servers whose hooks run. Default: none.
     pub fn hook_servers(mut self, servers: HookServers) -> Self {
         self.config.policy.hook_servers = servers;

@@ -3,6 +3,7 @@
 //! every decision about stopping, objecting, compacting or killing is the machine's.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use crate::config::Config;
 use crate::hooks::{Hook, ServerName};
 use crate::llm::{Delta, LlmClient, LlmError};
 use crate::machine::{
-    Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError, Message,
-    Phase, Purpose, ToolCall,
+    CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError,
+    Message, PermissionDecision, Phase, Purpose, ToolCall,
 };
 use crate::mcp::{HookCall, ToolHost};
 
@@ -37,6 +38,14 @@ pub trait Observer: Send {
         let _ = (at, fact);
     }
 
+    /// A call of the last [`Effect::CallTools`] begins to run. A reply's calls run a few at a
+    /// time ([`Session::tool_concurrency`]), so a call may wait after the order for a free
+    /// slot; a call the prompt's end finds still waiting never starts. Progress only: the
+    /// machine never sees it.
+    fn on_call_started(&mut self, at: Duration, id: &CallId) {
+        let _ = (at, id);
+    }
+
     /// A supervision fact or order of the tool host (a server exited, was restarted or
     /// retired), as the driver learned of it.
     fn on_supervision(&mut self, at: Duration, event: &crate::supervisor::Event) {
@@ -48,6 +57,36 @@ pub trait Observer: Send {
     /// [`Input::LlmReplied`] (a reply that fails midway follows as `LlmFailed`).
     fn on_delta(&mut self, at: Duration, delta: &Delta) {
         let _ = (at, delta);
+    }
+}
+
+/// Asks the user whether a call of a tool its server marks destructive may run: how a front end
+/// performs [`Effect::AskPermission`]. The machine asks only when its policy says the front end
+/// can ([`ConfigBuilder::ask_permission`](crate::ConfigBuilder::ask_permission)), keeps the
+/// "always" decisions and answers rejected calls; an asker only relays the question.
+///
+/// A session holds its asker as a trait object (a front end sets it after the session is
+/// built), hence the boxed future.
+pub trait PermissionAsker: Send + Sync {
+    /// The user's decision on `call`. A user who gives none (the question was dismissed, or
+    /// could not be put) is best answered [`PermissionDecision::RejectOnce`]. A cancel of the
+    /// prompt drops the future.
+    fn decide<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>>;
+}
+
+/// The asker of a session that has no way to ask: every call is allowed, once.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllowAll;
+
+impl PermissionAsker for AllowAll {
+    fn decide<'a>(
+        &'a self,
+        _call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>> {
+        Box::pin(std::future::ready(PermissionDecision::AllowOnce))
     }
 }
 
@@ -98,6 +137,7 @@ impl CancelHandle {
 pub struct Session<L, H> {
     llm: L,
     host: H,
+    asker: Box<dyn PermissionAsker>,
     boundary: Boundary,
     tool_concurrency: usize,
     cancel_tx: Arc<watch::Sender<u64>>,
@@ -122,6 +162,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         Self {
             llm,
             host,
+            asker: Box::new(AllowAll),
             boundary: Boundary {
                 machine,
                 observers: Vec::new(),
@@ -139,6 +180,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// How many tool calls of one reply run at once; the rest wait their turn, in order.
     pub fn tool_concurrency(&self) -> usize {
         self.tool_concurrency
+    }
+
+    /// Sets who is asked before a destructive tool call runs (by default, [`AllowAll`]).
+    pub fn set_permission_asker(&mut self, asker: impl PermissionAsker + 'static) {
+        self.asker = Box::new(asker);
     }
 
     /// Adds an observer of every effect and fact.
@@ -209,7 +255,9 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                     // The finish of a prompt cut short; nothing is waiting for it.
                     Next::Finish(_) => self.boundary.drain(&self.host).await?,
                     Next::Work(Work::Hooks(hooks)) => self.perform_hooks(hooks).await?,
-                    Next::Work(Work::Llm(_) | Work::Tools(_)) => return Err(SessionError::Stalled),
+                    Next::Work(Work::Llm(_) | Work::Tools(_) | Work::Permission(_)) => {
+                        return Err(SessionError::Stalled);
+                    }
                 };
             }
             Ok(())
@@ -266,8 +314,23 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 Work::Llm(purpose) => self.perform_llm(purpose).await?,
                 Work::Tools(calls) => self.perform_tools(calls).await?,
                 Work::Hooks(hooks) => self.perform_hooks(hooks).await?,
+                Work::Permission(call) => self.perform_permission(call).await?,
             };
         }
+    }
+
+    async fn perform_permission(&mut self, call: ToolCall) -> Result<Option<Next>, SessionError> {
+        let fact = tokio::select! {
+            biased;
+            () = cancelled(&mut self.cancel_rx) => Input::Cancelled,
+            decision = self.asker.decide(&call) => Input::PermissionDecided {
+                id: call.id.clone(),
+                decision,
+            },
+        };
+        self.boundary.sync_catalog(&self.host)?;
+        self.boundary.feed(fact)?;
+        self.boundary.drain(&self.host).await
     }
 
     async fn perform_llm(&mut self, purpose: Purpose) -> Result<Option<Next>, SessionError> {
@@ -320,13 +383,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 output,
             }
         };
-        let mut queue = calls.into_iter().map(run);
-        let running = queue.by_ref().take(self.tool_concurrency).collect();
+        let queue = calls
+            .into_iter()
+            .map(|call| (Some(call.id.clone()), run(call)));
         fan_out(
             &mut self.boundary,
             &mut self.cancel_rx,
             host,
-            running,
+            self.tool_concurrency,
             queue,
         )
         .await
@@ -341,23 +405,26 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             context,
             subjects,
         } = hooks;
-        let running = hook_calls(hook, &servers, timeout, context, &subjects)
-            .map(|(subject, call)| async move {
-                let reply = call_hook_bounded(host, &call).await;
-                Input::HookAnswered {
-                    server: call.server,
-                    hook,
-                    reply,
-                    subject,
-                }
-            })
-            .collect();
+        let calls =
+            hook_calls(hook, &servers, timeout, context, &subjects).map(|(subject, call)| {
+                let answer = async move {
+                    let reply = call_hook_bounded(host, &call).await;
+                    Input::HookAnswered {
+                        server: call.server,
+                        hook,
+                        reply,
+                        subject,
+                    }
+                };
+                (None, answer)
+            });
+        // Every server of a round is asked at once.
         fan_out(
             &mut self.boundary,
             &mut self.cancel_rx,
             host,
-            running,
-            std::iter::empty(),
+            usize::MAX,
+            calls,
         )
         .await
     }
@@ -410,16 +477,30 @@ pub(crate) async fn call_hook_bounded(host: &impl ToolHost, call: &HookCall) -> 
         .unwrap_or(HookReply::TimedOut)
 }
 
-/// Runs calls concurrently, starting one from `queue` each time one ends, and feeds each
-/// outcome to the machine as it arrives, until the machine gives its next order or the prompt
-/// is cancelled (the calls still running are dropped, which cancels them).
+/// Runs the calls of `queue`, `limit` at a time, starting the next each time one ends (telling
+/// the observers when a tool call starts), and feeds each outcome to the machine as it
+/// arrives, until the machine gives its next order or the prompt is cancelled (the calls still
+/// running are dropped, which cancels them).
 async fn fan_out<F: Future<Output = Input>>(
     boundary: &mut Boundary,
     cancel_rx: &mut watch::Receiver<u64>,
     host: &impl ToolHost,
-    mut running: FuturesUnordered<F>,
-    mut queue: impl Iterator<Item = F>,
+    limit: usize,
+    queue: impl Iterator<Item = (Option<CallId>, F)>,
 ) -> Result<Option<Next>, SessionError> {
+    let mut queue = queue.peekable();
+    let mut running = FuturesUnordered::new();
+    let start = |boundary: &mut Boundary, running: &mut FuturesUnordered<F>, next| {
+        if let Some((id, call)) = next {
+            if let Some(id) = id {
+                boundary.observe_call_started(&id);
+            }
+            running.push(call);
+        }
+    };
+    while running.len() < limit.max(1) && queue.peek().is_some() {
+        start(boundary, &mut running, queue.next());
+    }
     loop {
         tokio::select! {
             biased;
@@ -431,8 +512,7 @@ async fn fan_out<F: Future<Output = Input>>(
             ended = running.next() => {
                 // Every call answered and no order came: the caller decides if that is a stall.
                 let Some(fact) = ended else { return Ok(None) };
-                running.extend(queue.next());
-                if running.is_empty() {
+                if running.is_empty() && queue.peek().is_none() {
                     // The catalog may have changed meanwhile; the machine must know before it
                     // plans the next request.
                     boundary.sync_catalog(host)?;
@@ -441,6 +521,8 @@ async fn fan_out<F: Future<Output = Input>>(
                 if let Some(next) = boundary.drain(host).await? {
                     return Ok(Some(next));
                 }
+                // After the fact, so observers see a call end before the next one starts.
+                start(boundary, &mut running, queue.next());
             }
         }
     }
@@ -457,6 +539,7 @@ enum Work {
     Llm(Purpose),
     Tools(Vec<ToolCall>),
     Hooks(HookWork),
+    Permission(ToolCall),
 }
 
 /// A round of hook calls to perform.
@@ -486,6 +569,13 @@ impl Boundary {
             observer.on_fact(at, &fact);
         }
         self.machine.handle(fact)
+    }
+
+    fn observe_call_started(&mut self, id: &CallId) {
+        let at = self.started.elapsed();
+        for observer in &mut self.observers {
+            observer.on_call_started(at, id);
+        }
     }
 
     fn observe_effect(&mut self, effect: &Effect) {
@@ -541,6 +631,7 @@ impl Boundary {
             | Phase::Objected
             | Phase::Summarizing
             | Phase::PostCompacting
+            | Phase::AwaitingPermission
             | Phase::AwaitingHook(_) => {
                 tracing::debug!("the last prompt was dropped mid-flight: cancelling it");
                 self.feed(Input::Cancelled)?;
@@ -567,6 +658,7 @@ impl Boundary {
                 }
                 Effect::CallLlm { purpose, .. } => Next::Work(Work::Llm(purpose)),
                 Effect::CallTools { calls } => Next::Work(Work::Tools(calls)),
+                Effect::AskPermission { call } => Next::Work(Work::Permission(call)),
                 Effect::CallHooks {
                     hook,
                     servers,

@@ -100,8 +100,10 @@ pub mod text;
 pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};
-pub use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
+pub use crate::driver::{
+    AllowAll, CancelHandle, Observer, PermissionAsker, PromptStop, Session, SessionError,
+};
 pub use crate::hooks::{Hook, HookServers, ServerName};
 pub use crate::llm::{LlmClient, LlmError};
-pub use crate::machine::{Effect, Input, Machine, Message, Policy};
+pub use crate::machine::{Effect, Input, Machine, Message, PermissionDecision, Policy};
 pub use crate::mcp::{HookCall, ToolHost};

@@ -249,6 +249,7 @@ fn main() -> ExitCode {
         Command::Replay { .. } | Command::Transcript(_) => "error",
         _ => "warn",
     };
+    cli::ignore_file_size_signal();
     if let Err(failure) = cli::init_logging(default_log) {
         return failure.report();
     }

@@ -41,6 +41,22 @@ pub enum Event {
         name: String,
         arguments: Value,
     },
+    /// A tool call the model asked for began to run (the session runs a reply's calls a few
+    /// at a time: a call may wait after [`ToolStarted`](Self::ToolStarted) for a free slot).
+    ToolRunning { id: String },
+    /// The user is asked whether a call of a destructive tool may run; it is shown before
+    /// [`ToolStarted`](Self::ToolStarted), which follows only if the call runs.
+    PermissionAsked {
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    /// The user rejected a call (now, or with an earlier "always"); it did not run.
+    ToolRejected {
+        id: String,
+        tool: String,
+        standing: bool,
+    },
     /// A tool call ended.
     ToolFinished {
         id: String,
@@ -105,9 +121,19 @@ impl Event {
             Self::Thinking { summary: true } => {
                 "compacting: asking the model for a summary of the session".to_owned()
             }
-            Self::Thinking { summary: false } | Self::HookCalled { .. } | Self::Finished { .. } => {
+            Self::Thinking { summary: false }
+            | Self::HookCalled { .. }
+            | Self::ToolRunning { .. }
+            | Self::Finished { .. } => {
                 return None;
             }
+            Self::PermissionAsked { name, .. } => {
+                format!("? asking the user whether {name} may run")
+            }
+            Self::ToolRejected { tool, standing, .. } => format!(
+                "⊘ {tool} rejected by the user{}: it did not run",
+                if *standing { " (always)" } else { "" }
+            ),
             Self::ModelText { text } => format!("model: {}", one_line(text, 200)),
             Self::ToolStarted {
                 name, arguments, ..
@@ -237,6 +263,11 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
                 hook: *hook,
                 servers: servers.clone(),
             },
+            Effect::AskPermission { call } => Event::PermissionAsked {
+                id: call.id.to_string(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            },
             Effect::KillServer { server } => Event::ServerKilled {
                 server: server.clone(),
             },
@@ -264,6 +295,12 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
             }
         };
         (self.sink)(at, event);
+    }
+
+    fn on_call_started(&mut self, at: Duration, id: &CallId) {
+        if self.running.contains_key(id) {
+            (self.sink)(at, Event::ToolRunning { id: id.to_string() });
+        }
     }
 
     fn on_delta(&mut self, at: Duration, delta: &Delta) {
@@ -299,6 +336,7 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
             | Input::CatalogChanged { .. }
             | Input::LlmFailed { .. }
             | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. }
             | Input::Cancelled
             | Input::Closed => return,
         };
@@ -361,6 +399,11 @@ fn notice_event(notice: &Notice) -> Event {
             reason: format!("skipped for this round: {reason}"),
         },
         Notice::UnknownToolRefused { name } => Event::ToolRefused { name: name.clone() },
+        Notice::PermissionRejected { id, tool, standing } => Event::ToolRejected {
+            id: id.to_string(),
+            tool: tool.clone(),
+            standing: *standing,
+        },
     }
 }
 
@@ -418,6 +461,7 @@ mod tests {
                 Event::Thinking { .. } => "thinking",
                 Event::ModelText { .. } => "text",
                 Event::ToolStarted { .. } => "tool_started",
+                Event::ToolRunning { .. } => "tool_running",
                 Event::ToolFinished { .. } => "tool_finished",
                 Event::HookCalled { .. } => "hook",
                 Event::Objection { .. } => "objection",
@@ -431,6 +475,7 @@ mod tests {
             [
                 "thinking",
                 "tool_started",
+                "tool_running",
                 "tool_finished",
                 "thinking",
                 "text",
@@ -443,12 +488,12 @@ mod tests {
             ]
         );
         assert!(matches!(
-            &events[2],
+            &events[3],
             Event::ToolFinished { name, is_error: false, output, .. }
                 if name == "fs__read" && output.contains("\"path\"")
         ));
         assert!(matches!(
-            &events[6],
+            &events[7],
             Event::Objection { text, budget_left: 2, .. } if text == "1 open"
         ));
     }

@@ -905,6 +905,18 @@ async fn a_servers_question_is_declined_for_a_client_without_elicitation() {
     agent.close().await;
 }
 
+/// A session whose agent logs every event (`HOOKLOOP_LOG=trace`) answers two prompts: whatever
+/// happens to the agent's stderr must not end it.
+async fn two_prompts_answered(mut agent: Agent) {
+    agent.initialize().await;
+    let session = agent.new_session(json!([])).await;
+    for text in ["What is it?", "Again?"] {
+        let (reply, _) = agent.prompt_to_end(&session, text).await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    }
+    agent.close().await;
+}
+
 #[tokio::test]
 async fn a_url_question_goes_only_to_a_client_that_takes_urls() {
     // Forms only: the URL question is declined without reaching the client.
@@ -941,4 +953,51 @@ async fn a_url_question_goes_only_to_a_client_that_takes_urls() {
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     assert_eq!(last_tool_result(&provider), "accept");
     agent.close().await;
+}
+
+#[tokio::test]
+async fn the_agent_lives_on_when_its_stderr_pipe_is_closed() {
+    let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
+    let (reader, writer) = std::io::pipe().unwrap();
+    let agent = Agent::spawn_with(&provider, &[("HOOKLOOP_LOG", "trace")], |command| {
+        command.stderr(writer);
+    });
+    // Nobody reads the agent's log: every write to it fails with a broken pipe.
+    drop(reader);
+    two_prompts_answered(agent).await;
+}
+
+#[tokio::test]
+async fn the_agent_lives_on_when_its_stderr_file_reaches_the_size_limit() {
+    let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
+    let path = std::env::temp_dir().join(format!(
+        "hookloop-acp-stderr-{}-{}.log",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let log = std::fs::File::create(&path).unwrap();
+    let agent = Agent::spawn_with(&provider, &[("HOOKLOOP_LOG", "trace")], |command| {
+        command.stderr(log);
+        // Files the agent writes may not grow past 200 bytes, its stderr included; the signal
+        // such a write raises (SIGXFSZ) is left at its default, which ends the process.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 200,
+                    rlim_max: 200,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    two_prompts_answered(agent).await;
+    let written = std::fs::metadata(&path).unwrap().len();
+    let _ = std::fs::remove_file(&path);
+    assert!(written <= 200, "{written}");
 }

@@ -258,6 +258,10 @@ impl Run<'_> {
                 }
                 Ok(effects)
             }
+            Effect::AskPermission { call } => Err(TestCaseError::fail(format!(
+                "asked permission for {} with asking off",
+                call.name
+            ))),
             Effect::CallHooks {
                 hook,
                 servers,

@@ -217,6 +217,7 @@ impl Scenario {
             max_context_tokens,
             max_output_tokens,
             media: Media::default(),
+            ask_permission: false,
         }
     }
 
@@ -603,6 +604,9 @@ fn run_machine(s: &Scenario) -> Result<(Vec<Effect>, Vec<Ev>), TestCaseError> {
                         }
                     }
                     out
+                }
+                Effect::AskPermission { .. } => {
+                    return Err(TestCaseError::fail("asked permission with asking off"));
                 }
                 Effect::CallHooks {
                     hook,

@@ -433,3 +433,77 @@ async fn timeouts_replay_from_the_record_without_a_clock() {
 fn server(name: &str) -> hookloop::ServerName {
     hookloop::ServerName::new(name).unwrap()
 }
+
+/// Rejects every call, always, counting the questions.
+struct Refuser(Arc<AtomicUsize>);
+
+impl hookloop::PermissionAsker for Refuser {
+    fn decide<'a>(
+        &'a self,
+        _call: &'a hookloop::machine::ToolCall,
+    ) -> std::pin::Pin<Box<dyn Future<Output = hookloop::PermissionDecision> + Send + 'a>> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Box::pin(std::future::ready(
+            hookloop::PermissionDecision::RejectAlways,
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_permission_decision_is_recorded_and_replays_without_asking_again() {
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("fs__rm", json!({"path": "/"}))]),
+        Step::tools(2, &[("fs__rm", json!({"path": "/tmp"}))]),
+        Step::text("Done."),
+    ]);
+    let host = InProcessHost::new().tool("fs", "rm", echo).hints(
+        "fs",
+        "rm",
+        hookloop::machine::ToolHints {
+            destructive: Some(true),
+            ..Default::default()
+        },
+    );
+    let config = Config::builder().ask_permission(true).build().unwrap();
+    let mut session = Session::new(config, llm, host.clone());
+    let questions = Arc::new(AtomicUsize::new(0));
+    session.set_permission_asker(Refuser(Arc::clone(&questions)));
+    let recorder = Recorder::in_memory(&session.transcript_header());
+    session.record_with(recorder.clone()).unwrap();
+    assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
+    // Asked once; the standing rejection answered the second call; nothing ran.
+    assert_eq!(questions.load(Ordering::Relaxed), 1);
+    assert!(host.log().is_empty(), "{:?}", host.log());
+
+    let text = recorder.text().unwrap();
+    let transcript = Transcript::parse(&text).unwrap();
+    assert!(transcript.header.config.policy.ask_permission);
+    let events: Vec<&Event> = transcript.records.iter().map(|r| &r.event).collect();
+    assert!(events.iter().any(
+        |e| matches!(e, Event::Effect(Effect::AskPermission { call }) if call.name == "fs__rm")
+    ));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::Fact(Input::PermissionDecided {
+            decision: hookloop::PermissionDecision::RejectAlways,
+            ..
+        })
+    )));
+    let standing = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Effect(Effect::Notify {
+                    notice: Notice::PermissionRejected { standing: true, .. }
+                })
+            )
+        })
+        .count();
+    // Both rejections stand: the one decided, and the one the decision answered.
+    assert_eq!(standing, 2);
+    // Replay feeds the recorded decision: nobody is asked, and it ends where the session did.
+    let report = replay_str(&text).unwrap();
+    assert_eq!(report.finishes.len(), 1);
+    assert_eq!(report.phase, Phase::Idle);
+}

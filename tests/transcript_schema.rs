@@ -87,6 +87,10 @@ fn the_schema_refuses_what_the_engine_does_not_write() {
         json!({"at_ms": 900, "supervision": {"order": "retire_server", "server": "todo", "bad_ends": 4}}),
         // A server sat a round out.
         json!({"at_ms": 9, "fact": {"fact": "hook_answered", "server": "todo", "hook": "_PreToolUse", "subject": 1, "reply": {"kind": "skipped", "reason": "restarting"}}}),
+        // A permission asked, decided, and a rejection noticed.
+        json!({"at_ms": 10, "effect": {"effect": "ask_permission", "call": {"id": "c1", "name": "fs__rm", "arguments": {"path": "/"}}}}),
+        json!({"at_ms": 11, "fact": {"fact": "permission_decided", "id": "c1", "decision": "reject_always"}}),
+        json!({"at_ms": 11, "effect": {"effect": "notify", "notice": {"notice": "permission_rejected", "id": "c1", "tool": "fs__rm", "standing": true}}}),
     ] {
         assert!(
             errors(&record, &good).is_empty(),
@@ -113,6 +117,8 @@ fn the_schema_refuses_what_the_engine_does_not_write() {
         json!({"at_ms": 0, "supervision": {"event": "server_started", "server": "todo"}}),
         // A server name the engine never accepts.
         json!({"at_ms": 0, "effect": {"effect": "kill_server", "server": "a__b"}}),
+        // A decision the engine does not know.
+        json!({"at_ms": 0, "fact": {"fact": "permission_decided", "id": "c1", "decision": "maybe"}}),
     ] {
         assert!(!errors(&record, &bad).is_empty(), "accepted {bad}");
     }

@@ -7,8 +7,8 @@
 use arbitrary::Arbitrary;
 use hookloop::hooks::{self, Hook, HookServers, ServerName};
 use hookloop::machine::{
-    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, Policy, ServerTools, StopReason,
-    ToolCall, ToolInfo, ToolOutput, Usage,
+    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, PermissionDecision, Policy,
+    ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use hookloop::testing::check_pairing;
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +20,8 @@ struct Session {
     max_rounds: u8,
     context: u16,
     allow: u8,
+    /// Ask before destructive tools (`s1__run` and `s3__run` are).
+    ask: bool,
     /// Per server (at most 4): bit 0 = has `_Stop`, bit 1 = has `_PostCompact`.
     servers: Vec<u8>,
     ops: Vec<Op>,
@@ -36,6 +38,8 @@ enum Op {
     Cancel,
     Close,
     Catalog,
+    /// Decide about the call last asked about (or one nobody asked about).
+    Decide { ghost: bool, decision: u8 },
 }
 
 fn server(i: u8) -> ServerName {
@@ -69,6 +73,7 @@ fuzz_target!(|s: Session| {
         max_context_tokens: u64::from(s.context) + 1_001,
         max_output_tokens: 1_000,
         media: Default::default(),
+        ask_permission: s.ask,
     };
     let catalog = Catalog {
         servers: servers
@@ -76,7 +81,8 @@ fuzz_target!(|s: Session| {
             .enumerate()
             .map(|(i, bits)| {
                 let info = |name: &str| ToolInfo { name: name.into(), description: String::new(), input_schema: json!({}), hints: Default::default() };
-                let mut tools = vec![info("run")];
+                let destructive = ToolHints { destructive: Some(i % 2 == 1), ..ToolHints::default() };
+                let mut tools = vec![ToolInfo { hints: destructive, ..info("run") }];
                 if bits & 1 != 0 {
                     tools.push(info("_Stop"));
                 }
@@ -91,6 +97,7 @@ fuzz_target!(|s: Session| {
     let mut m = Machine::new(policy, None);
     let _ = m.handle(Input::CatalogChanged { catalog: catalog.clone() });
     let mut outstanding: Vec<CallId> = Vec::new();
+    let mut asked: Option<CallId> = None;
     let mut next = 0u32;
     for op in s.ops.into_iter().take(256) {
         let input = match op {
@@ -135,6 +142,18 @@ fuzz_target!(|s: Session| {
             Op::Cancel => Input::Cancelled,
             Op::Close => Input::Closed,
             Op::Catalog => Input::CatalogChanged { catalog: catalog.clone() },
+            Op::Decide { ghost, decision } => Input::PermissionDecided {
+                id: match (&asked, ghost) {
+                    (Some(id), false) => id.clone(),
+                    _ => CallId("ghost".into()),
+                },
+                decision: match decision % 4 {
+                    0 => PermissionDecision::AllowOnce,
+                    1 => PermissionDecision::AllowAlways,
+                    2 => PermissionDecision::RejectOnce,
+                    _ => PermissionDecision::RejectAlways,
+                },
+            },
         };
         let before = m.history().len();
         if m.handle(input).is_err() {
@@ -154,6 +173,10 @@ fuzz_target!(|s: Session| {
                 Effect::CallTools { calls } => {
                     assert!(calls.iter().all(|c| !hooks::is_hook(hooks::bare_name(&c.name))));
                     outstanding = calls.iter().map(|c| c.id.clone()).collect();
+                }
+                Effect::AskPermission { call } => {
+                    assert!(s.ask, "asked permission with asking off");
+                    asked = Some(call.id.clone());
                 }
                 Effect::CallHooks { .. } | Effect::KillServer { .. } | Effect::Notify { .. } | Effect::Finish { .. } => {}
             }

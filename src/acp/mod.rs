@@ -35,7 +35,7 @@ pub mod output;
 pub mod permission;
 pub mod records;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -54,6 +54,7 @@ use agent_client_protocol::v1::schema::{
     SessionNotification, SessionResumeCapabilities, SessionUpdate, StopReason, ToolCall,
     ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
+use agent_client_protocol::v1::schema::{Notice as AcpNotice, NoticeSeverity};
 use agent_client_protocol::v1::{ConnectionTo, Dispatch, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
 use futures_util::StreamExt as _;
@@ -65,15 +66,15 @@ use self::elicit::ClientPerson;
 pub use self::frame::DEFAULT_MAX_FRAME_BYTES;
 use self::frame::{Frame, FrameReader};
 pub use self::output::Output;
-use self::permission::Asker;
-pub use self::permission::{Gated, Permissions};
+use self::permission::ClientAsker;
+pub use self::permission::Permissions;
 use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::{Delta, LlmClient};
 use crate::machine::{Effect, Input, Machine, Message, Purpose, SkipReason, ToolHints};
 use crate::mcp::ToolHost;
-use crate::progress::{CANCELLED_OUTPUT, Event, ProgressObserver};
+use crate::progress::{Event, ProgressObserver};
 use crate::text::lock;
 use crate::transcript::{RecordDir, Recorder};
 
@@ -95,6 +96,10 @@ pub struct SessionSpec {
     pub cwd: PathBuf,
     /// The session's own MCP servers, in the client's order.
     pub servers: Vec<ServerSpec>,
+    /// Whether the session asks the client before destructive tools run: a new session's
+    /// [`Config`](crate::Config) turns [`ask_permission`](crate::ConfigBuilder::ask_permission)
+    /// on when this is [`Permissions::Ask`]. A restored session keeps its record's setting.
+    pub permissions: Permissions,
 }
 
 /// One MCP server a client attached to a session.
@@ -142,25 +147,23 @@ pub trait SessionFactory: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Created<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// Builds a session for `spec` that goes on from `machine`, a machine restored from a
-    /// record (with [`Session::with_machine`]). Such a session is not recorded again.
+    /// record (with [`Session::with_machine`]). The agent records it on in its record itself:
+    /// the factory adds no recorder.
     fn restore(
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> impl Future<Output = Result<AgentSession<Self::Llm, Self::Host>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// The directory sessions are recorded in, if they are: what `session/list` lists and
     /// `session/load` and `session/resume` read.
     fn record_dir(&self) -> Option<&Path>;
 }
 
-/// A session as the agent runs it: its host asks the client before destructive tools.
-pub type AgentSession<L, H> = Session<L, Gated<H>>;
-
-/// A session a [`SessionFactory`] built. Its host is wrapped in a [`Gated`], which the agent
-/// binds to the session's client so destructive tools ask first.
+/// A session a [`SessionFactory`] built. The agent gives it a
+/// [`PermissionAsker`](crate::PermissionAsker) that asks the session's client.
 pub struct Created<L, H> {
-    pub session: AgentSession<L, H>,
+    pub session: Session<L, H>,
     /// Its recorder and the file its transcript goes to (what [`Session::record_in`] returns),
     /// if it is recorded. The file's stem becomes the session id; the recorder is checked after
     /// each prompt, so the client hears when the transcript could not be written whole.
@@ -271,6 +274,7 @@ pub async fn serve<F: SessionFactory>(
         next_id: AtomicU64::new(1),
         outflow,
         elicitation: Mutex::new(None),
+        notices: AtomicBool::new(false),
     });
     let connection =
         builder(Arc::clone(&state)).connect_to(Lines::new(Box::pin(outgoing), incoming));
@@ -312,6 +316,12 @@ fn builder<F: SessionFactory>(
             async move |request: InitializeRequest, responder, _cx| {
                 tracing::info!(client_version = ?request.protocol_version, "initialize");
                 *lock(&init_state.elicitation) = request.client_capabilities.elicitation;
+                let notices = request
+                    .client_capabilities
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.notices.is_some());
+                init_state.notices.store(notices, Ordering::Release);
                 let recorded = init_state.factory.record_dir().is_some();
                 responder.respond(initialize_response(recorded))
             },
@@ -428,6 +438,8 @@ struct AgentState<F> {
     outflow: Arc<Outflow>,
     /// The question modes the client advertised in `initialize`; none until it has.
     elicitation: Mutex<Option<ElicitationCapabilities>>,
+    /// The client advertised `session.notices` in `initialize`.
+    notices: AtomicBool,
 }
 
 /// The agent's side of one session: how to reach its actor.
@@ -569,7 +581,7 @@ impl<F: SessionFactory> AgentState<F> {
         responder: Responder<NewSessionResponse>,
         cx: ConnectionTo<Client>,
     ) {
-        let spec = match session_spec(request.cwd, request.mcp_servers) {
+        let spec = match session_spec(request.cwd, request.mcp_servers, self.permissions) {
             Ok(spec) => spec,
             Err(message) => {
                 self.release_slot();
@@ -638,7 +650,8 @@ impl<F: SessionFactory> AgentState<F> {
             let message = format!("session {id} is already open on this connection");
             return Err(error(code::INVALID_REQUEST, message));
         }
-        let spec = session_spec(cwd, servers).map_err(|m| error(code::INVALID_PARAMS, m))?;
+        let spec = session_spec(cwd, servers, self.permissions)
+            .map_err(|m| error(code::INVALID_PARAMS, m))?;
         let load_error = |e: records::LoadError| {
             error(
                 code::INVALID_PARAMS,
@@ -646,14 +659,31 @@ impl<F: SessionFactory> AgentState<F> {
             )
         };
         let path = records::find(dir, &id.0).map_err(load_error)?;
-        let machine = records::restore(&path).map_err(load_error)?;
-        let conversation = history.then(|| machine.history().to_vec());
-        let session = self.factory.restore(spec, machine).await.map_err(|e| {
+        let restored = records::restore(&path).map_err(load_error)?;
+        let conversation = history.then(|| restored.machine.history().to_vec());
+        // Recorded on in its own file, so what happens now is there for the next load.
+        let (recorder, observer) = restored.record_on(&path).map_err(|e| {
             error(
                 code::INTERNAL_ERROR,
-                format!("could not start the session: {e}"),
+                format!("cannot record session {id} on: {e}"),
             )
         })?;
+        let recorded = Recorded {
+            path,
+            cwd: spec.cwd.clone(),
+            // The side file keeps the title the first prompt gave it.
+            titled: AtomicBool::new(true),
+        };
+        let mut session = self
+            .factory
+            .restore(spec, restored.machine)
+            .await
+            .map_err(|e| {
+                error(
+                    code::INTERNAL_ERROR,
+                    format!("could not start the session: {e}"),
+                )
+            })?;
         if let Some(messages) = conversation {
             let notifier = Notifier {
                 id: id.clone(),
@@ -664,7 +694,8 @@ impl<F: SessionFactory> AgentState<F> {
                 notifier.send(update);
             }
         }
-        self.install(session, id.clone(), cx, None, None);
+        session.add_observer(observer);
+        self.install(session, id.clone(), cx, Some(recorded), Some(recorder));
         tracing::info!(session = %id, history, "recorded session opened");
         Ok(())
     }
@@ -692,33 +723,35 @@ impl<F: SessionFactory> AgentState<F> {
     /// Watches `session` for the client and starts its actor.
     fn install(
         &self,
-        mut session: AgentSession<F::Llm, F::Host>,
+        mut session: Session<F::Llm, F::Host>,
         id: SessionId,
         cx: ConnectionTo<Client>,
         recorded: Option<Recorded>,
         recorder: Option<Recorder>,
     ) {
+        let kinds = Arc::new(Mutex::new(HashMap::new()));
         if self.permissions == Permissions::Ask {
-            session.host().bind(Asker {
+            session.set_permission_asker(ClientAsker {
                 cx: cx.clone(),
                 session: id.clone(),
+                kinds: Arc::clone(&kinds),
             });
         }
         // Servers' questions go to a client that takes them; the host declines them otherwise.
         if let Some(modes) = lock(&self.elicitation).clone() {
             let person = ClientPerson::new(cx.clone(), id.clone(), modes);
-            session.host().inner().set_person(Arc::new(person));
+            session.host().set_person(Arc::new(person));
         }
-        let kinds = Arc::new(Mutex::new(HashMap::new()));
         session.add_observer(KindWatcher {
             kinds: Arc::clone(&kinds),
         });
         // Events and reply pieces share one translator: it must know whether a reply's text
         // was already streamed before it sends the whole text again.
-        let translator = Arc::new(Mutex::new(Translator::new(
-            session.tool_concurrency(),
-            kinds,
-        )));
+        let budget = self
+            .notices
+            .load(Ordering::Acquire)
+            .then(|| session.machine().policy().stop_max_rejections);
+        let translator = Arc::new(Mutex::new(Translator::new(kinds, budget)));
         let notifier = Notifier {
             id: id.clone(),
             cx,
@@ -1134,7 +1167,11 @@ fn stop_reason(stop: PromptStop) -> StopReason {
 }
 
 /// The engine's view of a session's `cwd` and `mcpServers`, or what is wrong with them.
-fn session_spec(cwd: PathBuf, mcp_servers: Vec<McpServer>) -> Result<SessionSpec, String> {
+fn session_spec(
+    cwd: PathBuf,
+    mcp_servers: Vec<McpServer>,
+    permissions: Permissions,
+) -> Result<SessionSpec, String> {
     if !cwd.is_absolute() {
         return Err(format!("cwd must be an absolute path, got {cwd:?}"));
     }
@@ -1170,7 +1207,11 @@ fn session_spec(cwd: PathBuf, mcp_servers: Vec<McpServer>) -> Result<SessionSpec
         }
         servers.push(spec);
     }
-    Ok(SessionSpec { cwd, servers })
+    Ok(SessionSpec {
+        cwd,
+        servers,
+        permissions,
+    })
 }
 
 fn server_name(name: String) -> Result<ServerName, String> {
@@ -1212,25 +1253,24 @@ struct Translator {
     next: u64,
     /// Each model-facing tool's kind, from its server's hints.
     kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
-    /// How many calls of one reply the session runs at once.
-    concurrency: usize,
-    /// Calls running now.
-    running: HashSet<String>,
-    /// Calls waiting for a free slot, in the order the session starts them.
-    waiting: VecDeque<String>,
+    /// Calls already shown as `tool_call`s when the user was asked about them: when they run,
+    /// they are not shown again.
+    announced: HashSet<String>,
+    /// The session's `_Stop` budget, when the client takes `notice` updates: each objection
+    /// and a spent budget are then also shown as a notice of the budget's state.
+    budget: Option<u32>,
     /// The current reply's text has been sent piece by piece, so its whole text is not sent
     /// again. Cleared when a model request starts.
     streamed: bool,
 }
 
 impl Translator {
-    fn new(concurrency: usize, kinds: Arc<Mutex<HashMap<String, ToolKind>>>) -> Self {
+    fn new(kinds: Arc<Mutex<HashMap<String, ToolKind>>>, budget: Option<u32>) -> Self {
         Self {
             next: 0,
             kinds,
-            concurrency: concurrency.max(1),
-            running: HashSet::new(),
-            waiting: VecDeque::new(),
+            announced: HashSet::new(),
+            budget,
             streamed: false,
         }
     }
@@ -1250,33 +1290,18 @@ impl Translator {
         }
     }
 
-    /// A call of a reply: `in_progress` if the session starts it now, else it stays `pending`
-    /// until one ends. This follows the session's rule for a reply's calls: the first
-    /// `concurrency` start at once, and each call that ends starts the next one waiting.
-    fn call_requested(&mut self, id: String) -> Option<SessionUpdate> {
-        if self.running.len() < self.concurrency && self.waiting.is_empty() {
-            self.running.insert(id.clone());
-            Some(in_progress(id))
-        } else {
-            self.waiting.push_back(id);
-            None
-        }
-    }
-
-    /// A call ended: the next one waiting starts, unless the prompt itself is ending (its
-    /// calls are then reported cancelled, and none starts).
-    fn call_ended(&mut self, id: &str, output: &str, is_error: bool) -> Option<SessionUpdate> {
-        if let Some(at) = self.waiting.iter().position(|w| w == id) {
-            self.waiting.remove(at);
-            return None;
-        }
-        self.running.remove(id);
-        if is_error && output == CANCELLED_OUTPUT {
-            return None;
-        }
-        let next = self.waiting.pop_front()?;
-        self.running.insert(next.clone());
-        Some(in_progress(next))
+    /// A model tool call, `pending` until the session starts it.
+    fn pending_call(&self, id: String, name: String, arguments: Value) -> SessionUpdate {
+        let kind = lock(&self.kinds)
+            .get(&name)
+            .copied()
+            .unwrap_or(ToolKind::Other);
+        SessionUpdate::ToolCall(
+            ToolCall::new(id, name)
+                .kind(kind)
+                .status(ToolCallStatus::Pending)
+                .raw_input(arguments),
+        )
     }
 
     fn updates(&mut self, event: Event) -> Vec<SessionUpdate> {
@@ -1299,46 +1324,35 @@ impl Translator {
                     ContentBlock::from(text),
                 ))]
             }
+            Event::PermissionAsked {
+                id,
+                name,
+                arguments,
+            } => {
+                self.announced.insert(id.clone());
+                vec![self.pending_call(id, name, arguments)]
+            }
             Event::ToolStarted {
                 id,
                 name,
                 arguments,
             } => {
-                let kind = lock(&self.kinds)
-                    .get(&name)
-                    .copied()
-                    .unwrap_or(ToolKind::Other);
-                let call = SessionUpdate::ToolCall(
-                    ToolCall::new(id.clone(), name)
-                        .kind(kind)
-                        .status(ToolCallStatus::Pending)
-                        .raw_input(arguments),
-                );
-                std::iter::once(call)
-                    .chain(self.call_requested(id))
-                    .collect()
+                if self.announced.remove(&id) {
+                    return Vec::new();
+                }
+                vec![self.pending_call(id, name, arguments)]
+            }
+            Event::ToolRunning { id } => vec![in_progress(id)],
+            Event::ToolRejected { id, tool, .. } => {
+                self.announced.remove(&id);
+                vec![finished(id, true, crate::machine::rejected_text(&tool))]
             }
             Event::ToolFinished {
                 id,
                 is_error,
                 output,
                 ..
-            } => {
-                let status = if is_error {
-                    ToolCallStatus::Failed
-                } else {
-                    ToolCallStatus::Completed
-                };
-                let next = self.call_ended(&id, &output, is_error);
-                let done = SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    id,
-                    ToolCallUpdateFields::new()
-                        .status(status)
-                        .raw_output(json!({"text": output, "isError": is_error}))
-                        .content(vec![ToolCallContent::from(output)]),
-                ));
-                std::iter::once(done).chain(next).collect()
-            }
+            } => vec![finished(id, is_error, output)],
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
                 vec![self.synthetic(name, ToolKind::Other, ToolCallStatus::Failed, text, None)]
@@ -1353,13 +1367,16 @@ impl Translator {
                     Hook::Stop
                 );
                 let raw = json!({"hook": Hook::Stop, "server": server, "text": text, "budget_left": budget_left});
-                vec![self.synthetic(
+                let call = self.synthetic(
                     title,
                     ToolKind::Other,
                     ToolCallStatus::Completed,
                     text,
                     Some(raw),
-                )]
+                );
+                std::iter::once(call)
+                    .chain(self.budget_notice(budget_left))
+                    .collect()
             }
             Event::PostCompactInjected { server, text } => {
                 let title = format!("{} from {server}", Hook::PostCompact);
@@ -1396,14 +1413,21 @@ impl Translator {
                     Some(raw),
                 )]
             }
-            Event::StopSkipped { reason } => vec![thought(match reason {
-                SkipReason::BudgetSpent => {
-                    "The _Stop objection budget is spent: the turn ends whatever the hooks say."
-                }
-                SkipReason::DeclinedObjection => {
-                    "The model ended its turn again after an objection: it heard and declined, so the turn ends."
-                }
-            })],
+            Event::StopSkipped { reason } => {
+                let said = thought(match reason {
+                    SkipReason::BudgetSpent => {
+                        "The _Stop objection budget is spent: the turn ends whatever the hooks say."
+                    }
+                    SkipReason::DeclinedObjection => {
+                        "The model ended its turn again after an objection: it heard and declined, so the turn ends."
+                    }
+                });
+                let spent = match reason {
+                    SkipReason::BudgetSpent => self.budget_notice(0),
+                    SkipReason::DeclinedObjection => None,
+                };
+                std::iter::once(said).chain(spent).collect()
+            }
             Event::Compacted {
                 summarized,
                 messages_before,
@@ -1425,6 +1449,32 @@ impl Translator {
                 "Server {server} was killed after its hooks timed out twice in a row."
             ))],
         }
+    }
+
+    /// The `_Stop` budget's state as a `notice`, for a client that takes notices.
+    fn budget_notice(&self, left: u32) -> Option<SessionUpdate> {
+        let budget = self.budget?;
+        let used = budget.saturating_sub(left);
+        let severity = if left == 0 {
+            NoticeSeverity::Warning
+        } else {
+            NoticeSeverity::Info
+        };
+        let notice = AcpNotice::new(
+            severity,
+            format!("_Stop objections: {used} of {budget} used"),
+        )
+        .description(if left == 0 {
+            "The objection budget is spent: hooks can no longer keep the agent working.".to_owned()
+        } else {
+            format!("{left} more objection(s) can keep the agent working this session.")
+        })
+        .meta(
+            json!({"hookloop/objections": used, "hookloop/budget": budget})
+                .as_object()
+                .cloned(),
+        );
+        Some(SessionUpdate::Notice(notice))
     }
 
     /// A tool call the model did not make, standing for something the engine did.
@@ -1492,6 +1542,22 @@ fn history_updates(messages: &[Message]) -> Vec<SessionUpdate> {
         }
     }
     updates
+}
+
+/// A call's end: completed or failed, with its output.
+fn finished(id: String, is_error: bool, output: String) -> SessionUpdate {
+    let status = if is_error {
+        ToolCallStatus::Failed
+    } else {
+        ToolCallStatus::Completed
+    };
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id,
+        ToolCallUpdateFields::new()
+            .status(status)
+            .raw_output(json!({"text": output, "isError": is_error}))
+            .content(vec![ToolCallContent::from(output)]),
+    ))
 }
 
 fn in_progress(id: String) -> SessionUpdate {

@@ -1,14 +1,17 @@
 //! Asking the client before a destructive tool runs (`session/request_permission`).
 //!
-//! [`Gated`] wraps a session's tool host: a call to a tool its server marks
-//! `destructiveHint: true` first asks the client, with four options (allow once, allow always,
-//! reject once, reject always; "always" is remembered for the session). A rejected call does not
-//! run: it is answered with an error result, as a denial is, and that answer is the
-//! `tool_finished` fact the machine gets, so the decision is in the session's transcript. A
-//! client that gives no decision (it cancelled the request, or answered with an error) rejects.
+//! The rule is the machine's ([`Policy::ask_permission`](crate::Policy::ask_permission)): it
+//! asks about each call of a tool its server marks `destructiveHint: true`, keeps the "always"
+//! decisions for the session, and answers a rejected call with an error result, so every
+//! decision is a fact in the session's transcript. [`ClientAsker`] only puts the question to the
+//! client, with four options (allow once, allow always, reject once, reject always). A client
+//! that gives no decision (it cancelled the request, or answered with an error or an option
+//! this agent did not offer) rejects, once.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
@@ -18,9 +21,8 @@ use agent_client_protocol::v1::schema::{
 };
 
 use super::lock;
-use crate::hooks::{self, ServerName};
-use crate::machine::{Catalog, HookReply, ToolCall, ToolOutput};
-use crate::mcp::{HookCall, ToolHost};
+use crate::driver::PermissionAsker;
+use crate::machine::{PermissionDecision, ToolCall};
 
 /// Whether the agent asks before destructive tools run (`HOOKLOOP_ACP_PERMISSIONS`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,149 +48,91 @@ impl Permissions {
     }
 }
 
-/// The client's standing decisions for one session, by model-facing tool name.
-#[derive(Default)]
-struct Always {
-    tools: HashMap<String, bool>,
-}
+/// The options offered, by id; what each decides.
+const OPTIONS: [(&str, &str, PermissionOptionKind, PermissionDecision); 4] = [
+    (
+        "allow_once",
+        "Allow once",
+        PermissionOptionKind::AllowOnce,
+        PermissionDecision::AllowOnce,
+    ),
+    (
+        "allow_always",
+        "Always allow",
+        PermissionOptionKind::AllowAlways,
+        PermissionDecision::AllowAlways,
+    ),
+    (
+        "reject_once",
+        "Reject",
+        PermissionOptionKind::RejectOnce,
+        PermissionDecision::RejectOnce,
+    ),
+    (
+        "reject_always",
+        "Always reject",
+        PermissionOptionKind::RejectAlways,
+        PermissionDecision::RejectAlways,
+    ),
+];
 
-/// A session's tool host, asking the client before destructive tools run. It asks nothing
-/// until the agent has bound it to its session's client (as it does unless permissions are
-/// off), so a [`SessionFactory`](super::SessionFactory) wraps its host before the session's id
-/// exists.
-pub struct Gated<H> {
-    inner: H,
-    asker: OnceLock<Asker>,
-    always: Mutex<Always>,
-}
-
-/// How to reach the client of one session.
-pub(super) struct Asker {
+/// Puts a session's permission questions to its client with `session/request_permission`.
+pub(super) struct ClientAsker {
     pub(super) cx: ConnectionTo<Client>,
     pub(super) session: SessionId,
+    /// Each model-facing tool's kind, as the session's catalog says.
+    pub(super) kinds: Arc<Mutex<HashMap<String, ToolKind>>>,
 }
 
-impl<H: ToolHost> Gated<H> {
-    /// `inner`, not yet bound to a client.
-    pub fn new(inner: H) -> Self {
-        Self {
-            inner,
-            asker: OnceLock::new(),
-            always: Mutex::new(Always::default()),
-        }
-    }
-
-    /// The host it wraps.
-    pub fn inner(&self) -> &H {
-        &self.inner
-    }
-
-    /// Asks through `asker` from now on. Binding twice keeps the first.
-    pub(super) fn bind(&self, asker: Asker) {
-        if self.asker.set(asker).is_err() {
-            tracing::debug!("the permission gate was bound twice; keeping the first client");
-        }
-    }
-
-    /// Whether the tool's server marks it destructive.
-    fn destructive(&self, name: &str) -> bool {
-        let Some((server, tool)) = hooks::split_qualified(name) else {
-            return false;
-        };
-        self.inner
-            .catalog()
-            .servers
+impl ClientAsker {
+    async fn ask(&self, call: &ToolCall) -> PermissionDecision {
+        let kind = lock(&self.kinds)
+            .get(&call.name)
+            .copied()
+            .unwrap_or(ToolKind::Other);
+        let options = OPTIONS
             .iter()
-            .filter(|s| s.server.as_str() == server)
-            .flat_map(|s| &s.tools)
-            .any(|t| t.name == tool && t.hints.destructive == Some(true))
-    }
-
-    /// Asks the client about `call`: whether it may run.
-    async fn allowed(&self, asker: &Asker, call: &ToolCall) -> bool {
-        if let Some(&standing) = lock(&self.always).tools.get(&call.name) {
-            return standing;
-        }
-        let options = [
-            ("allow_once", "Allow once", PermissionOptionKind::AllowOnce),
-            (
-                "allow_always",
-                "Always allow",
-                PermissionOptionKind::AllowAlways,
-            ),
-            ("reject_once", "Reject", PermissionOptionKind::RejectOnce),
-            (
-                "reject_always",
-                "Always reject",
-                PermissionOptionKind::RejectAlways,
-            ),
-        ]
-        .map(|(id, name, kind)| PermissionOption::new(id, name, kind));
+            .map(|(id, name, kind, _)| PermissionOption::new(*id, *name, *kind))
+            .collect();
         let fields = ToolCallUpdateFields::new()
             .title(call.name.clone())
-            .kind(ToolKind::Edit)
+            .kind(kind)
             .raw_input(call.arguments.clone());
         let request = RequestPermissionRequest::new(
-            asker.session.clone(),
+            self.session.clone(),
             ToolCallUpdate::new(call.id.to_string(), fields),
-            options.to_vec(),
+            options,
         );
-        let outcome = match asker.cx.send_request(request).block_task().await {
+        let outcome = match self.cx.send_request(request).block_task().await {
             Ok(response) => response.outcome,
             Err(e) => {
                 tracing::info!(tool = %call.name, error = %e, "no permission decision: rejected");
-                return false;
+                return PermissionDecision::RejectOnce;
             }
         };
-        let chosen = match outcome {
-            RequestPermissionOutcome::Selected(selected) => selected.option_id.0,
-            RequestPermissionOutcome::Cancelled => return false,
+        match outcome {
+            RequestPermissionOutcome::Selected(selected) => decision_of(&selected.option_id.0),
+            RequestPermissionOutcome::Cancelled => PermissionDecision::RejectOnce,
             // The outcome enum grows with the protocol; what this agent does not know rejects.
             #[allow(unreachable_patterns)]
-            _ => return false,
-        };
-        let (allowed, remember) = match &*chosen {
-            "allow_once" => (true, false),
-            "allow_always" => (true, true),
-            "reject_always" => (false, true),
-            _ => (false, false),
-        };
-        if remember {
-            lock(&self.always).tools.insert(call.name.clone(), allowed);
+            _ => PermissionDecision::RejectOnce,
         }
-        allowed
     }
 }
 
-impl<H: ToolHost> ToolHost for Gated<H> {
-    fn catalog_generation(&self) -> u64 {
-        self.inner.catalog_generation()
-    }
-
-    fn catalog(&self) -> Catalog {
-        self.inner.catalog()
-    }
-
-    async fn call_tool(&self, call: &ToolCall) -> ToolOutput {
-        if let Some(asker) = self.asker.get()
-            && self.destructive(&call.name)
-            && !self.allowed(asker, call).await
-        {
-            return ToolOutput::error(rejected_text(&call.name));
-        }
-        self.inner.call_tool(call).await
-    }
-
-    fn call_hook(&self, call: &HookCall) -> impl Future<Output = HookReply> + Send {
-        self.inner.call_hook(call)
-    }
-
-    fn kill_server(&self, server: &ServerName) -> impl Future<Output = ()> + Send {
-        self.inner.kill_server(server)
+impl PermissionAsker for ClientAsker {
+    fn decide<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>> {
+        Box::pin(self.ask(call))
     }
 }
 
-/// The result a rejected call gets.
-pub fn rejected_text(name: &str) -> String {
-    format!("the user rejected this call of {name}: it did not run")
+/// The decision an option id stands for; an id this agent did not offer rejects, once.
+fn decision_of(option_id: &str) -> PermissionDecision {
+    OPTIONS
+        .iter()
+        .find(|(id, ..)| *id == option_id)
+        .map_or(PermissionDecision::RejectOnce, |(.., decision)| *decision)
 }

@@ -8,15 +8,23 @@
 //!
 //! A session is restored by replaying its transcript through the replay code
 //! ([`Replayer`]): the rebuilt machine has the recorded history, counters (the `_Stop` budget
-//! already spent stays spent) and compactions, and any divergence refuses the load with the
-//! replay's own description of the first one.
+//! already spent stays spent), compactions and standing permission decisions, and any
+//! divergence refuses the load with the replay's own description of the first one.
+//!
+//! A restored session is recorded on in the same file ([`Restored::record_on`]): the file is
+//! rewritten with the record up to the session's close, and what the session does next
+//! follows, its times after the record's, so the whole replays as one session and can be
+//! loaded again.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::machine::{Input, Machine, Phase};
-use crate::transcript::{Event, Replayer, Transcript};
+use crate::transcript::{
+    Event, Header, Offset, Record, Recorder, Replayer, Transcript, TranscriptError,
+};
 
 /// The longest title kept, in characters.
 const TITLE_CHARS: usize = 120;
@@ -148,14 +156,16 @@ pub fn find(dir: &Path, id: &str) -> Result<PathBuf, LoadError> {
 
 /// Rebuilds the machine of the session recorded at `path` by replaying its records up to the
 /// session's end (its `closed` fact, if it has one: a closed machine takes no more prompts).
-pub fn restore(path: &Path) -> Result<Machine, LoadError> {
+pub fn restore(path: &Path) -> Result<Restored, LoadError> {
     let transcript = Transcript::read(path)?;
     if let Some(cut) = &transcript.truncated {
         return Err(LoadError::Truncated { line: cut.line });
     }
     let mut replayer = Replayer::new(&transcript.header);
+    let mut kept = transcript.records.len();
     for (index, record) in transcript.records.iter().enumerate() {
         if matches!(record.event, Event::Fact(Input::Closed)) {
+            kept = index;
             break;
         }
         if let Err(mut divergence) = replayer.step(record) {
@@ -174,7 +184,60 @@ pub fn restore(path: &Path) -> Result<Machine, LoadError> {
             "the record ends before the machine's order {order:?}"
         )));
     }
-    Ok(machine)
+    let Transcript {
+        header,
+        mut records,
+        ..
+    } = transcript;
+    records.truncate(kept);
+    Ok(Restored {
+        machine,
+        header,
+        records,
+    })
+}
+
+/// A recorded session, replayed up to its close.
+#[derive(Debug)]
+pub struct Restored {
+    /// The machine that goes on from the record.
+    pub machine: Machine,
+    header: Header,
+    /// The records before the session's close: what a session that goes on is recorded after.
+    records: Vec<Record>,
+}
+
+impl Restored {
+    /// Starts recording the session that goes on from this record, in the file at `path`: the
+    /// file is rewritten (through a new file renamed over it, so a failure leaves the old one
+    /// whole) with the header and the records before the close, and the recorder returned
+    /// takes what comes next. Add `observer` to the session; keep the recorder to check it.
+    pub fn record_on(
+        &self,
+        path: &Path,
+    ) -> Result<(Recorder, impl crate::Observer + use<>), TranscriptError> {
+        let fresh = path.with_extension("jsonl.reloading");
+        let recorder = Recorder::create(&fresh, &self.header)?;
+        for record in &self.records {
+            recorder.write_record(record);
+        }
+        let renamed = recorder.check().and_then(|()| {
+            std::fs::rename(&fresh, path).map_err(|source| TranscriptError::Write {
+                target: path.display().to_string(),
+                source,
+            })
+        });
+        if let Err(e) = renamed {
+            let _ = std::fs::remove_file(&fresh);
+            return Err(e);
+        }
+        let by = Duration::from_millis(self.records.last().map_or(0, |r| r.at_ms));
+        let observer = Offset {
+            inner: recorder.clone(),
+            by,
+        };
+        Ok((recorder, observer))
+    }
 }
 
 #[cfg(all(test, feature = "testing"))]
@@ -219,10 +282,51 @@ mod tests {
         let dir = scratch("restore");
         let path = dir.join("1-1-1.jsonl");
         record(&path).await;
-        let machine = restore(&path).unwrap();
+        let machine = restore(&path).unwrap().machine;
         assert_eq!(machine.phase(), Phase::Idle);
         assert_eq!(machine.counters().objections, 1);
         assert!(matches!(&machine.history()[0], crate::Message::User { text } if text == "go"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_restored_session_is_recorded_on_in_its_file_and_loads_again_whole() {
+        let dir = scratch("record-on");
+        let path = dir.join("1-1-1.jsonl");
+        record(&path).await;
+        let before = Transcript::read(&path).unwrap();
+        let restored = restore(&path).unwrap();
+        let (recorder, observer) = restored.record_on(&path).unwrap();
+        let config = Config::builder()
+            .hook_servers(HookServers::All)
+            .stop_max_rejections(3)
+            .build()
+            .unwrap();
+        let llm = ScriptedLlm::new([Step::text("third")]);
+        let host = InProcessHost::new().hook("gate", Hook::Stop, [HookStep::Say(String::new())]);
+        let mut session = Session::with_machine(config, restored.machine, llm, host);
+        session.add_observer(observer);
+        session.prompt("again").await.unwrap();
+        session.close().await.unwrap();
+        recorder.check().unwrap();
+
+        // The file holds both prompts, its times never go back, and it replays whole.
+        let after = Transcript::read(&path).unwrap();
+        assert!(after.records.len() > before.records.len());
+        let times: Vec<u64> = after.records.iter().map(|r| r.at_ms).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+        let machine = restore(&path).unwrap().machine;
+        let prompts: Vec<&str> = machine
+            .history()
+            .iter()
+            .filter_map(|m| match m {
+                crate::Message::User { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(prompts, ["go", "again"]);
+        assert_eq!(machine.counters().objections, 1);
+        assert!(!dir.join("1-1-1.jsonl.reloading").exists());
         let _ = std::fs::remove_dir_all(dir);
     }
 

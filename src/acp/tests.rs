@@ -31,7 +31,7 @@ fn session_specs_check_names_and_transports() {
         ]
     }))
     .unwrap();
-    let spec = session_spec(request.cwd, request.mcp_servers).unwrap();
+    let spec = session_spec(request.cwd, request.mcp_servers, Permissions::Ask).unwrap();
     assert_eq!(spec.servers.len(), 2);
     assert!(
         matches!(&spec.servers[0], ServerSpec::Stdio { env, .. } if env == &[("A".to_owned(), "1".to_owned())])
@@ -50,7 +50,7 @@ fn session_specs_check_names_and_transports() {
     ] {
         let request: NewSessionRequest = serde_json::from_value(bad.clone()).unwrap();
         assert!(
-            session_spec(request.cwd, request.mcp_servers).is_err(),
+            session_spec(request.cwd, request.mcp_servers, Permissions::Ask).is_err(),
             "{bad}"
         );
     }
@@ -58,7 +58,7 @@ fn session_specs_check_names_and_transports() {
 
 #[test]
 fn a_streamed_reply_is_sent_in_pieces_and_not_again_whole_and_the_next_reply_is_judged_afresh() {
-    let mut translator = Translator::new(1, Arc::default());
+    let mut translator = Translator::new(Arc::default(), None);
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
     let piece = |translator: &mut Translator, delta: Delta| {
         serde_json::to_value(translator.delta(&delta)).unwrap()
@@ -96,9 +96,44 @@ fn a_streamed_reply_is_sent_in_pieces_and_not_again_whole_and_the_next_reply_is_
 }
 
 #[test]
+fn the_stop_budget_is_shown_as_a_notice_only_to_a_client_that_takes_notices() {
+    let server = ServerName::new("todo").unwrap();
+    let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
+    let objection = || Event::Objection {
+        server: server.clone(),
+        text: "1 open".into(),
+        budget_left: 2,
+    };
+    let spent = || Event::StopSkipped {
+        reason: SkipReason::BudgetSpent,
+    };
+
+    let mut translator = Translator::new(Arc::default(), Some(3));
+    let shown = json(translator.updates(objection()));
+    assert_eq!(shown[0]["sessionUpdate"], "tool_call", "{shown}");
+    assert_eq!(shown[1]["sessionUpdate"], "notice", "{shown}");
+    assert_eq!(shown[1]["severity"], "info");
+    assert_eq!(shown[1]["title"], "_Stop objections: 1 of 3 used");
+    assert_eq!(shown[1]["_meta"]["hookloop/objections"], 1);
+    let shown = json(translator.updates(spent()));
+    assert_eq!(shown[0]["sessionUpdate"], "agent_thought_chunk", "{shown}");
+    assert_eq!(shown[1]["severity"], "warning", "{shown}");
+    assert_eq!(shown[1]["title"], "_Stop objections: 3 of 3 used");
+    // A declined objection leaves the budget as it was: no notice.
+    let declined = translator.updates(Event::StopSkipped {
+        reason: SkipReason::DeclinedObjection,
+    });
+    assert_eq!(declined.len(), 1);
+
+    let mut translator = Translator::new(Arc::default(), None);
+    assert_eq!(translator.updates(objection()).len(), 1);
+    assert_eq!(translator.updates(spent()).len(), 1);
+}
+
+#[test]
 fn hook_and_compaction_events_become_titled_calls_and_thoughts() {
     let server = ServerName::new("todo").unwrap();
-    let mut translator = Translator::new(1, Arc::default());
+    let mut translator = Translator::new(Arc::default(), None);
     let json = |updates: Vec<SessionUpdate>| serde_json::to_value(updates).unwrap();
 
     let injected = json(translator.updates(Event::PostCompactInjected {
@@ -205,7 +240,7 @@ mod wire {
 
     /// Hands out prepared sessions, one per `session/new`, and records the specs.
     struct Prepared {
-        sessions: StdMutex<Vec<Session<ScriptedLlm, Gated<InProcessHost>>>>,
+        sessions: StdMutex<Vec<Session<ScriptedLlm, InProcessHost>>>,
         specs: StdMutex<Vec<SessionSpec>>,
     }
 
@@ -233,7 +268,7 @@ mod wire {
             &self,
             _spec: SessionSpec,
             _machine: Machine,
-        ) -> Result<Session<ScriptedLlm, Gated<InProcessHost>>, String> {
+        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
             Err("these tests record nothing".into())
         }
 
@@ -252,7 +287,7 @@ mod wire {
     }
 
     fn start(
-        sessions: Vec<Session<ScriptedLlm, Gated<InProcessHost>>>,
+        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
         max_frame_bytes: usize,
     ) -> (Peer, Arc<Prepared>) {
         let options = AgentOptions {
@@ -264,7 +299,7 @@ mod wire {
 
     /// An agent with these options, writing to a pipe that holds `pipe` bytes.
     fn start_with(
-        sessions: Vec<Session<ScriptedLlm, Gated<InProcessHost>>>,
+        sessions: Vec<Session<ScriptedLlm, InProcessHost>>,
         options: AgentOptions,
         pipe: usize,
     ) -> (Peer, Arc<Prepared>) {
@@ -377,16 +412,26 @@ mod wire {
         }
     }
 
-    /// A session whose host asks before destructive tools, as the agent's factories build it.
     fn session(
         config: Config,
         llm: ScriptedLlm,
         host: InProcessHost,
-    ) -> Session<ScriptedLlm, Gated<InProcessHost>> {
-        Session::new(config, llm, Gated::new(host))
+    ) -> Session<ScriptedLlm, InProcessHost> {
+        Session::new(config, llm, host)
     }
 
+    /// A session's configuration as the agent's factory makes it by default: destructive tools
+    /// ask first.
     fn config() -> Config {
+        Config::builder()
+            .hook_servers(HookServers::All)
+            .ask_permission(true)
+            .build()
+            .unwrap()
+    }
+
+    /// A session's configuration as the agent's factory makes it with permissions `never`.
+    fn config_without_asking() -> Config {
         Config::builder()
             .hook_servers(HookServers::All)
             .build()
@@ -570,7 +615,8 @@ mod wire {
             .filter(|(u, _)| u["update"]["toolCallId"].is_string())
             .map(|(u, kind)| format!("{} {kind}", u["update"]["toolCallId"].as_str().unwrap()))
             .collect();
-        // One at a time: each call starts only once the one before it has ended.
+        // One at a time: each call starts only once the one before it has ended, as the
+        // session says when it starts each.
         let ids: Vec<String> = updates
             .iter()
             .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
@@ -583,9 +629,9 @@ mod wire {
             calls,
             [
                 format!("{a} tool_call:pending"),
-                format!("{a} tool_call_update:in_progress"),
                 format!("{b} tool_call:pending"),
                 format!("{c} tool_call:pending"),
+                format!("{a} tool_call_update:in_progress"),
                 format!("{a} tool_call_update:completed"),
                 format!("{b} tool_call_update:in_progress"),
                 format!("{b} tool_call_update:completed"),
@@ -702,7 +748,11 @@ mod wire {
             permissions: Permissions::Never,
             ..AgentOptions::default()
         };
-        let (mut peer, _) = start_with(vec![session(config(), llm, host)], options, 1 << 16);
+        let (mut peer, _) = start_with(
+            vec![session(config_without_asking(), llm, host)],
+            options,
+            1 << 16,
+        );
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
@@ -748,9 +798,11 @@ mod wire {
         }
     }
 
+    /// A session with a destructive `fs__rm`; `config` says whether it asks.
     fn destructive_session(
+        config: Config,
         llm: ScriptedLlm,
-    ) -> (Session<ScriptedLlm, Gated<InProcessHost>>, InProcessHost) {
+    ) -> (Session<ScriptedLlm, InProcessHost>, InProcessHost) {
         let host = InProcessHost::new()
             .tool("fs", "rm", echo)
             .tool("fs", "read", echo)
@@ -762,7 +814,7 @@ mod wire {
                     ..Default::default()
                 },
             );
-        (session(config(), llm, host.clone()), host)
+        (session(config, llm, host.clone()), host)
     }
 
     fn tools_run(host: &InProcessHost) -> Vec<String> {
@@ -783,7 +835,7 @@ mod wire {
             Step::tools(3, &[("fs__read", json!({}))]),
             Step::text("done"),
         ]);
-        let (session, host) = destructive_session(llm.clone());
+        let (session, host) = destructive_session(config(), llm.clone());
         let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
         let (asked, updates, reply) = prompt_answering(&mut peer, "reject_always").await;
         assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
@@ -822,7 +874,7 @@ mod wire {
             Step::tools(2, &[("fs__rm", json!({}))]),
             Step::text("done"),
         ]);
-        let (session, host) = destructive_session(llm);
+        let (session, host) = destructive_session(config(), llm);
         let (mut peer, _) = start(vec![session], DEFAULT_MAX_FRAME_BYTES);
         let (asked, _, reply) = prompt_answering(&mut peer, "allow_once").await;
         assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
@@ -833,16 +885,20 @@ mod wire {
     #[tokio::test]
     async fn with_permissions_off_destructive_tools_run_without_asking() {
         let llm = ScriptedLlm::new([Step::tools(1, &[("fs__rm", json!({}))]), Step::text("done")]);
-        let (session, host) = destructive_session(llm);
+        let (session, host) = destructive_session(config_without_asking(), llm);
         let options = AgentOptions {
             permissions: Permissions::Never,
             ..AgentOptions::default()
         };
-        let (mut peer, _) = start_with(vec![session], options, 1 << 16);
+        let (mut peer, factory) = start_with(vec![session], options, 1 << 16);
         let (asked, _, reply) = prompt_answering(&mut peer, "reject_once").await;
         assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
         assert!(asked.is_empty());
         assert_eq!(tools_run(&host), ["fs__rm"]);
+        assert_eq!(
+            factory.specs.lock().unwrap()[0].permissions,
+            Permissions::Never
+        );
     }
 
     #[tokio::test]

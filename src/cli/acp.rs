@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use std::path::Path;
 
-use hookloop::acp::{self, AgentOptions, Created, Gated, SessionFactory, SessionSpec};
+use hookloop::acp::{self, AgentOptions, Created, Permissions, SessionFactory, SessionSpec};
 use hookloop::machine::Machine;
 use hookloop::transcript::RecordDir;
 use hookloop::{Config, Session};
@@ -54,10 +54,17 @@ impl SessionFactory for Factory {
     type Error = String;
 
     async fn create(&self, spec: SessionSpec) -> Result<Created<Self::Llm, Self::Host>, String> {
+        let config = self
+            .config
+            .clone()
+            .into_builder()
+            .ask_permission(spec.permissions == Permissions::Ask)
+            .build()
+            .map_err(|e| e.to_string())?;
         let host = wire::connect_spec(spec, &self.config)
             .await
             .map_err(|f| f.message)?;
-        let mut session = Session::new(self.config.clone(), self.llm.clone(), Gated::new(host));
+        let mut session = Session::new(config, self.llm.clone(), host);
         let mut record = None;
         if let Some(dir) = &self.record_dir {
             let (recorder, path) = session
@@ -73,7 +80,7 @@ impl SessionFactory for Factory {
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> Result<Session<Self::Llm, Gated<Self::Host>>, String> {
+    ) -> Result<Session<Self::Llm, Self::Host>, String> {
         let host = wire::connect_spec(spec, &self.config)
             .await
             .map_err(|f| f.message)?;
@@ -81,7 +88,7 @@ impl SessionFactory for Factory {
             self.config.clone(),
             machine,
             self.llm.clone(),
-            Gated::new(host),
+            host,
         ))
     }
 

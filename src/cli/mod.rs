@@ -11,6 +11,7 @@ pub mod transcript;
 mod wire;
 
 use std::fmt;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 /// The environment, as `--help` shows it after each command's options.
@@ -84,9 +85,10 @@ impl Failure {
         }
     }
 
-    /// Prints the message and gives the exit status.
+    /// Prints the message and gives the exit status. A stderr that cannot be written loses
+    /// the message, never the status (`eprintln!` would panic).
     pub fn report(self) -> ExitCode {
-        eprintln!("hookloop: {}", self.message);
+        let _ = writeln!(std::io::stderr(), "hookloop: {}", self.message);
         ExitCode::from(self.code)
     }
 }
@@ -201,9 +203,41 @@ pub fn init_logging(default: &str) -> Result<(), Failure> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
+        // On a failed write the subscriber would report it with `eprintln!`, which panics
+        // when stderr is what failed.
+        .log_internal_errors(false)
         .with_ansi(ansi)
         .with_target(false)
         .init();
     Ok(())
+}
+
+/// Stderr for logs: a line that cannot be written (a closed pipe, a full disk, a file at its
+/// size limit) is dropped, and the agent goes on. Logging must never end the process.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Whatever was not written is lost on purpose: claiming it all stops a retry loop.
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// Makes a write past the file-size limit (`RLIMIT_FSIZE`) fail with `EFBIG` instead of
+/// raising `SIGXFSZ`, whose default action ends the process: a log or transcript file that
+/// reaches the limit loses its writes, not the session.
+pub fn ignore_file_size_signal() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler and is done before
+    // any thread is started.
+    if unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) } == libc::SIG_ERR {
+        tracing::debug!("could not ignore SIGXFSZ");
+    }
 }

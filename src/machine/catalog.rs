@@ -16,6 +16,8 @@ pub(crate) struct Tools {
     /// default.
     pub(super) lineage: u64,
     pub(super) names: HashSet<String>,
+    /// Model-facing names of the tools their server marks destructive (`destructiveHint`).
+    pub(super) destructive: HashSet<String>,
     /// Per hook, the allowed servers that expose it, in configuration order.
     hooks: HashMap<Hook, Vec<ServerName>>,
     pub(super) bytes: usize,
@@ -47,6 +49,9 @@ impl Tools {
                 }
                 let name = hooks::qualify(server.as_str(), &tool.name);
                 if tools.names.insert(name.clone()) {
+                    if tool.hints.destructive == Some(true) {
+                        tools.destructive.insert(name.clone());
+                    }
                     let spec = ToolSpec {
                         name,
                         description: tool.description.clone(),

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::digest::RequestDigest;
-use crate::machine::message::ToolCall;
+use crate::machine::message::{CallId, ToolCall};
 
 /// An order to the driver.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,6 +40,10 @@ pub enum Effect {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         subjects: Vec<Value>,
     },
+    /// Ask the user whether this call of a tool its server marks destructive may run, and
+    /// answer with [`Input::PermissionDecided`](crate::machine::Input::PermissionDecided).
+    /// The calls of one reply are asked about one at a time, in the model's order.
+    AskPermission { call: ToolCall },
     /// Kill this server (its process group); it comes back through a lazy restart. No answer.
     KillServer { server: ServerName },
     /// Tell the embedder something worth showing. No answer.
@@ -115,6 +119,14 @@ pub enum Notice {
         server: ServerName,
         hook: Hook,
         reason: String,
+    },
+    /// The user rejected a call (now, or with an earlier "always"): it did not run, and the
+    /// model got an error result saying so.
+    PermissionRejected {
+        id: CallId,
+        tool: String,
+        /// The rejection stands for the rest of the session.
+        standing: bool,
     },
     /// The model called a tool that is a hook, or that does not exist; it was answered with
     /// `unknown tool`, and nothing ran.

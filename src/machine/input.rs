@@ -32,6 +32,12 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         subject: Option<u32>,
     },
+    /// The user decided whether the call of the last
+    /// [`Effect::AskPermission`](crate::machine::Effect::AskPermission) may run.
+    PermissionDecided {
+        id: CallId,
+        decision: PermissionDecision,
+    },
     /// The embedder cancelled the running prompt.
     Cancelled,
     /// The session is over; every later fact is refused.
@@ -48,8 +54,38 @@ impl Input {
             Self::LlmFailed { .. } => "llm_failed",
             Self::ToolFinished { .. } => "tool_finished",
             Self::HookAnswered { .. } => "hook_answered",
+            Self::PermissionDecided { .. } => "permission_decided",
             Self::Cancelled => "cancelled",
             Self::Closed => "closed",
+        }
+    }
+}
+
+/// The user's answer to a permission request. An "always" decision stands for every later call
+/// of the same tool in the session, which is then not asked about again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionDecision {
+    AllowOnce,
+    AllowAlways,
+    RejectOnce,
+    RejectAlways,
+}
+
+impl PermissionDecision {
+    /// Whether the call may run.
+    pub fn allows(self) -> bool {
+        match self {
+            Self::AllowOnce | Self::AllowAlways => true,
+            Self::RejectOnce | Self::RejectAlways => false,
+        }
+    }
+
+    /// Whether the decision stands for the rest of the session.
+    pub fn is_standing(self) -> bool {
+        match self {
+            Self::AllowAlways | Self::RejectAlways => true,
+            Self::AllowOnce | Self::RejectOnce => false,
         }
     }
 }

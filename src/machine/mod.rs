@@ -27,6 +27,7 @@
 //!      │  └────────│ AwaitingStop │──────────►│ Objected │ end_turn again: finish
 //!      │           └──────────────┘           └──────────┘
 //!      │  over budget before a request: Summarizing ─► PostCompacting ─► (where it was going)
+//!      │  a destructive call, when the policy asks: AwaitingPermission ─► RunningTools
 //!      │
 //!      └── Finish: max_tokens, refusal, round cap, model failure, cancel (superstate `live`)
 //!   Closed (from any state): Done, absorbing.
@@ -51,7 +52,7 @@ mod message;
 mod policy;
 mod round;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt;
 
 use serde_json::{Map, Value, json};
@@ -62,7 +63,8 @@ pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::{BYTES_PER_TOKEN, History};
 pub use self::input::{
-    Catalog, HookReply, Input, LlmReply, ServerTools, StopReason, ToolHints, ToolInfo, Usage,
+    Catalog, HookReply, Input, LlmReply, PermissionDecision, ServerTools, StopReason, ToolHints,
+    ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::policy::{Counters, Media, Policy};
@@ -77,6 +79,11 @@ learned (names, paths, values); what remains; and the next step. Answer with the
 /// The words that open a compacted context, before the summary.
 pub const SUMMARY_PREFIX: &str =
     "Summary of the session so far (earlier messages were compacted):\n\n";
+
+/// The text of the error result a call the user rejected gets.
+pub fn rejected_text(name: &str) -> String {
+    format!("the user rejected this call of {name}: it did not run")
+}
 
 /// The text of the error result a call to an unknown tool, or to a hook, gets.
 pub fn unknown_tool_text(name: &str) -> String {
@@ -106,6 +113,7 @@ impl Machine {
             post_compact_owed: false,
             session_started: false,
             session_ended: false,
+            standing: BTreeMap::new(),
             summary_instruction: SUMMARY_INSTRUCTION.to_owned(),
             next_id: 0,
         };
@@ -232,6 +240,8 @@ pub enum Phase {
     Objected,
     Summarizing,
     PostCompacting,
+    /// Waiting for the user to decide whether a destructive tool call may run.
+    AwaitingPermission,
     /// Waiting for the answers of another hook: `_SessionStart`, `_UserPromptSubmit`,
     /// `_PreToolUse`, `_PostToolUse`, `_PreCompact` or `_SessionEnd`.
     AwaitingHook(Hook),
@@ -252,6 +262,7 @@ impl fmt::Display for Phase {
             Self::Objected => "objected",
             Self::Summarizing => "summarizing",
             Self::PostCompacting => "awaiting _PostCompact",
+            Self::AwaitingPermission => "awaiting a permission decision",
             Self::Done => "done",
         };
         f.write_str(name)
@@ -272,6 +283,8 @@ pub enum MachineError {
     UnknownCall(CallId),
     #[error("{hook} answer from server {server}, which was not asked or already answered")]
     UnexpectedHookAnswer { server: ServerName, hook: Hook },
+    #[error("permission decision for call {0}, which is not awaiting one")]
+    UnexpectedDecision(CallId),
     #[error("the session is closed: {got} refused")]
     Closed { got: &'static str },
 }
@@ -323,6 +336,8 @@ pub(crate) struct Core {
     session_started: bool,
     /// `_SessionEnd` had its chance (it is asked at most once).
     session_ended: bool,
+    /// The user's "always" decisions, by model-facing tool name: true allows, false rejects.
+    standing: BTreeMap<String, bool>,
     /// The instruction of the next summary request: the fixed one, plus any `_PreCompact`
     /// guidance of this compaction.
     summary_instruction: String,
@@ -415,7 +430,8 @@ impl Core {
             Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
-            | Input::HookAnswered { .. } => context.unexpected(Phase::Idle, "a prompt", event),
+            | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. } => context.unexpected(Phase::Idle, "a prompt", event),
         }
     }
 
@@ -456,8 +472,55 @@ impl Core {
             Input::Prompted { .. }
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
-            | Input::HookAnswered { .. } => {
+            | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. } => {
                 context.unexpected(Phase::RunningTools, "a tool result", event)
+            }
+        }
+    }
+
+    /// Waiting for the user's decision on `batch.ran[at]`, a call of a tool its server marks
+    /// destructive. Accepts: `PermissionDecided` for that call → the next call that needs a
+    /// decision (stays), or the batch runs (RunningTools), or, every call rejected, the next
+    /// request. `Cancelled` and `Closed` answer every call of the batch `cancelled`, then
+    /// defer to `live`.
+    #[state(superstate = "live")]
+    fn awaiting_permission(
+        &mut self,
+        batch: &mut ToolBatch,
+        at: &mut usize,
+        context: &mut Outbox,
+        event: &Input,
+    ) -> Outcome<State> {
+        match event {
+            Input::PermissionDecided { id, decision } => {
+                let Some(call) = batch.ran.get(*at).filter(|call| call.id == *id) else {
+                    return context.refuse(MachineError::UnexpectedDecision(id.clone()));
+                };
+                if decision.is_standing() {
+                    self.standing.insert(call.name.clone(), decision.allows());
+                }
+                let mut batch = std::mem::take(batch);
+                let mut from = *at;
+                if decision.allows() {
+                    from += 1;
+                } else {
+                    reject(context, &mut batch, from, decision.is_standing());
+                }
+                self.gate_batch(context, batch, from)
+            }
+            Input::Cancelled | Input::Closed => {
+                let batch = std::mem::take(batch);
+                self.record_results(batch);
+                Super
+            }
+            Input::CatalogChanged { .. } => Super,
+            Input::Prompted { .. }
+            | Input::LlmReplied { .. }
+            | Input::LlmFailed { .. }
+            | Input::ToolFinished { .. }
+            | Input::HookAnswered { .. } => {
+                context.unexpected(Phase::AwaitingPermission, "a permission decision", event)
             }
         }
     }
@@ -520,7 +583,8 @@ impl Core {
             Input::Prompted { .. }
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
-            | Input::ToolFinished { .. } => {
+            | Input::ToolFinished { .. }
+            | Input::PermissionDecided { .. } => {
                 context.unexpected(hook_phase(round.hook), "a hook answer", event)
             }
         }
@@ -555,7 +619,10 @@ impl Core {
                 self.compact(context, None, *resume)
             }
             Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
-            Input::Prompted { .. } | Input::ToolFinished { .. } | Input::HookAnswered { .. } => {
+            Input::Prompted { .. }
+            | Input::ToolFinished { .. }
+            | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. } => {
                 context.unexpected(Phase::Summarizing, "the summary", event)
             }
         }
@@ -582,7 +649,8 @@ impl Core {
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
-            | Input::HookAnswered { .. } => {
+            | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. } => {
                 context.unexpected(Phase::Prompting, "a fact of the running prompt", event)
             }
         }
@@ -600,6 +668,7 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. }
             | Input::Cancelled => context.refuse(MachineError::Closed { got: event.kind() }),
         }
     }
@@ -627,7 +696,10 @@ impl Core {
                 },
             ),
             Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
-            Input::Prompted { .. } | Input::ToolFinished { .. } | Input::HookAnswered { .. } => {
+            Input::Prompted { .. }
+            | Input::ToolFinished { .. }
+            | Input::HookAnswered { .. }
+            | Input::PermissionDecided { .. } => {
                 context.unexpected(phase, "the model's reply", event)
             }
         }
@@ -961,8 +1033,40 @@ impl Core {
         }
     }
 
-    /// Runs the batch's calls that are left, or, when none is, asks the model again.
+    /// Runs the batch's calls that are left, once the user has allowed each destructive one.
     fn run_batch(&mut self, context: &mut Outbox, batch: ToolBatch) -> Outcome<State> {
+        self.gate_batch(context, batch, 0)
+    }
+
+    /// The permission rule, from `batch.ran[from]` on: a call of a destructive tool, when the
+    /// policy asks, runs only if the user allows it. A standing decision of the session answers
+    /// at once; otherwise the user is asked, one call at a time. A rejected call leaves the
+    /// batch with an error result. Once no call needs a decision, the batch runs.
+    fn gate_batch(
+        &mut self,
+        context: &mut Outbox,
+        mut batch: ToolBatch,
+        mut from: usize,
+    ) -> Outcome<State> {
+        while let Some(call) = batch.ran.get(from) {
+            if !self.policy.ask_permission || !self.tools.destructive.contains(&call.name) {
+                from += 1;
+                continue;
+            }
+            match self.standing.get(&call.name) {
+                Some(true) => from += 1,
+                Some(false) => reject(context, &mut batch, from, true),
+                None => {
+                    context.emit(Effect::AskPermission { call: call.clone() });
+                    return Transition(State::awaiting_permission(batch, from));
+                }
+            }
+        }
+        self.launch_batch(context, batch)
+    }
+
+    /// Runs the batch's calls that are left, or, when none is, asks the model again.
+    fn launch_batch(&mut self, context: &mut Outbox, batch: ToolBatch) -> Outcome<State> {
         if batch.ran.is_empty() {
             self.record_results(batch);
             return self.request_turn(context, Resume::Prompting);
@@ -1310,6 +1414,7 @@ impl State {
             Self::Hooking { round, .. } => hook_phase(round.hook),
             Self::Objected {} => Phase::Objected,
             Self::Summarizing { .. } => Phase::Summarizing,
+            Self::AwaitingPermission { .. } => Phase::AwaitingPermission,
             Self::Done {} => Phase::Done,
         }
     }
@@ -1327,6 +1432,20 @@ fn hook_phase(hook: Hook) -> Phase {
         | Hook::PreCompact
         | Hook::SessionEnd => Phase::AwaitingHook(hook),
     }
+}
+
+/// Takes the rejected call `batch.ran[at]` out of those that run and answers it with an error
+/// result, as a `_PreToolUse` denial is answered.
+fn reject(context: &mut Outbox, batch: &mut ToolBatch, at: usize, standing: bool) {
+    let call = batch.ran.remove(at);
+    let output = ToolOutput::error(rejected_text(&call.name));
+    // The call is the batch's own and still unanswered: a rejection answers it once.
+    let _ = batch.answer(&call.id, &output);
+    context.notify(Notice::PermissionRejected {
+        id: call.id,
+        tool: call.name,
+        standing,
+    });
 }
 
 fn finish_reason(stop: &StopReason) -> FinishReason {

@@ -28,6 +28,11 @@ pub struct Policy {
     /// ([`LlmClient::media`](crate::LlmClient::media)).
     #[serde(default, skip_serializing_if = "Media::is_default")]
     pub media: Media,
+    /// Ask the user before a call of a tool its server marks destructive (`destructiveHint`)
+    /// runs: the machine orders [`Effect::AskPermission`](crate::machine::Effect::AskPermission)
+    /// and waits for the decision. Off by default: only a front end that can ask turns it on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ask_permission: bool,
 }
 
 /// How a model's dialect carries the images and binary resources of tool results, which decides
@@ -84,6 +89,7 @@ impl Default for Policy {
             max_context_tokens: Self::DEFAULT_MAX_CONTEXT_TOKENS,
             max_output_tokens: Self::DEFAULT_MAX_OUTPUT_TOKENS,
             media: Media::default(),
+            ask_permission: false,
         }
     }
 }

@@ -47,6 +47,7 @@ pub(crate) fn redact_input(fact: &Input) -> Input {
         // Catalogs, errors and signals are the session's course, not its words.
         Input::CatalogChanged { .. }
         | Input::LlmFailed { .. }
+        | Input::PermissionDecided { .. }
         | Input::Cancelled
         | Input::Closed => fact.clone(),
     }
@@ -56,6 +57,12 @@ pub(crate) fn redact_input(fact: &Input) -> Input {
 pub(crate) fn redact_effect(effect: &Effect) -> Effect {
     match effect {
         Effect::CallTools { calls: list } => Effect::CallTools { calls: calls(list) },
+        Effect::AskPermission { call } => Effect::AskPermission {
+            call: ToolCall {
+                arguments: json_strings(&call.arguments),
+                ..call.clone()
+            },
+        },
         Effect::Notify { notice } => Effect::Notify {
             notice: match notice {
                 Notice::Objection {
@@ -85,6 +92,7 @@ pub(crate) fn redact_effect(effect: &Effect) -> Effect {
                 | Notice::HookSkipped { .. }
                 | Notice::Compacted { .. }
                 | Notice::HookFailedOpen { .. }
+                | Notice::PermissionRejected { .. }
                 | Notice::UnknownToolRefused { .. } => notice.clone(),
             },
         },

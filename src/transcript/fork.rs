@@ -262,7 +262,10 @@ fn last_awaited_order(records: &[Record]) -> usize {
             matches!(
                 record.event,
                 Event::Effect(
-                    Effect::CallLlm { .. } | Effect::CallTools { .. } | Effect::CallHooks { .. }
+                    Effect::CallLlm { .. }
+                        | Effect::CallTools { .. }
+                        | Effect::CallHooks { .. }
+                        | Effect::AskPermission { .. }
                 )
             )
         })
@@ -311,10 +314,11 @@ impl Fork {
     }
 }
 
-/// Shifts the times an observer sees by the prefix's length.
-struct Offset {
-    inner: Recorder,
-    by: Duration,
+/// Shifts the times a recorder sees by the length of the prefix it was given, so a session
+/// that goes on from a record is recorded on after it.
+pub(crate) struct Offset {
+    pub(crate) inner: Recorder,
+    pub(crate) by: Duration,
 }
 
 impl Observer for Offset {

@@ -218,6 +218,8 @@ fn entry_end_ms(entry: &Entry) -> u64 {
         | EntryKind::PostCompactInjected { .. }
         | EntryKind::HookInjected { .. }
         | EntryKind::ToolDenied { .. }
+        | EntryKind::Permission { .. }
+        | EntryKind::PermissionRejected { .. }
         | EntryKind::HookSkipped { .. }
         | EntryKind::HookFailedOpen { .. }
         | EntryKind::StopSkipped { .. }
@@ -391,6 +393,15 @@ fn timeline(view: &SessionView) -> Markup {
                 x,
                 title: format!("_PreToolUse on {server} denied {tool}: {text}"),
             }),
+            EntryKind::PermissionRejected { tool, standing } => marks.push(Mark {
+                lane: "events",
+                class: "denial",
+                x,
+                title: format!(
+                    "the user rejected {tool}{}",
+                    if *standing { " (always)" } else { "" }
+                ),
+            }),
             EntryKind::HookInjected { hook, server, text } => marks.push(Mark {
                 lane: "events",
                 class: "injection",
@@ -438,6 +449,7 @@ fn timeline(view: &SessionView) -> Markup {
             | EntryKind::HookFailedOpen { .. }
             | EntryKind::StopSkipped { .. }
             | EntryKind::UnknownToolRefused { .. }
+            | EntryKind::Permission { .. }
             | EntryKind::Cancelled
             | EntryKind::Finish { .. }
             | EntryKind::Closed => {}

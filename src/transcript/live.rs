@@ -259,7 +259,11 @@ impl Live {
                 self.hooks = keys.into_iter().zip(answers).collect();
             }
             Effect::KillServer { server } => host.kill_server(&server).await,
-            Effect::CallLlm { .. } | Effect::Notify { .. } | Effect::Finish { .. } => {}
+            // The user's decision is replayed as recorded: nobody is asked again.
+            Effect::CallLlm { .. }
+            | Effect::AskPermission { .. }
+            | Effect::Notify { .. }
+            | Effect::Finish { .. } => {}
         }
         Ok(())
     }
@@ -348,6 +352,7 @@ impl Live {
             Input::Prompted { .. }
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
+            | Input::PermissionDecided { .. }
             | Input::Cancelled
             | Input::Closed => recorded.clone(),
         };

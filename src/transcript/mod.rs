@@ -68,6 +68,7 @@ use std::path::PathBuf;
 
 pub use self::check::{BLESS_VAR, CheckFailed, Checked, bless, check_dir, check_dir_with};
 pub use self::diff::line_diff;
+pub(crate) use self::fork::Offset;
 pub use self::fork::{Continuation, Fork, ForkError, ForkPoint, ForkRun, fork};
 pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, MAX_LINE_BYTES, Record, RecordedConfig, ServerEntry,

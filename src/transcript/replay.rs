@@ -247,6 +247,7 @@ fn check_header_catalog(
         | Input::LlmFailed { .. }
         | Input::ToolFinished { .. }
         | Input::HookAnswered { .. }
+        | Input::PermissionDecided { .. }
         | Input::Cancelled
         | Input::Closed => None,
     };
@@ -317,6 +318,7 @@ impl ReplayReport {
             | Phase::AwaitingHook(_)
             | Phase::Objected
             | Phase::Summarizing
+            | Phase::AwaitingPermission
             | Phase::PostCompacting => Some(format!(
                 "the record ends mid-prompt, while the machine is {}: the rest of the session \
                  was not recorded",

@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{
     Catalog, Effect, FinishReason, HookContext, HookReply, Input, LlmReply, Media, Message, Notice,
-    Policy, Purpose, SkipReason, ToolCall, ToolOutput,
+    PermissionDecision, Policy, Purpose, SkipReason, ToolCall, ToolOutput,
 };
 use crate::supervisor::{self, Fact, Order};
 use crate::transcript::{Event, Replayer, Transcript};
@@ -130,6 +130,14 @@ pub enum EntryKind {
         tool: String,
         text: String,
     },
+    /// The user was asked whether a call of a destructive tool may run, and what they decided
+    /// (`None` when the record ends, or the prompt was cancelled, first).
+    Permission {
+        call: ToolCall,
+        decision: Option<PermissionDecision>,
+    },
+    /// A call the user rejected (now, or with an earlier "always") did not run.
+    PermissionRejected { tool: String, standing: bool },
     /// A server sat a hook round out (it was between lives); the round went on without it.
     HookSkipped {
         server: ServerName,
@@ -531,6 +539,13 @@ impl Builder {
                         .collect(),
                 }
             }
+            Effect::AskPermission { call } => {
+                self.open_calls = Some(self.entries.len());
+                EntryKind::Permission {
+                    call: call.clone(),
+                    decision: None,
+                }
+            }
             Effect::KillServer { server } => EntryKind::ServerKilled {
                 server: server.clone(),
             },
@@ -600,6 +615,10 @@ impl Builder {
             Notice::UnknownToolRefused { name } => {
                 EntryKind::UnknownToolRefused { name: name.clone() }
             }
+            Notice::PermissionRejected { tool, standing, .. } => EntryKind::PermissionRejected {
+                tool: tool.clone(),
+                standing: *standing,
+            },
         }
     }
 
@@ -674,6 +693,20 @@ impl Builder {
                 {
                     answer.reply = Some(reply.clone());
                     answer.latency_ms = Some(at_ms.saturating_sub(*started));
+                }
+            }
+            Input::PermissionDecided { id, decision } => {
+                if let Some(Entry {
+                    kind:
+                        EntryKind::Permission {
+                            call,
+                            decision: slot,
+                        },
+                    ..
+                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
+                    && call.id == *id
+                {
+                    *slot = Some(*decision);
                 }
             }
             Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),

@@ -6,7 +6,7 @@ use std::fmt::{self, Write};
 use serde::Serialize;
 
 use crate::hooks::{Hook, HookServers};
-use crate::machine::{FinishReason, HookReply, Message, Purpose, SkipReason};
+use crate::machine::{FinishReason, HookReply, Message, PermissionDecision, Purpose, SkipReason};
 use crate::text::{Cut, cut};
 use crate::transcript::show::{EntryKind, SessionView};
 
@@ -87,6 +87,8 @@ impl EntryKind {
             Self::PostCompactInjected { .. } => "post_compact_injected",
             Self::HookInjected { .. } => "hook_injected",
             Self::ToolDenied { .. } => "tool_denied",
+            Self::Permission { .. } => "permission",
+            Self::PermissionRejected { .. } => "permission_rejected",
             Self::HookSkipped { .. } => "hook_skipped",
             Self::HookFailedOpen { .. } => "hook_failed_open",
             Self::StopSkipped { .. } => "stop_skipped",
@@ -312,6 +314,27 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
         EntryKind::ToolDenied { server, tool, text } => {
             writeln!(out, "_PreToolUse on {server} denied the call to {tool}")?;
             write_block(out, "hook", text)?;
+        }
+        EntryKind::Permission { call, decision } => {
+            let decided = match decision {
+                Some(PermissionDecision::AllowOnce) => "allowed once",
+                Some(PermissionDecision::AllowAlways) => "allowed always",
+                Some(PermissionDecision::RejectOnce) => "rejected once",
+                Some(PermissionDecision::RejectAlways) => "rejected always",
+                None => "no decision",
+            };
+            writeln!(
+                out,
+                "asked the user about {} {}: {decided}",
+                call.name, call.arguments
+            )?;
+        }
+        EntryKind::PermissionRejected { tool, standing } => {
+            let how = if *standing { " (always)" } else { "" };
+            writeln!(
+                out,
+                "the user rejected the call to {tool}{how}: it did not run"
+            )?;
         }
         EntryKind::HookSkipped {
             server,

@@ -1,69 +1,148 @@
-// Drives `hookloop acp` through a short session with the official TypeScript ACP SDK.
+// Drives `hookloop acp` with the official TypeScript ACP SDK (@agentclientprotocol/sdk).
 //
-// Usage: node acp_client.mjs <hookloop binary>
-// The binary's environment (provider, hooks) is this process's. Prints one JSON line with what
-// the session showed; tests/acp_interop.rs checks it. Must sit next to a node_modules holding
-// @agentclientprotocol/sdk (the test copies it into the folder .ci/setup.d/40-acp-interop.sh made).
+// Usage: node acp_client.mjs <hookloop binary> <hook server binary>
+//
+// Runs a session with a real MCP hook server through a `_Stop` objection, a tool call the agent
+// asks permission for (`session/request_permission`, answered "always reject"), a cancel and
+// `session/close`, then starts a second agent process and loads the recorded session there:
+// the conversation comes back, the spent objection budget stays spent, and the standing
+// rejection still holds. The agent's environment (which must set HOOKLOOP_RECORD_DIR) is this
+// process's. Prints one JSON line with what it saw; tests/acp_interop.rs checks it. Must sit
+// next to a node_modules holding the SDK (the test copies it into the folder
+// .ci/setup.d/40-acp-interop.sh made).
 
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 
-const exe = process.argv[2];
-if (!exe) {
-  console.error("usage: node acp_client.mjs <hookloop binary>");
+const [exe, server] = process.argv.slice(2);
+if (!exe || !server) {
+  console.error("usage: node acp_client.mjs <hookloop binary> <hook server binary>");
   process.exit(2);
 }
 
-const agent = spawn(exe, ["acp"], { stdio: ["pipe", "pipe", "inherit"] });
-const stream = acp.ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
-const updates = [];
+const gate = {
+  name: "gate",
+  command: server,
+  args: [],
+  env: [
+    { name: "TS_HOOKS", value: "_Stop" },
+    { name: "TS_STOP", value: "say:not yet" },
+  ],
+};
+const text = (value) => [{ type: "text", text: value }];
 
-const outcome = await acp
-  .client({ name: "hookloop-interop" })
-  .onNotification(acp.methods.client.session.update, ({ params }) => {
-    updates.push(params.update);
-  })
-  .connectWith(stream, async (ctx) => {
-    const init = await ctx.request(acp.methods.agent.initialize, {
-      protocolVersion: acp.PROTOCOL_VERSION,
-      clientCapabilities: {},
-    });
-    const { sessionId } = await ctx.request(acp.methods.agent.session.new, {
-      cwd: process.cwd(),
-      mcpServers: [{ name: "todo", command: exe, args: ["todo-server"], env: [] }],
-    });
-    const first = await ctx.request(acp.methods.agent.session.prompt, {
-      sessionId,
-      prompt: [{ type: "text", text: "Finish the release." }],
-    });
-    let refused = null;
-    try {
-      await ctx.request(acp.methods.agent.session.prompt, {
-        sessionId,
-        prompt: [{ type: "image", data: "AA==", mimeType: "image/png" }],
+/// One agent process: `work(ctx, client)` runs against it; the client keeps what it is sent.
+async function withAgent(work) {
+  const agent = spawn(exe, ["acp"], { stdio: ["pipe", "pipe", "inherit"] });
+  const stream = acp.ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
+  const client = { updates: [], permissions: [], waiters: [] };
+  const result = await acp
+    .client({ name: "hookloop-interop" })
+    .onNotification(acp.methods.client.session.update, ({ params }) => {
+      client.updates.push(params.update);
+      client.waiters = client.waiters.filter((w) => !w(params.update));
+    })
+    .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
+      client.permissions.push({
+        title: params.toolCall.title,
+        toolCallId: params.toolCall.toolCallId,
+        rawInput: params.toolCall.rawInput,
+        options: params.options.map((o) => o.optionId),
       });
-    } catch (error) {
-      refused = { code: error.code, message: error.message };
-    }
-    return { init, sessionId, first, refused };
-  });
+      const reject = params.options.find((o) => o.kind === "reject_always");
+      return { outcome: { outcome: "selected", optionId: reject.optionId } };
+    })
+    .connectWith(stream, (ctx) => work(ctx, client));
+  agent.stdin.end();
+  await new Promise((resolve) => agent.once("exit", resolve));
+  return { result, updates: client.updates, permissions: client.permissions };
+}
 
-agent.stdin.end();
-const text = updates
-  .filter((u) => u.sessionUpdate === "agent_message_chunk" && u.content.type === "text")
-  .map((u) => u.content.text)
-  .join("");
+/// Resolves once an update satisfying `predicate` arrives (or has arrived).
+function waitFor(client, predicate) {
+  if (client.updates.some(predicate)) return Promise.resolve();
+  return new Promise((resolve) =>
+    client.waiters.push((update) => (predicate(update) ? (resolve(), true) : false)),
+  );
+}
+
+async function errorCode(promise) {
+  try {
+    await promise;
+    return null;
+  } catch (error) {
+    return error.code ?? String(error);
+  }
+}
+
+const first = await withAgent(async (ctx, client) => {
+  // This client can show notices: the agent reports the _Stop budget with them.
+  const init = await ctx.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: { session: { notices: {} } },
+  });
+  const { sessionId } = await ctx.request(acp.methods.agent.session.new, {
+    cwd: process.cwd(),
+    mcpServers: [gate],
+  });
+  const prompt = (value) =>
+    ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(value) });
+  const worked = await prompt("work");
+  const removed = await prompt("remove");
+
+  // A prompt whose tool hangs, cancelled once the call shows.
+  const hanging = prompt("hang");
+  await waitFor(client, (u) => u.title === "gate__hang");
+  await ctx.notify(acp.methods.agent.session.cancel, { sessionId });
+  const cancelled = await hanging;
+
+  const listed = await ctx.request(acp.methods.agent.session.list, {});
+  await ctx.request(acp.methods.agent.session.close, { sessionId });
+  const closedError = await errorCode(prompt("after close"));
+  return {
+    protocolVersion: init.protocolVersion,
+    agentName: init.agentInfo?.name ?? null,
+    loadSession: init.agentCapabilities?.loadSession ?? false,
+    mcpHttp: init.agentCapabilities?.mcpCapabilities?.http ?? false,
+    sessionId,
+    worked: worked.stopReason,
+    removed: removed.stopReason,
+    cancelled: cancelled.stopReason,
+    listed: listed.sessions.map((s) => s.sessionId),
+    closedError,
+  };
+});
+
+const sessionId = first.result.sessionId;
+let historyLength = 0;
+const second = await withAgent(async (ctx, client) => {
+  await ctx.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: {},
+  });
+  await ctx.request(acp.methods.agent.session.load, {
+    sessionId,
+    cwd: process.cwd(),
+    mcpServers: [gate],
+  });
+  historyLength = client.updates.length;
+  const prompt = (value) =>
+    ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(value) });
+  const again = await prompt("again");
+  const removedAgain = await prompt("remove");
+  return { again: again.stopReason, removedAgain: removedAgain.stopReason };
+});
+
 console.log(
   JSON.stringify({
-    protocolVersion: outcome.init.protocolVersion,
-    agentName: outcome.init.agentInfo?.name ?? null,
-    mcpHttp: outcome.init.agentCapabilities?.mcpCapabilities?.http ?? false,
-    stopReason: outcome.first.stopReason,
-    text,
-    updateKinds: updates.map((u) => u.sessionUpdate),
-    toolTitles: updates.filter((u) => u.sessionUpdate === "tool_call").map((u) => u.title),
-    refused: outcome.refused,
+    first: { ...first.result, updates: first.updates, permissions: first.permissions },
+    second: {
+      ...second.result,
+      history: second.updates.slice(0, historyLength),
+      updates: second.updates.slice(historyLength),
+      permissions: second.permissions,
+    },
   }),
 );
 process.exit(0);

@@ -2,8 +2,9 @@
 
 Usage: python acp_client.py <hookloop binary> <hook server binary>
 
-Runs a session through a `_Stop` objection, a tool call, a cancel and `session/close`, then starts
-a second agent process and loads the recorded session there (the agent's environment, which must
+Runs a session through a `_Stop` objection, a tool call, a tool call the agent asks permission
+for (`session/request_permission`, answered "allow once"), a cancel and `session/close`, then
+starts a second agent process and loads the recorded session there (the agent's environment, which must
 set HOOKLOOP_RECORD_DIR, is this process's). Prints one JSON line with what it saw; tests/
 acp_interop.rs checks it.
 """
@@ -14,14 +15,16 @@ import os
 import sys
 
 import acp
-from acp.schema import McpServerStdio, EnvVariable
+from acp.schema import AllowedOutcome, EnvVariable, McpServerStdio, RequestPermissionResponse
 
 
 class Recorder:
-    """The client side: keeps every session update, refuses everything else."""
+    """The client side: keeps every session update and permission request; allows each call
+    once; refuses everything else."""
 
     def __init__(self):
         self.updates = []
+        self.permissions = []
         self.seen = asyncio.Event()
 
     async def session_update(self, session_id, update, **kwargs):
@@ -29,7 +32,16 @@ class Recorder:
         self.seen.set()
 
     async def request_permission(self, session_id, tool_call, options, **kwargs):
-        raise acp.RequestError.method_not_found("session/request_permission")
+        self.permissions.append(
+            {
+                "title": tool_call.title,
+                "toolCallId": tool_call.tool_call_id,
+                "rawInput": tool_call.raw_input,
+                "options": [o.option_id for o in options],
+            }
+        )
+        allow = next(o.option_id for o in options if o.kind == "allow_once")
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=allow))
 
     async def wait_for(self, predicate):
         while not any(predicate(u) for u in self.updates):
@@ -55,6 +67,7 @@ async def first_process(exe, gate, cwd):
         session = await conn.new_session(cwd=cwd, mcp_servers=[gate])
         sid = session.session_id
         worked = await conn.prompt(session_id=sid, prompt=[text("work")])
+        removed = await conn.prompt(session_id=sid, prompt=[text("remove")])
 
         # A prompt whose tool hangs, cancelled once the call shows.
         hanging = asyncio.create_task(conn.prompt(session_id=sid, prompt=[text("hang")]))
@@ -76,6 +89,8 @@ async def first_process(exe, gate, cwd):
         "loadSession": caps.load_session,
         "sessionId": sid,
         "worked": worked.stop_reason,
+        "removed": removed.stop_reason,
+        "permissions": client.permissions,
         "cancelled": cancelled.stop_reason,
         "listed": [s.session_id for s in listed.sessions],
         "titles": [s.title for s in listed.sessions],

@@ -31,6 +31,8 @@
 //! to an MCP App's interface only). Questions go as requests of their own before 2026-07-28,
 //! in `input_required` rounds from it on. A `roots/list_changed` from the client logs
 //! `roots_changed`.
+//! `remove` (marked `destructiveHint: true`, so a front end that asks before destructive tools
+//! asks about it; answers `removed` and its arguments).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -43,7 +45,7 @@ use std::borrow::Cow;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ImageContent,
     InputRequest, InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest, Tool,
+    ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -188,6 +190,7 @@ impl TestServer {
             "ask_url",
             "roots",
             "app_only",
+            "remove",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -333,15 +336,24 @@ impl ServerHandler for TestServer {
             .into_iter()
             .map(|name| {
                 let description = format!("test tool {name}");
-                let app_only = name == "app_only";
-                let mut tool = Tool::new(name, description, Arc::clone(&schema));
-                if app_only {
+                let mut tool = Tool::new(name.clone(), description, Arc::clone(&schema));
+                if name == "app_only" {
                     let Value::Object(meta) = json!({"ui": {"visibility": ["app"]}}) else {
                         unreachable!("a literal object")
                     };
                     tool.meta = Some(meta.into());
                 }
-                tool
+                if name == "remove" {
+                    tool.annotate(ToolAnnotations::from_raw(
+                        None,
+                        Some(false),
+                        Some(true),
+                        None,
+                        None,
+                    ))
+                } else {
+                    tool
+                }
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -441,6 +453,10 @@ impl ServerHandler for TestServer {
                 let _ = context.peer.notify_tool_list_changed().await;
                 Ok(text("added"))
             }
+            "remove" => Ok(text(format!(
+                "removed {}",
+                Value::Object(request.arguments.unwrap_or_default())
+            ))),
             other => Ok(text(format!("{other} ran"))),
         }
     }
