@@ -400,3 +400,50 @@ async fn list_shows_the_login_and_logout_forgets_it() {
     let gone = run(&["mcp", "list"]);
     assert!(gone.contains("login: not logged in"), "{gone}");
 }
+
+/// The test server over streamable HTTP on 127.0.0.1 (no OAuth), killed on drop.
+struct PlainHttpServer {
+    child: Child,
+    url: String,
+}
+
+impl PlainHttpServer {
+    fn start() -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(common::TEST_SERVER)
+            .env("TS_HTTP", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the http test server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut url = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut url)
+            .expect("url");
+        Self {
+            child,
+            url: url.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for PlainHttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_token_store_does_not_stop_a_server_that_needs_no_login() {
+    let server = PlainHttpServer::start();
+    let dir = Scratch::new("oauth-bad-store");
+    let path = dir.path().join("mcp-oauth.json");
+    std::fs::write(&path, r#"{"version": 9, "servers": {}}"#).unwrap();
+    let (host, failures) = McpHost::connect(servers(&server.url), options(TokenStore::file(&path)))
+        .await
+        .unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(host.catalog().servers.len(), 1);
+}

@@ -229,7 +229,15 @@ impl ServerAuth {
         let mut state = self.state.lock().await;
         if !state.restored {
             state.restored = true;
-            state.manager = self.restore().await?;
+            // Every HTTP server's requests come here, OAuth or not: a store that cannot be
+            // read must cost its logins, not the servers that need none.
+            state.manager = match self.restore().await {
+                Ok(manager) => manager,
+                Err(error) => {
+                    tracing::warn!(server = %self.server, %error, "the stored login cannot be used; going on without it");
+                    None
+                }
+            };
         }
         let Some(manager) = &state.manager else {
             return Ok(None);
