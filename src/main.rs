@@ -346,7 +346,9 @@ async fn run(command: Command) -> ExitCode {
         Command::Mcp(McpCommand::Logout { server, mcp_config }) => {
             cli::mcp::logout(&server, mcp_config.as_deref())
         }
-        Command::Mcp(McpCommand::List { mcp_config }) => cli::mcp::list(mcp_config.as_deref()).await,
+        Command::Mcp(McpCommand::List { mcp_config }) => {
+            cli::mcp::list(mcp_config.as_deref()).await
+        }
         // Served above, outside this runtime.
         Command::TodoServer => ExitCode::from(cli::exit::USAGE),
     }

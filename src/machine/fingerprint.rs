@@ -54,6 +54,11 @@ impl Machine {
                 e.round(round);
                 e.then(then);
             }
+            State::AwaitingPermission { batch, at } => {
+                e.tag(7);
+                e.batch(batch);
+                e.num(*at as u64);
+            }
             State::Done {} => e.tag(0xD0),
         }
         let core = self.sm.inner();
@@ -78,6 +83,19 @@ impl Machine {
         e.num(names.len() as u64);
         for name in names {
             e.str(name);
+        }
+        let mut destructive: Vec<&String> = core.tools.destructive.iter().collect();
+        destructive.sort();
+        e.num(destructive.len() as u64);
+        for name in destructive {
+            e.str(name);
+        }
+        let mut standing: Vec<(&String, &bool)> = core.standing.iter().collect();
+        standing.sort();
+        e.num(standing.len() as u64);
+        for (name, allows) in standing {
+            e.str(name);
+            e.bool(*allows);
         }
         e.num(core.tools.bytes as u64);
         for hook in Hook::ALL {

@@ -72,8 +72,9 @@ use serde_json::json;
 use super::invariants::{Invariants, Violation};
 use crate::hooks::{Hook, HookServers, ServerName};
 use crate::machine::{
-    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, MachineError, Phase, Policy,
-    Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
+    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, MachineError, PermissionDecision,
+    Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
+    Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -382,6 +383,7 @@ enum Pending {
     Model(Purpose),
     Tools(Vec<CallId>),
     Hooks(Hook, Vec<(ServerName, Option<u32>)>),
+    Permission(CallId),
 }
 
 struct Node {
@@ -579,6 +581,7 @@ fn next_pending(owed: &Pending, fact: &Input, effects: &[Effect], phase: Phase) 
                     .collect(),
             ))
         }
+        Effect::AskPermission { call } => Some(Pending::Permission(call.id.clone())),
         Effect::KillServer { .. } | Effect::Notify { .. } | Effect::Finish { .. } => None,
     });
     if let Some(order) = order {
@@ -604,7 +607,8 @@ fn next_pending(owed: &Pending, fact: &Input, effects: &[Effect], phase: Phase) 
                 .cloned()
                 .collect(),
         ),
-        (Pending::Model(_), Input::LlmReplied { .. } | Input::LlmFailed { .. }) => Pending::Nothing,
+        (Pending::Model(_), Input::LlmReplied { .. } | Input::LlmFailed { .. })
+        | (Pending::Permission(_), Input::PermissionDecided { .. }) => Pending::Nothing,
         (owed, _) => owed.clone(),
     };
     match left {
@@ -794,6 +798,17 @@ impl Alphabet {
                     })
                 })
                 .collect(),
+            Pending::Permission(id) => [
+                PermissionDecision::AllowOnce,
+                PermissionDecision::AllowAlways,
+                PermissionDecision::RejectOnce,
+                PermissionDecision::RejectAlways,
+            ]
+            .map(|decision| Input::PermissionDecided {
+                id: id.clone(),
+                decision,
+            })
+            .into(),
         };
         facts.extend(self.common.iter().cloned());
         facts

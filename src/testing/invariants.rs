@@ -267,6 +267,18 @@ impl Invariants {
                         || format!("tools in {}", m.phase()),
                     )?;
                 }
+                Effect::AskPermission { call } => {
+                    ensure(
+                        !hooks::is_hook(hooks::bare_name(&call.name)),
+                        "hooks are never run by the model",
+                        || call.name.clone(),
+                    )?;
+                    ensure(
+                        m.phase() == Phase::AwaitingPermission,
+                        "each order in the phase that waits for it",
+                        || format!("permission for {} in {}", call.name, m.phase()),
+                    )?;
+                }
                 Effect::CallHooks { hook, servers, .. } => {
                     for server in servers {
                         ensure(
