@@ -455,6 +455,12 @@ impl<'a> Checker<'a> {
                     other => other.clone(),
                 }),
                 Effect::Notify { .. } => continue,
+                Effect::AskPermission { call } => {
+                    return Err(TestCaseError::fail(format!(
+                        "asked permission for {} with asking off",
+                        call.name
+                    )));
+                }
             });
         }
         let last = drained
