@@ -427,6 +427,8 @@ async fn sessions_are_concurrent_and_a_busy_one_refuses_a_second_prompt() {
 #[tokio::test]
 async fn cancel_during_a_hook_call_ends_promptly_and_the_next_prompt_works() {
     let provider = FakeProvider::start(|_| Reply::text("done"));
+    let scratch = common::Scratch::new("acp-cancel-hook");
+    let log = scratch.file("log");
     let mut agent = Agent::spawn(&provider, &[("SPROUT_AGENT_HOOK_TIMEOUT_MS", "60000")]);
     agent.initialize().await;
     let session = agent
@@ -435,15 +437,22 @@ async fn cancel_during_a_hook_call_ends_promptly_and_the_next_prompt_works() {
             &[
                 ("TS_HOOKS", "_Stop"),
                 ("TS_STOP", "hang"),
-                ("TS_THEN", "empty")
+                ("TS_THEN", "empty"),
+                ("TS_LOG", &log)
             ]
         )]))
         .await;
     let id = agent.prompt(&session, "go").await;
-    agent
-        .wait_update(|u| u["sessionUpdate"] == "agent_message_chunk")
-        .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The cancel goes once the server holds the hook call, so it is the hook it cuts short.
+    assert!(
+        common::eventually(Duration::from_secs(10), || common::count(
+            &log,
+            "call _Stop"
+        ) == 1)
+        .await,
+        "{:?}",
+        common::lines(&log)
+    );
     let started = std::time::Instant::now();
     agent
         .notify("session/cancel", json!({"sessionId": session}))

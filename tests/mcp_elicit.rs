@@ -267,11 +267,21 @@ async fn a_tools_question_reaches_the_person_while_a_hook_of_its_server_runs() {
     // In an `input_required` round the host knows which call asked, so a hook in flight on
     // the same server does not take the tool's question from the person.
     let person = Scripted::new(accept(json!({"name": "Grace"})));
-    let vars = [("TS_HOOKS", "_Stop"), ("TS_STOP", "slow:1500:done")];
+    let dir = Scratch::new("elicit-during-hook");
+    let log = dir.file("log");
+    let vars = [
+        ("TS_HOOKS", "_Stop"),
+        ("TS_STOP", "slow:1500:done"),
+        ("TS_LOG", &log),
+    ];
     let host = host_with(&vars, Some(person.clone())).await;
     let hook = stop_hook("srv");
     let (reply, output) = tokio::join!(host.call_hook(&hook), async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The tool is called once the server has the hook call in hand, not after a guess.
+        let hooked = eventually(Duration::from_secs(10), || {
+            lines(&log).contains(&"call _Stop".to_owned())
+        });
+        assert!(hooked.await, "{:?}", lines(&log));
         host.call_tool(&call("srv__ask")).await
     });
     assert_eq!(
