@@ -244,8 +244,12 @@ fn main() -> ExitCode {
         // It runs its own runtime; its stdout is its protocol stream.
         return todo_server();
     }
-    // A replay re-enacts warnings the session logged when it ran; they are not news.
+    // A replay re-enacts warnings the session logged when it ran; they are not news. One with
+    // live tools runs servers now, and what goes wrong with them is.
     let default_log = match cli.command {
+        Command::Replay {
+            live_tools: true, ..
+        } => "warn",
         Command::Replay { .. } | Command::Transcript(_) => "error",
         _ => "warn",
     };

@@ -123,6 +123,39 @@ fn a_hook_server_that_is_not_configured_is_a_warning_naming_it() {
 }
 
 #[test]
+fn replay_live_tools_warns_of_a_recorded_hook_server_that_is_not_configured() {
+    let dir = tempdir();
+    let transcript = dir.join("run.jsonl");
+    let provider = FakeProvider::start(|_| Reply::text("Done."));
+    let mut command = hookloop(&["run", "--record", transcript.to_str().unwrap(), "go"]);
+    with_provider(&mut command, &provider);
+    let out = command
+        .env("MCP_HOOK_SERVERS", "gatekeeper")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // The record's allowlist names `gatekeeper`; the servers given to the replay do not.
+    let config = dir.join("mcp.json");
+    std::fs::write(&config, json!({"mcpServers": {}}).to_string()).unwrap();
+    let out = hookloop(&[
+        "replay",
+        "--live-tools",
+        "--mcp-config",
+        config.to_str().unwrap(),
+        transcript.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("gatekeeper") && stderr.contains("not configured"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn run_prints_the_answer_on_stdout_and_progress_on_stderr() {
     let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
     let mut command = hookloop(&["run", "What", "is", "the", "answer?"]);

@@ -173,10 +173,14 @@ pub async fn replay_live(
         return Failure::usage(format!("{}: {refused}", file.display())).report();
     }
     let host = match wire::load_mcp_config(mcp_config) {
-        Ok(servers) => match wire::connect(servers).await {
-            Ok(host) => host,
-            Err(failure) => return failure.report(),
-        },
+        Ok(servers) => {
+            // The replayed machine asks the record's allowlist, as `run` asks its own.
+            wire::warn_unconfigured_hook_servers(&transcript.header.config.policy, &servers);
+            match wire::connect(servers).await {
+                Ok(host) => host,
+                Err(failure) => return failure.report(),
+            }
+        }
         Err(failure) => return failure.report(),
     };
     let report = hookloop::transcript::replay_live(&transcript, &host).await;

@@ -42,7 +42,7 @@ async fn run(
     let config = Config::from_env()?;
     let llm = wire::model_from_env()?;
     let servers = wire::load_mcp_config(mcp_config.as_deref())?;
-    wire::warn_unconfigured_hook_servers(&config, &servers);
+    wire::warn_unconfigured_hook_servers(config.policy(), &servers);
     let host = wire::connect(servers).await?;
     host.set_person(ask::person());
     let mut session = Session::new(config, llm, host);

@@ -67,11 +67,11 @@ pub fn load_mcp_config(path: Option<&Path>) -> Result<McpServers, Failure> {
     McpServers::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
-/// Warns about each server `MCP_HOOK_SERVERS` names that `servers` does not configure: its
-/// hooks would silently never run.
-pub fn warn_unconfigured_hook_servers(config: &hookloop::Config, servers: &McpServers) {
+/// Warns about each server the allowlist of `policy` (`MCP_HOOK_SERVERS`, or a record's)
+/// names that `servers` does not configure: its hooks would silently never run.
+pub fn warn_unconfigured_hook_servers(policy: &hookloop::Policy, servers: &McpServers) {
     let configured: Vec<&ServerName> = servers.iter().map(|(name, _)| name).collect();
-    for server in config.policy().hook_servers.unconfigured(&configured) {
+    for server in policy.hook_servers.unconfigured(&configured) {
         tracing::warn!(
             %server,
             "MCP_HOOK_SERVERS names server {server}, which is not configured; its hooks will never run"
@@ -132,7 +132,7 @@ pub async fn connect_spec(spec: SessionSpec, config: &hookloop::Config) -> Resul
         roots: vec![spec.cwd],
         ..HostOptions::default()
     };
-    warn_unconfigured_hook_servers(config, &servers);
+    warn_unconfigured_hook_servers(config.policy(), &servers);
     let (host, _) = McpHost::connect(servers, options)
         .await
         .map_err(Failure::failed)?;
