@@ -75,9 +75,9 @@ fn logged(log: &str, prefix: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Checks that every hook call in `log` carried the session's id and the hook's own name in
-/// `_meta`, and that the hooks called were `hooks`, in order.
-fn assert_meta(log: &str, hooks: &[&str]) {
+/// Checks that every hook call in `log` carried the ACP session's id (`session`) and the
+/// hook's own name in `_meta`, and that the hooks called were `hooks`, in order.
+fn assert_meta(log: &str, session: &str, hooks: &[&str]) {
     let metas = logged(log, "meta");
     let names: Vec<&str> = metas
         .iter()
@@ -88,11 +88,9 @@ fn assert_meta(log: &str, hooks: &[&str]) {
         })
         .collect();
     assert_eq!(names, hooks, "{metas:?}");
-    let session = &metas[0]["hookloop/session"];
-    assert!(session.as_str().is_some_and(|s| !s.is_empty()), "{metas:?}");
     assert!(
-        metas.iter().all(|m| m["hookloop/session"] == *session),
-        "{metas:?}"
+        metas.iter().all(|m| m["hookloop/session"] == session),
+        "{session}: {metas:?}"
     );
 }
 
@@ -147,7 +145,7 @@ async fn session_start_context_follows_the_first_prompt_once_per_session() {
     );
     assert_eq!(count(&log, "call _SessionStart"), 1);
     assert_eq!(logged(&log, "args"), [json!({})]);
-    assert_meta(&log, &["_SessionStart"]);
+    assert_meta(&log, &session, &["_SessionStart"]);
     agent.disconnect().await;
 }
 
@@ -208,7 +206,7 @@ async fn user_prompt_submit_sees_each_prompt_and_its_context_follows_that_prompt
             json!({"prompt": "now the docs"})
         ]
     );
-    assert_meta(&log, &["_UserPromptSubmit", "_UserPromptSubmit"]);
+    assert_meta(&log, &session, &["_UserPromptSubmit", "_UserPromptSubmit"]);
     agent.disconnect().await;
 }
 
@@ -286,7 +284,7 @@ async fn pre_tool_use_denials_keep_the_tool_from_running_and_answer_its_call_onc
         logged(&guard_log, "args"),
         [json!({"tool": "tools__echo", "arguments": {"text": "hello"}})]
     );
-    assert_meta(&guard_log, &["_PreToolUse"]);
+    assert_meta(&guard_log, &session, &["_PreToolUse"]);
     agent.disconnect().await;
 }
 
@@ -396,7 +394,7 @@ async fn post_tool_use_sees_the_call_and_its_output_and_its_context_follows_the_
             "output": r#"{"text":"hi"}"#,
         })]
     );
-    assert_meta(&log, &["_PostToolUse"]);
+    assert_meta(&log, &session, &["_PostToolUse"]);
     agent.disconnect().await;
 }
 
@@ -453,7 +451,7 @@ async fn pre_compact_guidance_reaches_the_summary_request_and_no_other() {
         "the turn went on after the summary"
     );
     assert_eq!(logged(&log, "args"), [json!({})]);
-    assert_meta(&log, &["_PreCompact"]);
+    assert_meta(&log, &session, &["_PreCompact"]);
     agent.disconnect().await;
 }
 
@@ -488,7 +486,7 @@ async fn session_end_is_called_once_on_session_close() {
     // Answered once the session has ended, `_SessionEnd` and all.
     assert_eq!(count(&log, "call _SessionEnd"), 1, "{:?}", lines(&log));
     assert_eq!(logged(&log, "args"), [json!({})]);
-    assert_meta(&log, &["_SessionEnd"]);
+    assert_meta(&log, &session, &["_SessionEnd"]);
 
     // A notification: its answer is shown nowhere, and leaving does not call it again.
     let after = agent.disconnect().await;
@@ -512,18 +510,52 @@ async fn session_end_is_called_once_per_session_when_the_client_disconnects() {
         .new_session(json!([session_end_server(&worked)]))
         .await;
     // A session that never ran a prompt ends too.
-    agent.new_session(json!([session_end_server(&idle)])).await;
+    let idle_session = agent.new_session(json!([session_end_server(&idle)])).await;
     let (reply, _) = agent.prompt_to_end(&session, "work").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
 
     let after = agent.disconnect().await;
-    for log in [&worked, &idle] {
+    for (log, session) in [(&worked, &session), (&idle, &idle_session)] {
         assert_eq!(count(log, "call _SessionEnd"), 1, "{:?}", lines(log));
-        assert_meta(log, &["_SessionEnd"]);
+        assert_meta(log, session, &["_SessionEnd"]);
     }
     assert!(
         !after.iter().any(|f| f.to_string().contains("ignored")),
         "{after:?}"
     );
     assert_eq!(provider.requests().len(), 1, "no model request of its own");
+}
+
+#[tokio::test]
+async fn a_loaded_session_keeps_its_acp_id_in_hook_calls() {
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let scratch = Scratch::new("acp-load-meta");
+    let records = scratch.file("records");
+    let (before, after) = (scratch.file("before.log"), scratch.file("after.log"));
+    let server =
+        |log: &str| test_server("ctx", &[("TS_HOOKS", "_UserPromptSubmit"), ("TS_LOG", log)]);
+    let env = [("HOOKLOOP_RECORD_DIR", records.as_str())];
+
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let session = agent.new_session(json!([server(&before)])).await;
+    let (reply, _) = agent.prompt_to_end(&session, "first").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    agent.disconnect().await;
+    assert_meta(&before, &session, &["_UserPromptSubmit"]);
+
+    // Another process loads it by its id: its hook calls still carry that id.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let (loaded, _) = agent
+        .call(
+            "session/load",
+            json!({"sessionId": session, "cwd": std::env::temp_dir(), "mcpServers": [server(&after)]}),
+        )
+        .await;
+    assert_eq!(loaded["result"], json!({}), "{loaded}");
+    let (reply, _) = agent.prompt_to_end(&session, "second").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    agent.disconnect().await;
+    assert_meta(&after, &session, &["_UserPromptSubmit"]);
 }

@@ -729,6 +729,9 @@ impl<F: SessionFactory> AgentState<F> {
         recorded: Option<Recorded>,
         recorder: Option<Recorder>,
     ) {
+        // Hook servers relate their calls to the client's session by the id the client knows,
+        // the one a loaded session keeps.
+        session.host().set_session_id(&id.0);
         let kinds = Arc::new(Mutex::new(HashMap::new()));
         if self.permissions == Permissions::Ask {
             session.set_permission_asker(ClientAsker {

@@ -284,7 +284,9 @@ impl From<ServerConfig> for RawServerConfig {
 /// The host's limits and timeouts. The defaults suit an interactive agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostOptions {
-    /// Sent to hook servers as `_meta["hookloop/session"]`. Default: a random id.
+    /// Sent to hook servers as `_meta["hookloop/session"]` until
+    /// [`ToolHost::set_session_id`](crate::mcp::ToolHost::set_session_id) names the session.
+    /// Default: a random id.
     pub session_id: String,
     /// Bounds one server's start-up: spawn or connect, initialization, `tools/list`. Default 30 s.
     pub startup_timeout: Duration,

@@ -88,6 +88,7 @@ impl McpHost {
             records: Mutex::new(Default::default()),
             person: Mutex::new(Arc::new(Nobody)),
             roots: Mutex::new(options.roots.clone()),
+            session_id: Mutex::new(Arc::from(options.session_id.as_str())),
             options,
         });
         let slots: Vec<Arc<Slot>> = launches
@@ -185,8 +186,8 @@ impl McpHost {
     }
 
     /// The session id sent to hook servers.
-    pub fn session_id(&self) -> &str {
-        &self.shared.options.session_id
+    pub fn session_id(&self) -> Arc<str> {
+        Arc::clone(&lock(&self.shared.session_id))
     }
 
     fn slot(&self, server: &str) -> Option<&Arc<Slot>> {
@@ -299,7 +300,7 @@ impl ToolHost for McpHost {
         };
         let mut params = CallToolRequestParams::new(call.hook.tool_name())
             .with_arguments(call.arguments.clone());
-        params.meta = Some(hook_meta(&self.shared.options.session_id, call));
+        params.meta = Some(hook_meta(&self.session_id(), call));
         let max = self.shared.options.max_output_bytes;
         // The timeout starts as the request is sent.
         match tokio::time::timeout(call.timeout, slot.call(&conn, params, CallKind::Hook)).await {
@@ -323,6 +324,10 @@ impl ToolHost for McpHost {
 
     fn set_person(&self, person: Arc<dyn Person>) {
         *lock(&self.shared.person) = person;
+    }
+
+    fn set_session_id(&self, id: &str) {
+        *lock(&self.shared.session_id) = Arc::from(id);
     }
 
     fn take_supervision(&self) -> Vec<supervisor::Event> {

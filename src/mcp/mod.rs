@@ -65,6 +65,11 @@ pub trait ToolHost: Send + Sync {
     /// person. A host whose servers cannot ask ignores it.
     fn set_person(&self, _person: Arc<dyn Person>) {}
 
+    /// The id hook calls carry as `_meta["hookloop/session"]` from now on: the front end's own
+    /// name for the session (an ACP session id), so hook servers can relate their calls to the
+    /// client's session. A host that sends no hooks ignores it.
+    fn set_session_id(&self, _id: &str) {}
+
     /// The supervision facts and orders since the last call, oldest first, for the driver to
     /// show its observers (a transcript records them). None for a host without supervision.
     fn take_supervision(&self) -> Vec<crate::supervisor::Event> {

@@ -54,6 +54,9 @@ pub(super) struct Shared {
     pub(super) person: Mutex<Arc<dyn Person>>,
     /// The directories offered to servers as roots.
     pub(super) roots: Mutex<Vec<PathBuf>>,
+    /// Sent to hook servers as `_meta["hookloop/session"]`: [`HostOptions::session_id`] until
+    /// the front end names the session.
+    pub(super) session_id: Mutex<Arc<str>>,
 }
 
 impl Shared {
