@@ -559,3 +559,46 @@ async fn a_loaded_session_keeps_its_acp_id_in_hook_calls() {
     agent.disconnect().await;
     assert_meta(&after, &session, &["_UserPromptSubmit"]);
 }
+
+#[tokio::test]
+async fn session_end_slower_than_five_seconds_answers_when_the_hook_timeout_allows_it() {
+    // Closing a session once had a fixed 5 s grace, which cut `_SessionEnd` short whenever
+    // the hook timeout was set above it.
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let scratch = Scratch::new("acp-session-end-slow");
+    let records = scratch.file("records");
+    let log = scratch.file("end.log");
+    let env = [
+        ("HOOKLOOP_RECORD_DIR", records.as_str()),
+        ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "12000"),
+    ];
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let server = test_server(
+        "end",
+        &[
+            ("TS_HOOKS", "_SessionEnd"),
+            ("TS_SESSION_END", "slow:6000:said goodbye"),
+            ("TS_LOG", &log),
+        ],
+    );
+    let session = agent.new_session(json!([server])).await;
+    let (reply, _) = agent
+        .call("session/close", json!({"sessionId": session}))
+        .await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    assert_eq!(count(&log, "call _SessionEnd"), 1, "{:?}", lines(&log));
+    agent.disconnect().await;
+
+    // The answer came in and was recorded: the session was not dropped before it.
+    let transcript = std::path::Path::new(&records).join(format!("{session}.jsonl"));
+    let recorded = std::fs::read_to_string(&transcript).unwrap();
+    assert!(
+        recorded
+            .lines()
+            .any(|l| l.contains(r#""fact":"hook_answered""#)
+                && l.contains("_SessionEnd")
+                && l.contains("said goodbye")),
+        "{recorded}"
+    );
+}

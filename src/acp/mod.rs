@@ -86,8 +86,10 @@ mod code {
     pub const INTERNAL_ERROR: i32 = -32603;
 }
 
-/// How long a closing connection waits for its sessions to wind down.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long a closing session may take beyond its `_SessionEnd` round (which has the hook
+/// timeout): to end the prompt in flight and shut its servers down. A fixed grace for the
+/// whole close cut `_SessionEnd` short whenever the hook timeout was set above it.
+const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
 /// What a client asked for in `session/new`, in the engine's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -451,6 +453,8 @@ struct SessionHandle {
     current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
     actor: tokio::task::JoinHandle<()>,
     recorded: Option<Recorded>,
+    /// How long the session may take to end: its `_SessionEnd` round and [`SHUTDOWN_MARGIN`].
+    grace: Duration,
 }
 
 /// Where a session is recorded, for its side file.
@@ -488,16 +492,13 @@ impl SessionHandle {
 
     /// Ends the session: cancels its prompt, lets its actor close it, and drops it, which shuts
     /// its MCP servers down (each server's whole process group is killed). An actor that has
-    /// not ended within [`SHUTDOWN_GRACE`] is aborted, which drops the session all the same.
+    /// not ended within its grace is aborted, which drops the session all the same.
     async fn end(self) {
         self.cancel();
         drop(self.prompts);
-        let mut actor = self.actor;
-        if tokio::time::timeout(SHUTDOWN_GRACE, &mut actor)
-            .await
-            .is_err()
-        {
-            tracing::warn!("a session did not end within {SHUTDOWN_GRACE:?}; aborting it");
+        let (mut actor, grace) = (self.actor, self.grace);
+        if tokio::time::timeout(grace, &mut actor).await.is_err() {
+            tracing::warn!("a session did not end within {grace:?}; aborting it");
             actor.abort();
             let _ = actor.await;
         }
@@ -777,6 +778,8 @@ impl<F: SessionFactory> AgentState<F> {
             }),
         );
         let window = session.machine().policy().max_context_tokens;
+        let grace = Duration::from_millis(session.machine().policy().hook_timeout_ms)
+            .saturating_add(SHUTDOWN_MARGIN);
         let watcher = recorder.map(|recorder| RecordWatcher {
             recorder,
             notifier: notifier.clone(),
@@ -803,6 +806,7 @@ impl<F: SessionFactory> AgentState<F> {
             current,
             actor,
             recorded,
+            grace,
         };
         lock(&self.sessions).insert(id, handle);
     }
@@ -881,7 +885,7 @@ impl<F: SessionFactory> AgentState<F> {
         Ok(())
     }
 
-    /// Ends every session, all at once, each within [`SHUTDOWN_GRACE`].
+    /// Ends every session, all at once, each within its grace.
     async fn shut_down(&self) {
         // Nobody reads the frames any more that would make room for the sessions to go on.
         self.outflow.close();
