@@ -182,6 +182,20 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         self.tool_concurrency
     }
 
+    /// Whether destructive tool calls wait for the user's decision from now on
+    /// ([`Policy::ask_permission`](crate::Policy::ask_permission)). For a session restored from
+    /// a record, whose machine keeps the setting it was recorded with: the front end's current
+    /// setting wins, and the change is fed to the machine as a fact, so that observers (a
+    /// transcript) see it and a replay follows it. Between prompts only.
+    pub fn set_ask_permission(&mut self, ask: bool) -> Result<(), SessionError> {
+        if self.boundary.machine.policy().ask_permission == ask {
+            return Ok(());
+        }
+        self.boundary
+            .feed(Input::PermissionSettingChanged { ask })
+            .map_err(SessionError::from)
+    }
+
     /// Sets who is asked before a destructive tool call runs (by default, [`AllowAll`]).
     pub fn set_permission_asker(&mut self, asker: impl PermissionAsker + 'static) {
         self.asker = Box::new(asker);

@@ -337,6 +337,7 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
             | Input::LlmFailed { .. }
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
             | Input::Closed => return,
         };

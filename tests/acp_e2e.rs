@@ -1010,3 +1010,83 @@ async fn the_agent_lives_on_when_its_stderr_file_reaches_the_size_limit() {
     let _ = std::fs::remove_file(&path);
     assert!(written <= 200, "{written}");
 }
+
+/// The text of the last message of the last request the model got.
+fn last_message_text(provider: &FakeProvider) -> String {
+    let requests = provider.requests();
+    let last = requests.last().expect("a request");
+    let messages = last["messages"].as_array().expect("messages");
+    messages.last().expect("a message")["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn permissions_never_applies_to_a_loaded_session_recorded_while_asking() {
+    let provider = FakeProvider::start(|request| {
+        if after_tool(request) {
+            Reply::text("done")
+        } else {
+            Reply::tool("tools__remove", json!({"path": "a"}))
+        }
+    });
+    let scratch = common::Scratch::new("acp-load-permissions");
+    let records = scratch.file("records");
+    let cwd = std::env::temp_dir();
+    let tools = || test_server("tools", &[]);
+
+    // First process asks (the default); the client rejects `remove` for good.
+    let mut agent = Agent::spawn(&provider, &[("HOOKLOOP_RECORD_DIR", &records)]);
+    agent.initialize().await;
+    let session = agent.new_session(json!([tools()])).await;
+    let prompt = agent.prompt(&session, "remove a").await;
+    let asked = loop {
+        let frame = agent.read().await;
+        if frame["method"] == "session/request_permission" {
+            break frame;
+        }
+        agent.backlog.push(frame);
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"],
+        "result": {"outcome": {"outcome": "selected", "optionId": "reject_always"}}});
+    agent.send_raw(&answer.to_string()).await;
+    let (reply, _) = agent.reply(prompt).await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    assert!(
+        !last_message_text(&provider).starts_with("removed"),
+        "rejected: {}",
+        last_message_text(&provider)
+    );
+    agent.close().await;
+
+    // Loaded where the agent never asks: the recorded decisions replay, and the tool now runs
+    // without a question, the standing rejection notwithstanding.
+    for _ in 0..2 {
+        let env = [
+            ("HOOKLOOP_RECORD_DIR", records.as_str()),
+            ("HOOKLOOP_ACP_PERMISSIONS", "never"),
+        ];
+        let mut agent = Agent::spawn(&provider, &env);
+        agent.initialize().await;
+        let (loaded, _) = agent
+            .call(
+                "session/load",
+                json!({"sessionId": session, "cwd": cwd, "mcpServers": [tools()]}),
+            )
+            .await;
+        assert_eq!(loaded["result"], json!({}), "{loaded}");
+        let (reply, _) = agent.prompt_to_end(&session, "remove a").await;
+        assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+        assert_eq!(last_message_text(&provider), r#"removed {"path":"a"}"#);
+        assert!(
+            !agent
+                .backlog
+                .iter()
+                .any(|f| f["method"] == "session/request_permission"),
+            "{:?}",
+            agent.backlog
+        );
+        agent.close().await;
+    }
+}

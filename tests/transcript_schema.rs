@@ -91,6 +91,8 @@ fn the_schema_refuses_what_the_engine_does_not_write() {
         json!({"at_ms": 10, "effect": {"effect": "ask_permission", "call": {"id": "c1", "name": "fs__rm", "arguments": {"path": "/"}}}}),
         json!({"at_ms": 11, "fact": {"fact": "permission_decided", "id": "c1", "decision": "reject_always"}}),
         json!({"at_ms": 11, "effect": {"effect": "notify", "notice": {"notice": "permission_rejected", "id": "c1", "tool": "fs__rm", "standing": true}}}),
+        // Asking turned off for a loaded session.
+        json!({"at_ms": 12, "fact": {"fact": "permission_setting_changed", "ask": false}}),
     ] {
         assert!(
             errors(&record, &good).is_empty(),
@@ -119,6 +121,8 @@ fn the_schema_refuses_what_the_engine_does_not_write() {
         json!({"at_ms": 0, "effect": {"effect": "kill_server", "server": "a__b"}}),
         // A decision the engine does not know.
         json!({"at_ms": 0, "fact": {"fact": "permission_decided", "id": "c1", "decision": "maybe"}}),
+        // A setting that is not a yes or no.
+        json!({"at_ms": 0, "fact": {"fact": "permission_setting_changed", "ask": "never"}}),
     ] {
         assert!(!errors(&record, &bad).is_empty(), "accepted {bad}");
     }

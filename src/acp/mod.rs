@@ -100,7 +100,8 @@ pub struct SessionSpec {
     pub servers: Vec<ServerSpec>,
     /// Whether the session asks the client before destructive tools run: a new session's
     /// [`Config`](crate::Config) turns [`ask_permission`](crate::ConfigBuilder::ask_permission)
-    /// on when this is [`Permissions::Ask`]. A restored session keeps its record's setting.
+    /// on when this is [`Permissions::Ask`]. A restored session replays its record under the
+    /// record's setting, then goes on under this one.
     pub permissions: Permissions,
 }
 
@@ -696,6 +697,16 @@ impl<F: SessionFactory> AgentState<F> {
             }
         }
         session.add_observer(observer);
+        // The record replayed under the setting it was made with; from here on the agent's
+        // current one applies, and the change goes into the record for the next load.
+        session
+            .set_ask_permission(self.permissions == Permissions::Ask)
+            .map_err(|e| {
+                error(
+                    code::INTERNAL_ERROR,
+                    format!("cannot apply {} to session {id}: {e}", Permissions::VAR),
+                )
+            })?;
         self.install(session, id.clone(), cx, Some(recorded), Some(recorder));
         tracing::info!(session = %id, history, "recorded session opened");
         Ok(())

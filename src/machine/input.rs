@@ -38,6 +38,11 @@ pub enum Input {
         id: CallId,
         decision: PermissionDecision,
     },
+    /// The front end's setting of whether destructive tool calls wait for the user's decision
+    /// ([`Policy::ask_permission`](crate::Policy::ask_permission)) is now `ask`: a session
+    /// restored from a record goes on under the front end's current setting, and the change is
+    /// a fact so that a replay of the record follows it. Accepted between prompts.
+    PermissionSettingChanged { ask: bool },
     /// The embedder cancelled the running prompt.
     Cancelled,
     /// The session is over; every later fact is refused.
@@ -55,6 +60,7 @@ impl Input {
             Self::ToolFinished { .. } => "tool_finished",
             Self::HookAnswered { .. } => "hook_answered",
             Self::PermissionDecided { .. } => "permission_decided",
+            Self::PermissionSettingChanged { .. } => "permission_setting_changed",
             Self::Cancelled => "cancelled",
             Self::Closed => "closed",
         }

@@ -406,7 +406,8 @@ enum PromptStage {
 impl Core {
     /// No prompt is running. Accepts: `Prompted` → the prompt's hooks (`_SessionStart` at the
     /// first, `_UserPromptSubmit`, an owed `_PostCompact`), then a model request (Prompting), or
-    /// Summarizing when the history is over budget; `CatalogChanged` (stays); `Cancelled`
+    /// Summarizing when the history is over budget; `CatalogChanged` and
+    /// `PermissionSettingChanged` (stays); `Cancelled`
     /// (nothing to cancel: stays); `Closed` → `_SessionEnd`, or Done.
     #[state]
     fn idle(&mut self, context: &mut Outbox, event: &Input) -> Outcome<State> {
@@ -423,6 +424,10 @@ impl Core {
             }
             Input::CatalogChanged { catalog } => {
                 self.tools = Tools::new(catalog, &self.policy.hook_servers);
+                Handled
+            }
+            Input::PermissionSettingChanged { ask } => {
+                self.policy.ask_permission = *ask;
                 Handled
             }
             Input::Cancelled => Handled,
@@ -473,7 +478,8 @@ impl Core {
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionDecided { .. } => {
+            | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. } => {
                 context.unexpected(Phase::RunningTools, "a tool result", event)
             }
         }
@@ -519,7 +525,8 @@ impl Core {
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
-            | Input::HookAnswered { .. } => {
+            | Input::HookAnswered { .. }
+            | Input::PermissionSettingChanged { .. } => {
                 context.unexpected(Phase::AwaitingPermission, "a permission decision", event)
             }
         }
@@ -584,7 +591,8 @@ impl Core {
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
-            | Input::PermissionDecided { .. } => {
+            | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. } => {
                 context.unexpected(hook_phase(round.hook), "a hook answer", event)
             }
         }
@@ -622,7 +630,8 @@ impl Core {
             Input::Prompted { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionDecided { .. } => {
+            | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. } => {
                 context.unexpected(Phase::Summarizing, "the summary", event)
             }
         }
@@ -650,7 +659,8 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionDecided { .. } => {
+            | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. } => {
                 context.unexpected(Phase::Prompting, "a fact of the running prompt", event)
             }
         }
@@ -669,6 +679,7 @@ impl Core {
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. }
             | Input::Cancelled => context.refuse(MachineError::Closed { got: event.kind() }),
         }
     }
@@ -699,7 +710,8 @@ impl Core {
             Input::Prompted { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionDecided { .. } => {
+            | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. } => {
                 context.unexpected(phase, "the model's reply", event)
             }
         }

@@ -1616,6 +1616,25 @@ fn a_destructive_call_waits_for_the_users_decision_and_runs_once_allowed() {
 }
 
 #[test]
+fn a_permission_setting_changed_between_prompts_applies_to_the_next_call_and_is_refused_mid_prompt()
+{
+    let mut m = asking_machine();
+    // Turned off at Idle: a destructive call runs without a question.
+    assert!(feed(&mut m, Input::PermissionSettingChanged { ask: false }).is_empty());
+    assert!(!m.policy().ask_permission);
+    prompt(&mut m, "go");
+    let effects = feed(&mut m, calls(&[("c1", "d__rm", json!({}))]));
+    assert!(asked(&effects).is_empty());
+    assert_eq!(ran(&effects), ["c1"]);
+    // A running prompt keeps the setting it started with.
+    assert!(matches!(
+        m.handle(Input::PermissionSettingChanged { ask: true }),
+        Err(MachineError::Unexpected { .. })
+    ));
+    assert!(!m.policy().ask_permission);
+}
+
+#[test]
 fn a_rejected_call_never_runs_and_the_model_gets_an_error_result() {
     let mut m = asking_machine();
     prompt(&mut m, "go");

@@ -48,6 +48,7 @@ pub(crate) fn redact_input(fact: &Input) -> Input {
         Input::CatalogChanged { .. }
         | Input::LlmFailed { .. }
         | Input::PermissionDecided { .. }
+        | Input::PermissionSettingChanged { .. }
         | Input::Cancelled
         | Input::Closed => fact.clone(),
     }

@@ -353,6 +353,7 @@ impl Live {
             | Input::LlmReplied { .. }
             | Input::LlmFailed { .. }
             | Input::PermissionDecided { .. }
+            | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
             | Input::Closed => recorded.clone(),
         };

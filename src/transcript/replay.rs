@@ -248,6 +248,7 @@ fn check_header_catalog(
         | Input::ToolFinished { .. }
         | Input::HookAnswered { .. }
         | Input::PermissionDecided { .. }
+        | Input::PermissionSettingChanged { .. }
         | Input::Cancelled
         | Input::Closed => None,
     };

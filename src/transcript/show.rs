@@ -709,6 +709,9 @@ impl Builder {
                     *slot = Some(*decision);
                 }
             }
+            // A setting of the session, not a step of its conversation; the questions asked
+            // (or not) after it show what it changed.
+            Input::PermissionSettingChanged { .. } => {}
             Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),
             Input::Closed => self.push(index, at_ms, EntryKind::Closed),
         }
