@@ -2,189 +2,16 @@
 //! Completions shape, and real MCP servers as child processes (`hookloop-test-server`, whose
 //! behaviour each test sets through its environment, and the demo's todo server).
 
+mod acp_agent;
 mod common;
 mod loopback;
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use acp_agent::{Agent, test_server, thoughts};
 use loopback::{FakeProvider, Reply, after_tool, last_user_text};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-
-const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
-
-struct Agent {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-    backlog: Vec<Value>,
-}
-
-impl Agent {
-    fn spawn(provider: &FakeProvider, env: &[(&str, &str)]) -> Self {
-        Self::spawn_with(provider, env, |_| {})
-    }
-
-    /// Like [`Agent::spawn`], with `adjust` applied to the command last.
-    fn spawn_with(
-        provider: &FakeProvider,
-        env: &[(&str, &str)],
-        adjust: impl FnOnce(&mut Command),
-    ) -> Self {
-        let mut command = Command::new(loopback::hookloop());
-        command
-            .arg("acp")
-            .env("OPENAI_BASE_URL", &provider.base_url)
-            .env("HOOKLOOP_MODEL", "loopback")
-            .env("MCP_HOOK_SERVERS", "*")
-            .env_remove("HOOKLOOP_LOG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        adjust(&mut command);
-        let mut child = command.spawn().expect("the binary starts");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-        Self {
-            child,
-            stdin,
-            stdout,
-            next_id: 0,
-            backlog: Vec::new(),
-        }
-    }
-
-    async fn send_raw(&mut self, line: &str) {
-        self.stdin.write_all(line.as_bytes()).await.unwrap();
-        self.stdin.write_all(b"\n").await.unwrap();
-        self.stdin.flush().await.unwrap();
-    }
-
-    async fn send(&mut self, method: &str, params: Value) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send_raw(&frame.to_string()).await;
-        id
-    }
-
-    async fn notify(&mut self, method: &str, params: Value) {
-        let frame = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        self.send_raw(&frame.to_string()).await;
-    }
-
-    async fn read(&mut self) -> Value {
-        let line = tokio::time::timeout(Duration::from_secs(30), self.stdout.next_line())
-            .await
-            .expect("the agent answers within 30 s")
-            .unwrap()
-            .expect("the agent's stdout is open");
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("stdout carries a non-frame ({e}): {line}"))
-    }
-
-    /// The reply to `id`, and the updates of every session seen meanwhile.
-    async fn reply(&mut self, id: u64) -> (Value, Vec<Value>) {
-        let mut updates = Vec::new();
-        let mut found = None;
-        for frame in std::mem::take(&mut self.backlog) {
-            if found.is_none() && frame["id"] == json!(id) && frame.get("method").is_none() {
-                found = Some(frame);
-            } else if frame["method"] == "session/update" {
-                updates.push(frame["params"].clone());
-            } else {
-                self.backlog.push(frame);
-            }
-        }
-        while found.is_none() {
-            let frame = self.read().await;
-            if frame["id"] == json!(id) && frame.get("method").is_none() {
-                found = Some(frame);
-            } else if frame["method"] == "session/update" {
-                updates.push(frame["params"].clone());
-            } else {
-                self.backlog.push(frame);
-            }
-        }
-        (found.unwrap(), updates)
-    }
-
-    /// Reads until an update satisfies `pred`; keeps what it read for later replies.
-    async fn wait_update(&mut self, pred: impl Fn(&Value) -> bool) {
-        loop {
-            let frame = self.read().await;
-            let hit = frame["method"] == "session/update" && pred(&frame["params"]["update"]);
-            self.backlog.push(frame);
-            if hit {
-                return;
-            }
-        }
-    }
-
-    async fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
-        let id = self.send(method, params).await;
-        self.reply(id).await
-    }
-
-    async fn initialize(&mut self) {
-        let (reply, _) = self
-            .call(
-                "initialize",
-                json!({"protocolVersion": 1, "clientCapabilities": {}}),
-            )
-            .await;
-        assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}");
-    }
-
-    async fn new_session(&mut self, servers: Value) -> String {
-        let cwd = std::env::temp_dir();
-        let (reply, _) = self
-            .call("session/new", json!({"cwd": cwd, "mcpServers": servers}))
-            .await;
-        reply["result"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("session/new failed: {reply}"))
-            .to_owned()
-    }
-
-    async fn prompt(&mut self, session: &str, text: &str) -> u64 {
-        self.send(
-            "session/prompt",
-            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
-        )
-        .await
-    }
-
-    async fn prompt_to_end(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
-        let id = self.prompt(session, text).await;
-        self.reply(id).await
-    }
-
-    async fn close(mut self) {
-        drop(self.stdin);
-        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
-            .await
-            .expect("the agent exits once stdin ends")
-            .unwrap();
-        assert!(status.success(), "{status}");
-    }
-}
-
-/// A `hookloop-test-server` entry of `session/new`, with its behaviour in `env`.
-fn test_server(name: &str, env: &[(&str, &str)]) -> Value {
-    let env: Vec<Value> = env
-        .iter()
-        .map(|(k, v)| json!({"name": k, "value": v}))
-        .collect();
-    json!({"name": name, "command": TEST_SERVER, "args": [], "env": env})
-}
 
 fn update_kind(update: &Value) -> String {
     let update = &update["update"];
@@ -194,19 +21,6 @@ fn update_kind(update: &Value) -> String {
         None if kind == "tool_call" => "tool_call:pending".into(),
         None => kind.to_owned(),
     }
-}
-
-fn thoughts(updates: &[Value]) -> Vec<String> {
-    updates
-        .iter()
-        .filter(|u| u["update"]["sessionUpdate"] == "agent_thought_chunk")
-        .map(|u| {
-            u["update"]["content"]["text"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect()
 }
 
 fn titles(updates: &[Value]) -> Vec<String> {

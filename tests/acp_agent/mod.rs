@@ -21,12 +21,22 @@ pub struct Agent {
     stdin: Option<ChildStdin>,
     stdout: Lines<BufReader<ChildStdout>>,
     next_id: u64,
-    backlog: Vec<Value>,
+    /// Frames read while waiting for something else, kept for later replies.
+    pub backlog: Vec<Value>,
 }
 
 impl Agent {
     /// Starts the agent on `provider`, with `env` on top of the defaults.
     pub fn spawn(provider: &FakeProvider, env: &[(&str, &str)]) -> Self {
+        Self::spawn_with(provider, env, |_| {})
+    }
+
+    /// Like [`Agent::spawn`], with `adjust` applied to the command last.
+    pub fn spawn_with(
+        provider: &FakeProvider,
+        env: &[(&str, &str)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Self {
         let mut command = Command::new(loopback::hookloop());
         command
             .arg("acp")
@@ -41,6 +51,7 @@ impl Agent {
         for (k, v) in env {
             command.env(k, v);
         }
+        adjust(&mut command);
         let mut child = command.spawn().expect("the binary starts");
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
@@ -53,7 +64,8 @@ impl Agent {
         }
     }
 
-    async fn send_raw(&mut self, line: &str) {
+    /// Writes `line` (a frame, or anything else) to the agent's stdin.
+    pub async fn send_raw(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("the client is still connected");
         stdin.write_all(line.as_bytes()).await.unwrap();
         stdin.write_all(b"\n").await.unwrap();
@@ -67,6 +79,17 @@ impl Agent {
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send_raw(&frame.to_string()).await;
         id
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&mut self, method: &str, params: Value) {
+        let frame = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        self.send_raw(&frame.to_string()).await;
+    }
+
+    /// The next frame the agent writes; its stdout must still be open.
+    pub async fn read(&mut self) -> Value {
+        self.next_frame().await.expect("the agent's stdout is open")
     }
 
     /// The next frame the agent writes, or `None` once its stdout has ended.
@@ -104,6 +127,18 @@ impl Agent {
         (found.expect("found above"), updates)
     }
 
+    /// Reads until an update satisfies `pred`; keeps what it read for later replies.
+    pub async fn wait_update(&mut self, pred: impl Fn(&Value) -> bool) {
+        loop {
+            let frame = self.read().await;
+            let hit = frame["method"] == "session/update" && pred(&frame["params"]["update"]);
+            self.backlog.push(frame);
+            if hit {
+                return;
+            }
+        }
+    }
+
     /// Sends a request and waits for its reply.
     pub async fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
         let id = self.send(method, params).await;
@@ -132,10 +167,26 @@ impl Agent {
             .to_owned()
     }
 
+    /// Sends a text prompt; its request id.
+    pub async fn prompt(&mut self, session: &str, text: &str) -> u64 {
+        let params = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+        self.send("session/prompt", params).await
+    }
+
     /// Runs one prompt to its end: the reply and the updates that came before it.
     pub async fn prompt_to_end(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
-        let params = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
-        self.call("session/prompt", params).await
+        let id = self.prompt(session, text).await;
+        self.reply(id).await
+    }
+
+    /// Ends the connection and checks the agent then exits successfully.
+    pub async fn close(mut self) {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("the agent exits once stdin ends")
+            .unwrap();
+        assert!(status.success(), "{status}");
     }
 
     /// Closes the connection (the client goes away): the frames the agent wrote after the ones
