@@ -49,8 +49,8 @@
 //! - a family of two-server configurations (each hook on both servers, every hook on both,
 //!   every hook on one and none on the other; allowlist off, `s0` only, all; every budget where
 //!   `_Stop` runs), to depth 6;
-//! - a family that asks permission (no hook, each hook alone, every hook; every budget), to
-//!   depth 6;
+//! - a family that asks permission (no hook, each hook alone, every hook; budget 1), to depth
+//!   6;
 //!
 //! and checks, on every transition, every rule of [`Invariants`], that each fact of the
 //! alphabet is accepted where the machine's last order asked for it, that the probe is refused
