@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use hookloop::hooks::{Hook, ServerName};
 use hookloop::machine::{
-    Effect, FinishReason, HookReply, Input, Machine, MachineError, Notice, Phase, SkipReason,
+    Canon, Effect, FinishReason, Grain, HookReply, Input, Machine, MachineError, Notice, Phase,
+    SkipReason,
 };
-use hookloop::testing::explore::{Allow, Report, Setup, Subject, explore, fingerprint};
+use hookloop::testing::explore::{Allow, Report, Setup, Subject, explore, explore_at, fingerprint};
 use hookloop::transcript::{DivergenceKind, replay_str};
 
 fn bits(hooks: &[Hook]) -> u8 {
@@ -63,6 +64,7 @@ fn single_server_classes() -> Vec<Setup> {
             servers,
             allow: [Allow::Off, Allow::One, Allow::All][usize::from(allow)],
             budget,
+            permission: false,
         })
         .collect()
 }
@@ -86,6 +88,7 @@ fn two_server_family() -> Vec<Setup> {
                     servers: pair.to_vec(),
                     allow,
                     budget,
+                    permission: false,
                 }
                 .canonical();
                 setups.insert((setup.servers, setup.allow as u8, setup.budget));
@@ -98,6 +101,7 @@ fn two_server_family() -> Vec<Setup> {
             servers,
             allow: [Allow::Off, Allow::One, Allow::All][usize::from(allow)],
             budget,
+            permission: false,
         })
         .collect()
 }
@@ -115,6 +119,111 @@ fn two_server_configurations_hold_every_invariant_to_depth_6() {
     explore_all(&two_server_family(), 6);
 }
 
+/// Configurations that ask permission before `s0__rm` runs: no hooks, each hook alone, every
+/// hook; the allowlist on; a `_Stop` budget of 1.
+fn permission_family() -> Vec<Setup> {
+    let mut subsets: Vec<u8> = vec![0, ALL_HOOKS];
+    subsets.extend(Hook::ALL.iter().map(|h| bits(&[*h])));
+    let mut setups = BTreeSet::new();
+    for hooks in subsets {
+        let setup = Setup {
+            servers: vec![hooks],
+            allow: Allow::All,
+            budget: 1,
+            permission: true,
+        }
+        .canonical();
+        setups.insert((setup.servers, setup.allow as u8, setup.budget));
+    }
+    setups
+        .into_iter()
+        .map(|(servers, allow, budget)| Setup {
+            servers,
+            allow: [Allow::Off, Allow::One, Allow::All][usize::from(allow)],
+            budget,
+            permission: true,
+        })
+        .collect()
+}
+
+#[test]
+fn configurations_that_ask_permission_hold_every_invariant_to_depth_6() {
+    let reports = explore_all(&permission_family(), 6);
+    // Each of the four decisions is explored: the user is asked, and both an allowed and a
+    // rejected call are seen.
+    let orders: BTreeSet<&String> = reports.iter().flat_map(|r| &r.orders).collect();
+    for order in ["AskPermission", "Notify PermissionRejected", "CallTools"] {
+        assert!(
+            orders.iter().any(|o| o.as_str() == order),
+            "{order} never given: {orders:?}"
+        );
+    }
+    let phases: BTreeSet<&String> = reports.iter().flat_map(|r| &r.phases).collect();
+    assert!(
+        phases.iter().any(|p| p.contains("permission")),
+        "{phases:?}"
+    );
+}
+
+/// Setups the grains are compared on: every 64th one-server class, every fourth of the
+/// two-server family, and every other of the permission family.
+fn grain_sample() -> Vec<Setup> {
+    let mut setups: Vec<Setup> = single_server_classes().into_iter().step_by(64).collect();
+    setups.extend(two_server_family().into_iter().step_by(4));
+    setups.extend(permission_family().into_iter().step_by(2));
+    setups
+}
+
+#[test]
+fn the_coarse_grain_reaches_the_phases_and_orders_of_the_exact_one() {
+    // The coarse grain merges more states; if it merged two that a rule tells apart, some
+    // phase or kind of order reachable at the exact grain would be missing at the coarse one.
+    let mut fewer = 0;
+    for setup in grain_sample() {
+        let exact =
+            explore_at(&setup, setup.machine(), 4, Grain::Exact).unwrap_or_else(|c| panic!("{c}"));
+        let coarse =
+            explore_at(&setup, setup.machine(), 4, Grain::Coarse).unwrap_or_else(|c| panic!("{c}"));
+        assert_eq!(exact.phases, coarse.phases, "{}", setup.name());
+        assert_eq!(exact.orders, coarse.orders, "{}", setup.name());
+        assert!(coarse.states <= exact.states, "{exact} vs {coarse}");
+        fewer += usize::from(coarse.states < exact.states);
+    }
+    assert!(fewer > 0, "the coarse grain merged nothing");
+}
+
+#[test]
+fn both_planted_bugs_are_found_as_short_at_either_grain() {
+    for grain in [Grain::Exact, Grain::Coarse] {
+        let setup = Setup {
+            servers: vec![ALL_HOOKS],
+            allow: Allow::All,
+            budget: 1,
+            permission: false,
+        };
+        let planted = KillOnThirdTimeout {
+            machine: setup.machine(),
+            timeouts: BTreeMap::new(),
+            out: VecDeque::new(),
+        };
+        let found = explore_at(&setup, planted, 6, grain).expect_err("found");
+        assert_eq!(found.facts.len(), 3, "{grain:?}: {found}");
+        let setup = Setup {
+            servers: vec![bits(&[Hook::Stop])],
+            allow: Allow::All,
+            budget: 2,
+            permission: false,
+        };
+        let planted = LatchKeptAcrossToolCalls {
+            machine: setup.machine(),
+            objected: false,
+            out: VecDeque::new(),
+        };
+        let found = explore_at(&setup, planted, 8, grain).expect_err("found");
+        assert_eq!(found.facts.len(), 5, "{grain:?}: {found}");
+    }
+}
+
 /// The deeper bound, run by hand: the figures are in the README's testing section.
 #[test]
 #[ignore]
@@ -124,16 +233,25 @@ fn explore_deep() {
             servers: vec![0],
             allow: Allow::Off,
             budget: 0,
+            permission: false,
         },
         Setup {
             servers: vec![ALL_HOOKS],
             allow: Allow::All,
             budget: 1,
+            permission: false,
         },
         Setup {
             servers: vec![ALL_HOOKS, ALL_HOOKS],
             allow: Allow::All,
             budget: 3,
+            permission: false,
+        },
+        Setup {
+            servers: vec![ALL_HOOKS],
+            allow: Allow::All,
+            budget: 1,
+            permission: true,
         },
     ];
     let depth = std::env::var("HOOKLOOP_EXPLORE_DEPTH")
@@ -142,7 +260,12 @@ fn explore_deep() {
         .unwrap_or(8);
     for setup in &setups {
         let started = Instant::now();
-        let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
+        let grain = match std::env::var("HOOKLOOP_EXPLORE_GRAIN").as_deref() {
+            Ok("exact") => Grain::Exact,
+            _ => Grain::Coarse,
+        };
+        let report =
+            explore_at(setup, setup.machine(), depth, grain).unwrap_or_else(|c| panic!("{c}"));
         eprintln!("{report} in {:?}", started.elapsed());
     }
 }
@@ -163,10 +286,16 @@ fn every_configuration_maps_to_a_class_whose_machine_is_the_same() {
             let mut b = canonical.machine();
             a.handle(Input::CatalogChanged { catalog: ours }).unwrap();
             b.handle(Input::CatalogChanged { catalog: theirs }).unwrap();
-            let (mut x, mut y) = (Vec::new(), Vec::new());
+            let (mut x, mut y) = (Canon::new(Grain::Exact), Canon::new(Grain::Exact));
             fingerprint(&a, &mut x);
             fingerprint(&b, &mut y);
-            assert_eq!(x, y, "{} vs {}", setup.name(), canonical.name());
+            assert_eq!(
+                x.bytes(),
+                y.bytes(),
+                "{} vs {}",
+                setup.name(),
+                canonical.name()
+            );
             if setup.budget != canonical.budget {
                 assert!(a.hook_servers(Hook::Stop).is_empty(), "{}", setup.name());
             }
@@ -240,9 +369,9 @@ impl Subject for KillOnThirdTimeout {
         self.out.pop_front()
     }
 
-    fn fingerprint(&self, out: &mut Vec<u8>) {
+    fn fingerprint(&self, out: &mut Canon) {
         fingerprint(&self.machine, out);
-        out.extend(format!("{:?}", self.timeouts).bytes());
+        out.str(&format!("{:?}", self.timeouts));
     }
 }
 
@@ -320,9 +449,9 @@ impl Subject for LatchKeptAcrossToolCalls {
         self.out.pop_front()
     }
 
-    fn fingerprint(&self, out: &mut Vec<u8>) {
+    fn fingerprint(&self, out: &mut Canon) {
         fingerprint(&self.machine, out);
-        out.push(u8::from(self.objected));
+        out.bool(self.objected);
     }
 }
 
@@ -332,6 +461,7 @@ fn kill_on_the_third_timeout_is_caught_with_a_three_fact_counterexample() {
         servers: vec![ALL_HOOKS],
         allow: Allow::All,
         budget: 1,
+        permission: false,
     };
     let planted = KillOnThirdTimeout {
         machine: setup.machine(),
@@ -364,6 +494,7 @@ fn latch_kept_across_a_tool_call_is_caught_with_a_five_fact_counterexample() {
         servers: vec![bits(&[Hook::Stop])],
         allow: Allow::All,
         budget: 2,
+        permission: false,
     };
     let planted = LatchKeptAcrossToolCalls {
         machine: setup.machine(),
@@ -391,6 +522,7 @@ fn a_counterexample_transcript_replays_to_the_broken_rule() {
         servers: vec![bits(&[Hook::Stop])],
         allow: Allow::All,
         budget: 2,
+        permission: false,
     };
     let planted = LatchKeptAcrossToolCalls {
         machine: setup.machine(),

@@ -1,16 +1,17 @@
 //! A canonical encoding of everything the machine's future depends on, for an explorer that
-//! visits each distinct state once (feature `testing`).
+//! visits each distinct state once (feature `testing`), at two grains.
 //!
-//! # Why it is sound
+//! # The exact grain, and why it is sound
 //!
-//! Two machines with the same encoding accept the same facts and answer each with the same
-//! orders, except for words inside messages and the digests that pin them. The encoding keeps:
-//! the state and its data (the outstanding calls of a batch and which have results, the hook,
-//! servers and answers of a round, the continuation); the session counters; the prompt's round
-//! count, compaction latch and pinned index; the owed `_PostCompact`, `_SessionStart` and
+//! Two machines with the same exact encoding accept the same facts and answer each with the
+//! same orders, except for words inside messages and the digests that pin them. The encoding
+//! keeps: the state and its data (the outstanding calls of a batch and which have results, the
+//! hook, servers and answers of a round, the continuation); the session counters; the prompt's
+//! round count, compaction latch and pinned index; the owed `_PostCompact`, `_SessionStart` and
 //! `_SessionEnd` flags; the id counter; the catalog as the machine uses it (model tool names,
-//! their size, the servers of each hook); and the *shape* of the history: each message's kind,
-//! its size, every call's id and name, each result's call id and error flag.
+//! their size, the servers of each hook, the destructive tools); the standing permission
+//! decisions; and the *shape* of the history: each message's kind, its size, every call's id
+//! and name, each result's call id and error flag.
 //!
 //! It drops the words (prompt, reply and hook text, arguments, tool output). The machine reads
 //! words only through (a) their size, which decides compaction and is kept, per message and in
@@ -22,62 +23,215 @@
 //!
 //! `Done` is encoded alone: it is absorbing, refuses every fact but `Closed`, and answers that
 //! with nothing, whatever led there.
+//!
+//! # The coarse grain, and why it is sound
+//!
+//! The coarse grain merges states that differ only in what no rule of the machine, and no check
+//! of the shared invariants, can tell apart. It starts from the exact grain and:
+//!
+//! - **names call ids by order of first appearance** ([`Canon::id`]) instead of spelling them,
+//!   and drops the id counter. The machine compares ids only for equality (a result answers the
+//!   call with its id; a new call whose id is taken is renamed to a fresh one, and a fresh id is
+//!   never one in the history), and so do the invariants; two states that are the same up to a
+//!   one-to-one renaming of ids have futures that are the same up to that renaming. Sizes still
+//!   count each id's bytes, so the renaming never merges histories of different sizes.
+//! - **drops the prompt's round count when the policy has no round cap** (`max_rounds` 0): the
+//!   cap is the count's only reader.
+//! - **drops the compaction counter**: it reaches only the figure a `_PreCompact`/`_PostCompact`
+//!   hook is told, which no rule reads.
+//! - **folds the turns before the current prompt** to what compaction reads of them: for each
+//!   unit (a user message, or an assistant message with the results that follow it) its size in
+//!   tokens and whether it starts a turn, plus whether the folded part is validly paired with no
+//!   call left open. Older turns are read by nothing else: the context estimate reads the
+//!   history's byte total and usage anchor (kept whole); the summary's start
+//!   (`fitting_suffix`) and the fallback (`drop_oldest`) cut at unit and turn boundaries by
+//!   token sums; id uniqueness is a matter of equality (above); the orders' message counts are
+//!   checked only against the machine's own history; the invariants look at the newest
+//!   assistant message and at what a fact appended, both in the current prompt, and check the
+//!   pairing of whole requests, which the validity bit decides for the folded part because a
+//!   request starts at a unit boundary.
+//!
+//! `tests/explore.rs` checks the coarse grain against the exact one: the same phases, the same
+//! violations at the same depth, for every configuration class at a small bound.
 
+use std::collections::{HashMap, HashSet};
+
+use super::history::BYTES_PER_TOKEN;
+use super::message::CallId;
+use super::policy::Media;
 use super::round::{Answer, HookRound, ToolBatch};
 use super::{Machine, Message, Resume, State, Then};
 use crate::hooks::Hook;
+use crate::testing::check_pairing;
+
+/// How much of a state an encoding keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Grain {
+    /// Everything but words, lineages and the outbox.
+    Exact,
+    /// Also merges what no rule can tell apart (see the module docs).
+    Coarse,
+}
+
+/// A canonical encoding under construction: the bytes, the grain, and the names given so far
+/// to call ids (by order of first appearance, at the coarse grain).
+#[derive(Debug)]
+pub struct Canon {
+    bytes: Vec<u8>,
+    grain: Grain,
+    ids: HashMap<CallId, u64>,
+    /// Ids a fact can spell (the explorer's alphabet): kept as they are at every grain.
+    spelled: Vec<CallId>,
+}
+
+impl Canon {
+    /// An empty encoding at `grain`.
+    pub fn new(grain: Grain) -> Self {
+        Self {
+            bytes: Vec::new(),
+            grain,
+            ids: HashMap::new(),
+            spelled: Vec::new(),
+        }
+    }
+
+    /// Keeps `ids` spelled at the coarse grain too: the ids the facts of an alphabet carry,
+    /// whose presence in the history decides whether the machine renames a new call.
+    pub fn spelling(mut self, ids: &[CallId]) -> Self {
+        self.spelled = ids.to_vec();
+        self
+    }
+
+    /// Empties the encoding for reuse, keeping its grain and its allocation.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ids.clear();
+    }
+
+    /// The grain this encoding keeps.
+    pub fn grain(&self) -> Grain {
+        self.grain
+    }
+
+    /// The bytes so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Appends one byte.
+    pub fn tag(&mut self, tag: u8) {
+        self.bytes.push(tag);
+    }
+
+    /// Appends a number, fixed width.
+    pub fn num(&mut self, n: u64) {
+        self.bytes.extend_from_slice(&n.to_le_bytes());
+    }
+
+    /// Appends a signed number, fixed width.
+    pub fn int(&mut self, n: i64) {
+        self.bytes.extend_from_slice(&n.to_le_bytes());
+    }
+
+    /// Appends a flag.
+    pub fn bool(&mut self, b: bool) {
+        self.bytes.push(u8::from(b));
+    }
+
+    /// Appends a string, length first, so no two sequences of strings meet.
+    pub fn str(&mut self, s: &str) {
+        self.num(s.len() as u64);
+        self.bytes.extend_from_slice(s.as_bytes());
+    }
+
+    /// Appends a call id: spelled at the exact grain, at the coarse grain its order of first
+    /// appearance in this encoding.
+    pub fn id(&mut self, id: &CallId) {
+        match self.grain {
+            Grain::Exact => self.str(id.as_str()),
+            Grain::Coarse if self.spelled.contains(id) => self.str(id.as_str()),
+            Grain::Coarse => {
+                let next = self.ids.len() as u64;
+                let name = *self.ids.entry(id.clone()).or_insert(next);
+                self.tag(0xC1);
+                self.num(name);
+            }
+        }
+    }
+
+    /// Appends a set of call ids, in the order of their encodings, so that the encoding does
+    /// not depend on how the set orders their spellings.
+    pub fn id_set<'a>(&mut self, ids: impl Iterator<Item = &'a CallId>) {
+        let mut names: Vec<Vec<u8>> = ids
+            .map(|id| {
+                let start = self.bytes.len();
+                self.id(id);
+                self.bytes.split_off(start)
+            })
+            .collect();
+        names.sort();
+        self.num(names.len() as u64);
+        for name in names {
+            self.bytes.extend_from_slice(&name);
+        }
+    }
+}
 
 impl Machine {
-    /// Appends the machine's canonical encoding to `out` (see the module docs for what it keeps
-    /// and why dropping the rest is sound).
-    pub(crate) fn fingerprint(&self, out: &mut Vec<u8>) {
-        let mut e = Enc(out);
+    /// Appends the machine's canonical encoding to `out` at its grain (see the module docs for
+    /// what each grain keeps and why dropping the rest is sound).
+    pub(crate) fn fingerprint(&self, e: &mut Canon) {
+        let coarse = e.grain() == Grain::Coarse;
         let state = self.sm.state();
-        if let State::Done {} = state {
-            e.tag(0xD0);
-            return;
-        }
         match state {
+            State::Done {} => {
+                e.tag(0xD0);
+                return;
+            }
             State::Idle {} => e.tag(1),
             State::Prompting {} => e.tag(2),
             State::Objected {} => e.tag(3),
             State::Summarizing { resume } => {
                 e.tag(4);
-                e.resume(*resume);
+                resume_of(e, *resume);
             }
             State::RunningTools { batch } => {
                 e.tag(5);
-                e.batch(batch);
+                batch_of(e, batch);
             }
             State::Hooking { round, then } => {
                 e.tag(6);
-                e.round(round);
-                e.then(then);
+                round_of(e, round);
+                then_of(e, then);
             }
             State::AwaitingPermission { batch, at } => {
                 e.tag(7);
-                e.batch(batch);
+                batch_of(e, batch);
                 e.num(*at as u64);
             }
-            State::Done {} => e.tag(0xD0),
         }
         let core = self.sm.inner();
         e.num(core.counters.objections.into());
-        e.num(core.counters.compactions.into());
+        if !coarse {
+            e.num(core.counters.compactions.into());
+        }
         e.num(core.counters.consecutive_timeouts.len() as u64);
         for (server, count) in &core.counters.consecutive_timeouts {
             e.str(server.as_str());
             e.num((*count).into());
         }
-        e.num(core.turn.rounds.into());
+        if !coarse || core.policy.max_rounds != 0 {
+            e.num(core.turn.rounds.into());
+        }
         e.num(core.turn.text.len() as u64);
         e.bool(core.turn.compacted);
-        e.num(core.turn.pinned as u64);
         e.bool(core.post_compact_owed);
         e.bool(core.session_started);
         e.bool(core.session_ended);
         e.num(core.summary_instruction.len() as u64);
-        e.num(core.next_id);
+        if !coarse {
+            e.num(core.next_id);
+        }
         let mut names: Vec<&String> = core.tools.names.iter().collect();
         names.sort();
         e.num(names.len() as u64);
@@ -90,10 +244,8 @@ impl Machine {
         for name in destructive {
             e.str(name);
         }
-        let mut standing: Vec<(&String, &bool)> = core.standing.iter().collect();
-        standing.sort();
-        e.num(standing.len() as u64);
-        for (name, allows) in standing {
+        e.num(core.standing.len() as u64);
+        for (name, allows) in &core.standing {
             e.str(name);
             e.bool(*allows);
         }
@@ -106,131 +258,206 @@ impl Machine {
             }
         }
         let (bytes, anchor, request_bytes) = core.history.accounting();
-        e.num(bytes as u64);
+        let media = &core.policy.media;
+        let messages = core.history.messages();
+        if !coarse {
+            e.num(bytes as u64);
+            match anchor {
+                Some((tokens, at)) => {
+                    e.tag(1);
+                    e.num(tokens);
+                    e.num(at as u64);
+                }
+                None => e.tag(0),
+            }
+            e.num(request_bytes as u64);
+            e.num(core.turn.pinned as u64);
+            e.num(messages.len() as u64);
+            for message in messages {
+                message_of(e, message, media);
+            }
+            return;
+        }
+        // The estimate reads the byte total only until usage is known; from then on, the bytes
+        // appended since the reported request.
         match anchor {
             Some((tokens, at)) => {
                 e.tag(1);
                 e.num(tokens);
-                e.num(at as u64);
+                e.num(bytes.saturating_sub(at) as u64);
             }
-            None => e.tag(0),
+            None => {
+                e.tag(0);
+                e.num(bytes as u64);
+            }
         }
-        e.num(request_bytes as u64);
-        let media = &core.policy.media;
-        e.num(core.history.len() as u64);
-        for message in core.history.messages() {
-            e.num(message.size_bytes(media) as u64);
-            match message {
-                Message::User { .. } => e.tag(1),
+        e.num(bytes.saturating_sub(request_bytes) as u64);
+        // Folded: everything before the newest assistant message, or before the prompt if it
+        // is newer.
+        let newest = messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+            .unwrap_or(0);
+        let fold = newest.max(core.turn.pinned).min(messages.len());
+        fold_of(
+            e,
+            &messages[..fold],
+            &messages[fold..],
+            core.turn.pinned,
+            media,
+        );
+        e.num(core.turn.pinned.saturating_sub(fold) as u64);
+        e.num((messages.len() - fold) as u64);
+        for message in &messages[fold..] {
+            message_of(e, message, media);
+        }
+    }
+}
+
+/// One message of the history: its size, kind, call ids and names, and error flag.
+fn message_of(e: &mut Canon, message: &Message, media: &Media) {
+    e.num(message.size_bytes(media) as u64);
+    match message {
+        Message::User { .. } => e.tag(1),
+        Message::Assistant { tool_calls, .. } => {
+            e.tag(2);
+            e.num(tool_calls.len() as u64);
+            for call in tool_calls {
+                e.id(&call.id);
+                e.str(&call.name);
+            }
+        }
+        Message::ToolResult { call_id, output } => {
+            e.tag(3);
+            e.id(call_id);
+            e.bool(output.is_error);
+        }
+    }
+}
+/// The coarse encoding of the history's older part (`old`; `rest` is the newer part): per
+/// unit, its tokens, whether it starts a turn and whether it is the prompt's (at `pinned`);
+/// whether `old` is validly paired with no call open and shares no id with `rest`; and the
+/// spelled ids it holds.
+fn fold_of(e: &mut Canon, old: &[Message], rest: &[Message], pinned: usize, media: &Media) {
+    e.tag(0xF0);
+    let mut units: Vec<(u64, bool)> = Vec::new();
+    let mut pinned_unit = None;
+    for (i, message) in old.iter().enumerate() {
+        if i == pinned {
+            pinned_unit = Some(units.len());
+        }
+        let tokens = (message.size_bytes(media) as u64).div_ceil(BYTES_PER_TOKEN);
+        match (message, units.last_mut()) {
+            (Message::ToolResult { .. }, Some(unit)) => unit.0 += tokens,
+            (Message::User { .. }, _) => units.push((tokens, true)),
+            (Message::ToolResult { .. } | Message::Assistant { .. }, _) => {
+                units.push((tokens, false));
+            }
+        }
+    }
+    e.num(pinned_unit.map_or(u64::MAX, |unit| unit as u64));
+    e.num(units.len() as u64);
+    for (tokens, turn) in units {
+        e.num(tokens);
+        e.bool(turn);
+    }
+    let ids = |messages: &[Message]| -> HashSet<CallId> {
+        messages
+            .iter()
+            .flat_map(|message| match message {
                 Message::Assistant { tool_calls, .. } => {
-                    e.tag(2);
-                    e.num(tool_calls.len() as u64);
-                    for call in tool_calls {
-                        e.str(call.id.as_str());
-                        e.str(&call.name);
-                    }
+                    tool_calls.iter().map(|call| call.id.clone()).collect()
                 }
-                Message::ToolResult { call_id, output } => {
-                    e.tag(3);
-                    e.str(call_id.as_str());
-                    e.bool(output.is_error);
-                }
+                Message::ToolResult { call_id, .. } => vec![call_id.clone()],
+                Message::User { .. } => Vec::new(),
+            })
+            .collect()
+    };
+    let old_ids = ids(old);
+    let valid = check_pairing(old).is_ok() && ids(rest).is_disjoint(&old_ids);
+    e.bool(valid);
+    let mut spelled: Vec<&CallId> = e
+        .spelled
+        .iter()
+        .filter(|id| old_ids.contains(*id))
+        .collect::<Vec<_>>();
+    spelled.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    let spelled: Vec<CallId> = spelled.into_iter().cloned().collect();
+    e.num(spelled.len() as u64);
+    for id in &spelled {
+        e.str(id.as_str());
+    }
+}
+
+fn resume_of(e: &mut Canon, resume: Resume) {
+    e.tag(match resume {
+        Resume::Prompting => 0,
+        Resume::Objected => 1,
+    });
+}
+
+fn batch_of(e: &mut Canon, batch: &ToolBatch) {
+    e.num(batch.ids.len() as u64);
+    for (id, result) in batch.ids.iter().zip(&batch.results) {
+        e.id(id);
+        match result {
+            None => e.tag(0),
+            Some(output) => {
+                e.tag(1);
+                e.bool(output.is_error);
+                e.num(output.joined_text().len() as u64);
+            }
+        }
+    }
+    e.num(batch.ran.len() as u64);
+    for call in &batch.ran {
+        e.id(&call.id);
+        e.str(&call.name);
+    }
+}
+
+fn round_of(e: &mut Canon, round: &HookRound) {
+    e.num(
+        Hook::ALL
+            .iter()
+            .position(|h| *h == round.hook)
+            .unwrap_or(usize::MAX) as u64,
+    );
+    e.num(round.servers.len() as u64);
+    for server in &round.servers {
+        e.str(server.as_str());
+    }
+    e.num(round.answers.len() as u64);
+    for answer in &round.answers {
+        match answer {
+            Answer::Waiting => e.tag(0),
+            Answer::Quiet => e.tag(1),
+            Answer::Said(text) => {
+                e.tag(2);
+                e.num(text.len() as u64);
             }
         }
     }
 }
 
-/// The encoder: fixed-width numbers, length-prefixed strings, so no two inputs meet.
-struct Enc<'a>(&'a mut Vec<u8>);
-
-impl Enc<'_> {
-    fn tag(&mut self, tag: u8) {
-        self.0.push(tag);
-    }
-
-    fn num(&mut self, n: u64) {
-        self.0.extend_from_slice(&n.to_le_bytes());
-    }
-
-    fn bool(&mut self, b: bool) {
-        self.0.push(u8::from(b));
-    }
-
-    fn str(&mut self, s: &str) {
-        self.num(s.len() as u64);
-        self.0.extend_from_slice(s.as_bytes());
-    }
-
-    fn resume(&mut self, resume: Resume) {
-        self.tag(match resume {
-            Resume::Prompting => 0,
-            Resume::Objected => 1,
-        });
-    }
-
-    fn batch(&mut self, batch: &ToolBatch) {
-        self.num(batch.ids.len() as u64);
-        for (id, result) in batch.ids.iter().zip(&batch.results) {
-            self.str(id.as_str());
-            match result {
-                None => self.tag(0),
-                Some(output) => {
-                    self.tag(1);
-                    self.bool(output.is_error);
-                    self.num(output.joined_text().len() as u64);
-                }
-            }
+fn then_of(e: &mut Canon, then: &Then) {
+    match then {
+        Then::SessionStart => e.tag(0),
+        Then::UserPromptSubmit => e.tag(1),
+        Then::PreToolUse { batch } => {
+            e.tag(2);
+            batch_of(e, batch);
         }
-        self.num(batch.ran.len() as u64);
-        for call in &batch.ran {
-            self.str(call.id.as_str());
-            self.str(&call.name);
+        Then::PostToolUse => e.tag(3),
+        Then::Stop => e.tag(4),
+        Then::PreCompact { resume } => {
+            e.tag(5);
+            resume_of(e, *resume);
         }
-    }
-
-    fn round(&mut self, round: &HookRound) {
-        self.num(
-            Hook::ALL
-                .iter()
-                .position(|h| *h == round.hook)
-                .unwrap_or(usize::MAX) as u64,
-        );
-        self.num(round.servers.len() as u64);
-        for server in &round.servers {
-            self.str(server.as_str());
+        Then::PostCompact { resume } => {
+            e.tag(6);
+            resume_of(e, *resume);
         }
-        self.num(round.answers.len() as u64);
-        for answer in &round.answers {
-            match answer {
-                Answer::Waiting => self.tag(0),
-                Answer::Quiet => self.tag(1),
-                Answer::Said(text) => {
-                    self.tag(2);
-                    self.num(text.len() as u64);
-                }
-            }
-        }
-    }
-
-    fn then(&mut self, then: &Then) {
-        match then {
-            Then::SessionStart => self.tag(0),
-            Then::UserPromptSubmit => self.tag(1),
-            Then::PreToolUse { batch } => {
-                self.tag(2);
-                self.batch(batch);
-            }
-            Then::PostToolUse => self.tag(3),
-            Then::Stop => self.tag(4),
-            Then::PreCompact { resume } => {
-                self.tag(5);
-                self.resume(*resume);
-            }
-            Then::PostCompact { resume } => {
-                self.tag(6);
-                self.resume(*resume);
-            }
-            Then::SessionEnd => self.tag(7),
-        }
+        Then::SessionEnd => e.tag(7),
     }
 }

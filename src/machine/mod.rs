@@ -46,6 +46,8 @@ mod digest;
 mod effect;
 #[cfg(feature = "testing")]
 mod fingerprint;
+#[cfg(feature = "testing")]
+pub use self::fingerprint::{Canon, Grain};
 mod history;
 mod input;
 mod message;

@@ -24,12 +24,21 @@
 //! leave the machine as it was. In `Done` it feeds `Closed` (accepted, no order) and a prompt
 //! (refused).
 //!
+//! With [`Setup::permission`], the policy asks before a destructive call runs, `s0` has a
+//! destructive tool `rm`, the model may call it once or twice in a reply, and the user answers
+//! each question with any of the four decisions (allow or reject, once or always).
+//!
 //! # Deduplication
 //!
-//! A state is the machine's canonical encoding (see the machine's `fingerprint` module: its
-//! state and data, counters, catalog and the *shape* of the history, not its words) together
-//! with what the invariants remember. The encoding is hashed to 128 bits; two distinct states
-//! would have to collide on both 64-bit halves to be merged.
+//! A state is the machine's canonical encoding together with what the invariants remember,
+//! hashed to 128 bits; two distinct states would have to collide on both 64-bit halves to be
+//! merged. [`explore`] encodes at the coarse [`Grain`], [`explore_at`] at either: the exact
+//! grain keeps everything but words (the state and data, counters, catalog, the *shape* of the
+//! history); the coarse one also names call ids by order of appearance, drops counters no rule
+//! reads, and folds the history before its newest assistant message to what compaction reads
+//! of it (unit sizes and boundaries). The machine's `fingerprint` module says why each is
+//! sound; `tests/explore.rs` checks that both grains reach the same phases and kinds of order,
+//! and find the planted bugs at the same depth.
 //!
 //! # What is verified, and what is not
 //!
@@ -37,9 +46,11 @@
 //!
 //! - every configuration *class* of one server: each of the 256 subsets of the eight hooks, the
 //!   allowlist off or on, budgets 0 to 3 (1,025 classes), to depth 5;
-//! - a family of two-server configurations (each hook on both servers, every hook on both, every
-//!   hook on one and none on the other; allowlist off, `s0` only, all; every budget where
+//! - a family of two-server configurations (each hook on both servers, every hook on both,
+//!   every hook on one and none on the other; allowlist off, `s0` only, all; every budget where
 //!   `_Stop` runs), to depth 6;
+//! - a family that asks permission (no hook, each hook alone, every hook; budget 1), to depth
+//!   6;
 //!
 //! and checks, on every transition, every rule of [`Invariants`], that each fact of the
 //! alphabet is accepted where the machine's last order asked for it, that the probe is refused
@@ -49,13 +60,17 @@
 //! can run, the allowlist when no hook can); a test checks that the machines' encodings are
 //! equal under both catalogs.
 //!
-//! Not verified: depth 12 in CI. The number of distinct states grows about fourfold per fact
-//! (each turn's history has a shape of its own): about 115,000 at depth 8 for one server, which
-//! takes 13 s and 1.2 GB in a debug build (`explore_deep`), and projects to tens of millions at
-//! depth 12. Most two-server hook subsets (65,536 pairs) are not explored. The alphabet has one
-//! text per kind, so no rule that reads words (the hook body cap, trimming) is covered here;
-//! neither are a hook call that fails or is skipped, `content_filter`, the round cap, media,
-//! nor the supervisor.
+//! `explore_deep` (ignored; run by hand) takes a representative set (no hooks; every hook with
+//! budget 1; two servers with every hook and budget 3; every hook with permission) deeper.
+//!
+//! Not verified: depth 12. Even at the coarse grain the distinct states grow about threefold
+//! per fact (each reply, result and hook answer leaves a different newest exchange, a different
+//! history size and a different slack of the request bound), so depth 12 would need millions
+//! of states per configuration; the README gives the measured figures. Most two-server hook
+//! subsets (65,536 pairs) are not explored, nor permission with two servers. The alphabet has
+//! one text per kind, so no rule that reads words (the hook body cap, trimming) is covered
+//! here; neither are a hook call that fails or is skipped, `content_filter`, the round cap,
+//! media, nor the supervisor.
 //!
 //! # Counterexamples
 //!
@@ -63,7 +78,7 @@
 //! returned as a [`Counterexample`] whose [`transcript`](Counterexample::transcript) (format
 //! version 2) `hookloop replay` reads: the facts, and the orders the explored machine gave.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -72,9 +87,9 @@ use serde_json::json;
 use super::invariants::{Invariants, Violation};
 use crate::hooks::{Hook, HookServers, ServerName};
 use crate::machine::{
-    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, MachineError, PermissionDecision,
-    Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
-    Usage,
+    CallId, Canon, Catalog, Effect, Grain, HookReply, Input, LlmReply, Machine, MachineError,
+    PermissionDecision, Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolHints,
+    ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -89,7 +104,7 @@ pub trait Subject: Clone {
     fn poll_effect(&mut self) -> Option<Effect>;
     /// Appends the subject's canonical encoding; a wrapper adds its own state to
     /// [`fingerprint`]'s.
-    fn fingerprint(&self, out: &mut Vec<u8>) {
+    fn fingerprint(&self, out: &mut Canon) {
         fingerprint(self.machine(), out);
     }
 }
@@ -108,9 +123,9 @@ impl Subject for Machine {
     }
 }
 
-/// Appends the machine's canonical encoding: what its future depends on, without the words
-/// (the module docs say why that is sound).
-pub fn fingerprint(machine: &Machine, out: &mut Vec<u8>) {
+/// Appends the machine's canonical encoding at `out`'s grain: what its future depends on,
+/// without the words (the machine's `fingerprint` module says why each grain is sound).
+pub fn fingerprint(machine: &Machine, out: &mut Canon) {
     machine.fingerprint(out);
 }
 
@@ -131,6 +146,9 @@ pub struct Setup {
     pub allow: Allow,
     /// The `_Stop` budget.
     pub budget: u32,
+    /// The policy asks the user before a destructive call runs, and `s0` has a destructive
+    /// tool, `rm`, that the model calls.
+    pub permission: bool,
 }
 
 /// The context window of every setup: a budget of 2,000 tokens that the long prompt and the
@@ -143,8 +161,17 @@ const USAGE_ABOVE: u64 = 2_100;
 
 impl Setup {
     /// Every configuration: 1 and 2 servers, each with any subset of the eight hooks, the
-    /// allowlist off, one or all, budget 0 to 3.
+    /// allowlist off, one or all, budget 0 to 3, permissions asked or not.
     pub fn all() -> impl Iterator<Item = Self> {
+        [false, true].into_iter().flat_map(|permission| {
+            Self::all_without_permission().map(move |setup| Self {
+                permission,
+                ..setup
+            })
+        })
+    }
+
+    fn all_without_permission() -> impl Iterator<Item = Self> {
         let one = (0..=255u8).map(|a| vec![a]);
         let two = (0..=255u8).flat_map(|a| (0..=255u8).map(move |b| vec![a, b]));
         one.chain(two).flat_map(|servers| {
@@ -156,6 +183,7 @@ impl Setup {
                         servers: servers.clone(),
                         allow,
                         budget,
+                        permission: false,
                     })
                 })
         })
@@ -206,6 +234,7 @@ impl Setup {
             },
             allow,
             budget: if has_stop { self.budget } else { 0 },
+            permission: self.permission,
         }
     }
 
@@ -226,10 +255,11 @@ impl Setup {
             })
             .collect();
         format!(
-            "{} allow={:?} budget={}",
+            "{} allow={:?} budget={}{}",
             servers.join(","),
             self.allow,
-            self.budget
+            self.budget,
+            if self.permission { " permission" } else { "" }
         )
     }
 
@@ -245,13 +275,14 @@ impl Setup {
             stop_max_rejections: self.budget,
             max_context_tokens: MAX_CONTEXT_TOKENS,
             max_output_tokens: MAX_OUTPUT_TOKENS,
+            ask_permission: self.permission,
             ..Policy::default()
         }
     }
 
     /// The catalog the session starts with.
     pub fn catalog(&self) -> Catalog {
-        catalog_of(&self.servers)
+        catalog_of(&self.servers, self.permission)
     }
 
     /// The other catalog of the alphabet: the last server's hook set complemented.
@@ -260,7 +291,7 @@ impl Setup {
         if let Some(last) = servers.last_mut() {
             *last = !*last;
         }
-        catalog_of(&servers)
+        catalog_of(&servers, self.permission)
     }
 
     /// A new machine under this setup, its catalog fed.
@@ -282,6 +313,12 @@ impl Setup {
 
 const SYSTEM: &str = "system";
 
+/// The destructive tool of a setup that asks permission.
+const DESTRUCTIVE: &str = "rm";
+
+/// The call ids the alphabet's replies spell; the refused probe's.
+const SPELLED: [&str; 3] = ["c1", "c2", "never_made"];
+
 fn hook_bit(hook: Hook) -> usize {
     Hook::ALL.iter().position(|h| *h == hook).unwrap_or(0)
 }
@@ -291,12 +328,17 @@ fn server(i: usize) -> ServerName {
     ServerName::new(format!("s{i}")).unwrap_or_else(|e| panic!("explorer server name: {e}"))
 }
 
-fn catalog_of(servers: &[u8]) -> Catalog {
+/// The catalog of servers with these hook sets; with `destructive`, `s0` also has `rm`, marked
+/// destructive.
+fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
     let info = |name: &str| ToolInfo {
         name: name.to_owned(),
         description: String::new(),
         input_schema: json!({"type": "object"}),
-        hints: ToolHints::default(),
+        hints: ToolHints {
+            destructive: (name == DESTRUCTIVE).then_some(true),
+            ..ToolHints::default()
+        },
     };
     Catalog {
         servers: servers
@@ -305,6 +347,7 @@ fn catalog_of(servers: &[u8]) -> Catalog {
             .map(|(i, bits)| ServerTools {
                 server: server(i),
                 tools: std::iter::once(info("run"))
+                    .chain((destructive && i == 0).then(|| info(DESTRUCTIVE)))
                     .chain(
                         Hook::ALL
                             .iter()
@@ -330,6 +373,10 @@ pub struct Report {
     pub depth: usize,
     /// The search ran out of new states before the bound.
     pub exhausted: bool,
+    /// Every phase a visited state was in.
+    pub phases: BTreeSet<String>,
+    /// Every kind of order given (effect, hook, notice, finish reason), for comparing grains.
+    pub orders: BTreeSet<String>,
 }
 
 impl fmt::Display for Report {
@@ -399,11 +446,22 @@ struct Frontier<S> {
 }
 
 /// Explores `setup` from `start` breadth first to `max_depth` facts, or until no new state is
-/// left. Returns the first violation as a shortest counterexample.
+/// left, merging states at the coarse [`Grain`]. Returns the first violation as a shortest
+/// counterexample.
 pub fn explore<S: Subject>(
     setup: &Setup,
     start: S,
     max_depth: usize,
+) -> Result<Report, Box<Counterexample>> {
+    explore_at(setup, start, max_depth, Grain::Coarse)
+}
+
+/// [`explore`], merging states that are equal at `grain`.
+pub fn explore_at<S: Subject>(
+    setup: &Setup,
+    start: S,
+    max_depth: usize,
+    grain: Grain,
 ) -> Result<Report, Box<Counterexample>> {
     let alphabet = Alphabet::new(setup);
     let mut report = Report {
@@ -412,10 +470,15 @@ pub fn explore<S: Subject>(
         transitions: 0,
         depth: 0,
         exhausted: false,
+        phases: BTreeSet::from([start.machine().phase().to_string()]),
+        orders: BTreeSet::new(),
     };
     let invariants = Invariants::new(start.machine().policy());
     let mut seen = HashSet::new();
-    let mut buffer = Vec::new();
+    let spelled: Vec<CallId> = SPELLED.iter().map(|id| CallId((*id).into())).collect();
+    let mut buffer = Canon::new(grain).spelling(&spelled);
+    // A refused fact must change nothing at all: compared at the exact grain.
+    let mut exact = Canon::new(Grain::Exact);
     seen.insert(key(&start, &invariants, &mut buffer));
     let mut nodes = vec![Node {
         parent: u32::MAX,
@@ -445,8 +508,8 @@ pub fn explore<S: Subject>(
                 ));
             }
             if refused.poll_effect().is_some()
-                || key(&refused, &item.invariants, &mut buffer)
-                    != key(&item.subject, &item.invariants, &mut buffer)
+                || key(&refused, &item.invariants, &mut exact)
+                    != key(&item.subject, &item.invariants, &mut exact)
             {
                 let violation = Violation {
                     rule: "a refused fact changes nothing",
@@ -473,6 +536,11 @@ pub fn explore<S: Subject>(
                 }
                 report.transitions += 1;
                 let effects: Vec<Effect> = std::iter::from_fn(|| subject.poll_effect()).collect();
+                for effect in &effects {
+                    if !report.orders.contains(order_kind(effect).as_str()) {
+                        report.orders.insert(order_kind(effect));
+                    }
+                }
                 let mut invariants = item.invariants.clone();
                 if let Err(violation) =
                     invariants.check(before, &fact, subject.machine(), &effects, history_before)
@@ -490,6 +558,10 @@ pub fn explore<S: Subject>(
                 }
                 if !seen.insert(key(&subject, &invariants, &mut buffer)) {
                     continue;
+                }
+                let phase = subject.machine().phase();
+                if !report.phases.contains(phase.to_string().as_str()) {
+                    report.phases.insert(phase.to_string());
                 }
                 // Memory runs out long before four billion states.
                 let node = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
@@ -514,18 +586,36 @@ pub fn explore<S: Subject>(
 }
 
 /// The state's key: the subject's encoding and what the invariants remember, hashed to 128 bits.
-fn key<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Vec<u8>) -> u128 {
+fn key<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Canon) -> u128 {
     buffer.clear();
     subject.fingerprint(buffer);
-    buffer.push(0xFE);
+    buffer.tag(0xFE);
     invariants.fingerprint(buffer);
     let half = |salt: u8| {
         let mut hasher = DefaultHasher::new();
         salt.hash(&mut hasher);
-        buffer.hash(&mut hasher);
+        buffer.bytes().hash(&mut hasher);
         hasher.finish()
     };
     (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+/// The kind of an order, without its data: the effect, and the hook, purpose, notice or reason.
+fn order_kind(effect: &Effect) -> String {
+    let debug = |value: &dyn fmt::Debug| {
+        let text = format!("{value:?}");
+        let end = text.find([' ', '{', '(']).unwrap_or(text.len());
+        text[..end].to_owned()
+    };
+    match effect {
+        Effect::CallLlm { purpose, .. } => format!("CallLlm {}", debug(purpose)),
+        Effect::CallTools { .. } => "CallTools".into(),
+        Effect::CallHooks { hook, .. } => format!("CallHooks {hook}"),
+        Effect::AskPermission { .. } => "AskPermission".into(),
+        Effect::KillServer { .. } => "KillServer".into(),
+        Effect::Notify { notice } => format!("Notify {}", debug(notice)),
+        Effect::Finish { reason } => format!("Finish {}", debug(reason)),
+    }
 }
 
 /// A fact the machine must refuse whatever it waits for: a result for a call nobody made (in
@@ -704,30 +794,37 @@ impl Alphabet {
         } else {
             "s0__run"
         };
+        let mut replies = vec![
+            text(StopReason::EndTurn, None),
+            text(StopReason::EndTurn, Some(USAGE_BELOW)),
+            text(StopReason::StopSequence, None),
+            text(StopReason::PauseTurn, None),
+            text(StopReason::Other("new_reason".into()), None),
+            text(StopReason::MaxTokens, None),
+            text(StopReason::Refusal, None),
+            calls(&["s0__run"], None),
+            calls(&["s0__run"], Some(USAGE_ABOVE)),
+            calls(&["s0__run", second], None),
+            calls(&["s0___Stop"], None),
+            calls(&["nobody__run"], None),
+            Input::LlmFailed {
+                error: "down".into(),
+            },
+        ];
+        if setup.permission {
+            // One destructive call, and two: a standing decision on the first answers the
+            // second.
+            replies.push(calls(&["s0__rm"], None));
+            replies.push(calls(&["s0__rm", "s0__rm"], None));
+        }
         Self {
+            replies,
             prompts: vec![
                 Input::Prompted {
                     text: "do it".into(),
                 },
                 Input::Prompted {
                     text: "x".repeat(LONG_PROMPT_BYTES),
-                },
-            ],
-            replies: vec![
-                text(StopReason::EndTurn, None),
-                text(StopReason::EndTurn, Some(USAGE_BELOW)),
-                text(StopReason::StopSequence, None),
-                text(StopReason::PauseTurn, None),
-                text(StopReason::Other("new_reason".into()), None),
-                text(StopReason::MaxTokens, None),
-                text(StopReason::Refusal, None),
-                calls(&["s0__run"], None),
-                calls(&["s0__run"], Some(USAGE_ABOVE)),
-                calls(&["s0__run", second], None),
-                calls(&["s0___Stop"], None),
-                calls(&["nobody__run"], None),
-                Input::LlmFailed {
-                    error: "down".into(),
                 },
             ],
             summaries: vec![

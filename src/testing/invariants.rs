@@ -12,7 +12,8 @@ use std::fmt;
 
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
-    CallId, Effect, HookReply, Input, Machine, Message, Notice, Phase, Policy, Purpose, StopReason,
+    CallId, Canon, Effect, Grain, HookReply, Input, Machine, Message, Notice, Phase, Policy,
+    Purpose, StopReason,
 };
 
 use super::check_pairing;
@@ -69,6 +70,8 @@ pub struct Invariants {
     pre_tool: Option<(Vec<CallId>, BTreeSet<usize>)>,
     /// Calls a `_PreToolUse` round denied whose error result has not been checked yet.
     denied: BTreeSet<CallId>,
+    /// Calls the user rejected whose error result has not been checked yet.
+    rejected: BTreeSet<CallId>,
 }
 
 impl Invariants {
@@ -86,6 +89,7 @@ impl Invariants {
             session_started: false,
             pre_tool: None,
             denied: BTreeSet::new(),
+            rejected: BTreeSet::new(),
         }
     }
 
@@ -120,6 +124,7 @@ impl Invariants {
         self.check_stop(before, fact, m, effects)?;
         self.check_injections(fact, m, effects, history_before)?;
         self.check_denials(before, fact, m, effects)?;
+        self.check_rejections(before, m, effects)?;
 
         // Work and prompts move the slack of the bound up; every model request moves it down.
         match fact {
@@ -158,33 +163,39 @@ impl Invariants {
         )
     }
 
-    /// Appends what the invariants remember to `out`, for an explorer's fingerprint.
-    pub fn fingerprint(&self, out: &mut Vec<u8>) {
-        out.push(u8::from(self.stop_since_work));
-        out.push(u8::from(self.latch));
-        out.extend_from_slice(&self.slack.to_le_bytes());
-        out.extend_from_slice(&self.compactions.to_le_bytes());
-        out.extend_from_slice(&self.session_end_rounds.to_le_bytes());
-        out.push(u8::from(self.session_started));
+    /// Appends what the invariants remember to `e`, for an explorer's fingerprint. At the
+    /// coarse grain the compaction count is left out: it only mirrors the machine's, to measure
+    /// its growth.
+    pub fn fingerprint(&self, e: &mut Canon) {
+        e.bool(self.stop_since_work);
+        e.bool(self.latch);
+        e.int(self.slack);
+        if e.grain() == Grain::Exact {
+            e.num(self.compactions.into());
+        }
+        e.num(self.session_end_rounds.into());
+        e.bool(self.session_started);
+        e.num(self.timeouts.len() as u64);
         for (server, count) in &self.timeouts {
-            out.extend_from_slice(server.as_str().as_bytes());
-            out.push(0);
-            out.extend_from_slice(&count.to_le_bytes());
+            e.str(server.as_str());
+            e.num((*count).into());
         }
-        out.push(0xFF);
-        if let Some((ids, said)) = &self.pre_tool {
-            for id in ids {
-                out.extend_from_slice(id.as_str().as_bytes());
-                out.push(0);
-            }
-            for subject in said {
-                out.extend_from_slice(&subject.to_le_bytes());
+        match &self.pre_tool {
+            None => e.tag(0),
+            Some((ids, said)) => {
+                e.tag(1);
+                e.num(ids.len() as u64);
+                for id in ids {
+                    e.id(id);
+                }
+                e.num(said.len() as u64);
+                for subject in said {
+                    e.num(*subject as u64);
+                }
             }
         }
-        out.push(0xFF);
-        for id in &self.denied {
-            out.extend_from_slice(id.as_str().as_bytes());
-            out.push(0);
+        for set in [&self.denied, &self.rejected] {
+            e.id_set(set.iter());
         }
     }
 
@@ -600,12 +611,7 @@ impl Invariants {
         }
         // Once the batch's results are in the history, each denied call has exactly one, an
         // error carrying the `_PreToolUse` body.
-        if !self.denied.is_empty()
-            && !matches!(
-                m.phase(),
-                Phase::RunningTools | Phase::AwaitingHook(Hook::PreToolUse)
-            )
-        {
+        if !self.denied.is_empty() && !in_batch(m.phase()) {
             let denied = std::mem::take(&mut self.denied);
             for id in &denied {
                 let results: Vec<_> = m
@@ -629,6 +635,67 @@ impl Invariants {
         }
         Ok(())
     }
+
+    /// A call the user rejected never runs, and is answered exactly once, with an error; and
+    /// once a batch is over, every call in the history is answered exactly once.
+    fn check_rejections(
+        &mut self,
+        before: Phase,
+        m: &Machine,
+        effects: &[Effect],
+    ) -> Result<(), Violation> {
+        const NEVER_RUNS: &str = "a rejected call never runs";
+        for effect in effects {
+            match effect {
+                Effect::Notify {
+                    notice: Notice::PermissionRejected { id, .. },
+                } => {
+                    ensure(self.rejected.insert(id.clone()), NEVER_RUNS, || {
+                        format!("{id} rejected twice")
+                    })?;
+                }
+                Effect::CallTools { calls } => {
+                    if let Some(call) = calls.iter().find(|c| self.rejected.contains(&c.id)) {
+                        return broken(NEVER_RUNS, format!("{} ({}) ran", call.id, call.name));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if in_batch(m.phase()) {
+            return Ok(());
+        }
+        for id in std::mem::take(&mut self.rejected) {
+            let results: Vec<_> = m
+                .history()
+                .iter()
+                .filter_map(|message| match message {
+                    Message::ToolResult { call_id, output } if *call_id == id => Some(output),
+                    _ => None,
+                })
+                .collect();
+            ensure(
+                results.len() == 1 && results[0].is_error,
+                "a rejection is answered exactly once, with an error",
+                || format!("{id}: {results:?}"),
+            )?;
+        }
+        if in_batch(before) {
+            check_pairing(m.history()).map_err(|detail| Violation {
+                rule: "once a batch is over, every call is answered exactly once",
+                detail,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a batch of tool calls is open in `phase`: its results are not all in the history.
+fn in_batch(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::RunningTools | Phase::AwaitingPermission | Phase::AwaitingHook(Hook::PreToolUse)
+    )
 }
 
 /// The phase a round of `hook` waits in.
