@@ -101,3 +101,21 @@ async fn a_tool_with_an_invalid_x_mcp_header_is_left_out_of_the_catalog() {
     // The other tools stay.
     assert!(names.contains(&"echo"), "{names:?}");
 }
+
+#[tokio::test]
+async fn a_configured_mcp_param_header_is_refused_rather_than_sent_for_every_call() {
+    // Sent with every request, it would stand in for an argument a call leaves null.
+    let server = HttpServer::start(&[("TS_PARAM_HEADERS", "1")]);
+    let config = ServerConfig::http(&server.url).header("mcp-param-Region", "eu-west1");
+    let servers = McpServers::new().with("web", config).unwrap();
+    let (host, failures) = McpHost::connect(servers, common::fast_options())
+        .await
+        .unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let message = failures[0].error.to_string();
+    assert!(
+        message.contains(r#"header "mcp-param-Region" cannot be configured"#),
+        "{message}"
+    );
+    assert!(host.catalog().servers.is_empty());
+}
