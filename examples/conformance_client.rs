@@ -4,8 +4,9 @@
 //!
 //! Every scenario gets the host's own behaviour: connect over streamable HTTP (negotiating the
 //! newest protocol rmcp speaks, falling back to `initialize`), list the tools, then call each
-//! tool once with arguments made from its input schema (the first example or enum value, else
-//! `1` for numbers, `true` for booleans, `"test"` for strings). A server's question
+//! tool once: with the arguments the scenario's context gives for it (`toolCalls`), else with
+//! arguments made from its input schema (the first example or enum value, else `1` for
+//! numbers, `true` for booleans, `"test"` for strings). A server's question
 //! (elicitation) is accepted with the form's defaults. A server that asks for OAuth is logged
 //! in to headlessly, through the code `hookloop mcp login` runs, with the browser step replaced
 //! by following the authorization page's redirects (the suite's authorization server approves
@@ -47,12 +48,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(url: &str) -> Result<(), String> {
+    let context = context();
     let servers = McpServers::new()
         .with("conformance", ServerConfig::http(url))
         .map_err(|e| e.to_string())?;
     let options = HostOptions {
         all_or_nothing: true,
-        oauth: oauth_options(),
+        oauth: oauth_options(&context),
         ..HostOptions::default()
     };
     let (host, _) = McpHost::connect(servers, options)
@@ -60,15 +62,21 @@ async fn run(url: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     host.set_person(Arc::new(Defaults));
     let catalog = host.catalog();
+    let given = given_calls(&context);
     for server in &catalog.servers {
         for tool in &server.tools {
             if hookloop::hooks::is_hook(&tool.name) {
                 continue;
             }
+            let arguments = given
+                .iter()
+                .find(|(name, _)| *name == tool.name)
+                .map(|(_, arguments)| arguments.clone())
+                .unwrap_or_else(|| arguments_for(&tool.input_schema));
             let call = ToolCall {
                 id: CallId(format!("call-{}", tool.name)),
                 name: hookloop::hooks::qualify(server.server.as_str(), &tool.name),
-                arguments: arguments_for(&tool.input_schema),
+                arguments,
             };
             let output = host.call_tool(&call).await;
             eprintln!(
@@ -99,14 +107,34 @@ impl Person for Defaults {
     }
 }
 
-/// Headless logins, tokens in memory (never in the user's store), and the client the scenario
-/// names: a pre-registered one from `MCP_CONFORMANCE_CONTEXT`, else the suite's client metadata
-/// document URL (used where the authorization server takes one), else registration.
-fn oauth_options() -> OAuthOptions {
-    let context: Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+/// The scenario's context (`MCP_CONFORMANCE_CONTEXT`), `null` when there is none.
+fn context() -> Value {
+    std::env::var("MCP_CONFORMANCE_CONTEXT")
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::Null);
+        .unwrap_or(Value::Null)
+}
+
+/// The calls a scenario asks for by name, with their arguments (`toolCalls`): the values it
+/// checks the requests against (the custom-header scenario's encodings, for one).
+fn given_calls(context: &Value) -> Vec<(String, Value)> {
+    context
+        .get("toolCalls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|call| {
+            let name = call.get("name")?.as_str()?.to_owned();
+            let arguments = call.get("arguments").cloned().unwrap_or_else(|| json!({}));
+            Some((name, arguments))
+        })
+        .collect()
+}
+
+/// Headless logins, tokens in memory (never in the user's store), and the client the scenario
+/// names: a pre-registered one from the context, else the suite's client metadata document URL
+/// (used where the authorization server takes one), else registration.
+fn oauth_options(context: &Value) -> OAuthOptions {
     let field = |name: &str| context.get(name).and_then(Value::as_str).map(str::to_owned);
     OAuthOptions {
         store: TokenStore::memory(),

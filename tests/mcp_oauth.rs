@@ -124,6 +124,11 @@ fn answers_ok(url: &str) -> bool {
 /// Runs `hookloop mcp login secure` with its config folder in `dir`, playing the browser: the
 /// URL it prints is fetched, redirects followed, which ends at its loopback listener.
 async fn login_with_the_binary(dir: &Scratch, mcp_json: &str) -> String {
+    login_showing_the_url(dir, mcp_json).await.0
+}
+
+/// [`login_with_the_binary`], and the authorization URL it printed.
+async fn login_showing_the_url(dir: &Scratch, mcp_json: &str) -> (String, String) {
     let mut child = tokio::process::Command::new(HOOKLOOP)
         .args(["mcp", "login", "secure", "--mcp-config", mcp_json])
         .env("XDG_CONFIG_HOME", dir.path())
@@ -167,7 +172,18 @@ async fn login_with_the_binary(dir: &Scratch, mcp_json: &str) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let said = said.await.unwrap().join("\n");
     assert!(output.status.success(), "login failed: {stdout}{said}");
-    stdout
+    (stdout, url)
+}
+
+/// The scopes an authorization URL asks for.
+fn asked_scopes(url: &str) -> Vec<String> {
+    let url = reqwest::Url::parse(url).unwrap();
+    let scope = url
+        .query_pairs()
+        .find(|(k, _)| k == "scope")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    scope.split_whitespace().map(str::to_owned).collect()
 }
 
 fn store_path(dir: &Scratch) -> PathBuf {
@@ -296,6 +312,41 @@ async fn login_then_a_session_calls_tools_and_an_expired_token_is_refreshed() {
         );
         assert!(!logged.contains(secret.as_str()), "a token in the logs");
     }
+}
+
+#[tokio::test]
+async fn a_refused_step_up_is_kept_and_the_next_login_asks_for_its_scopes() {
+    let Some(python) = python() else { return };
+    let dir = Scratch::new("oauth-step-up");
+    let demand = dir.file("demand-admin");
+    let server = OAuthServer::start(&python, &["--demand-admin-when", &demand]);
+    let mcp_json = server.mcp_json(&dir);
+    let (said, url) = login_showing_the_url(&dir, &mcp_json).await;
+    assert_eq!(asked_scopes(&url), ["todo"], "{url}");
+    assert!(said.contains("secure: logged in (todo)"), "{said}");
+
+    // The server now wants `admin` as well. A session does not log in: the server is left
+    // out, and the scopes it asked for are kept.
+    std::fs::write(&demand, "").unwrap();
+    let store = TokenStore::file(store_path(&dir));
+    let (_host, failures) = McpHost::connect(servers(&server.url), options(store.clone()))
+        .await
+        .unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let message = failures[0].error.to_string();
+    assert!(message.contains("more access (todo admin)"), "{message}");
+    let entry = store.get(&server.url).unwrap().unwrap();
+    assert_eq!(entry.requested_scopes, ["todo", "admin"]);
+
+    // The next login asks for their union at once, and a session then gets in.
+    let (said, url) = login_showing_the_url(&dir, &mcp_json).await;
+    assert_eq!(asked_scopes(&url), ["todo", "admin"], "{url}");
+    assert!(said.contains("secure: logged in (todo admin)"), "{said}");
+    let (host, failures) = McpHost::connect(servers(&server.url), options(store))
+        .await
+        .unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(host.catalog().servers.len(), 1);
 }
 
 #[tokio::test]

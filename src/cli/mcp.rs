@@ -47,8 +47,9 @@ async fn login_inner(
         }
         Err(_) => None,
     };
-    // A login replaces the one stored, so that the server asks again.
-    store.remove(&url).map_err(Failure::failed)?;
+    // A login replaces the one stored, so that the server asks again; the scopes asked for
+    // before (a step-up's) are kept, and asked for again.
+    store.forget_login(&url).map_err(Failure::failed)?;
     let options = HostOptions {
         all_or_nothing: true,
         oauth: OAuthOptions {

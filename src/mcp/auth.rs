@@ -303,6 +303,13 @@ impl ServerAuth {
         problem: AuthProblem,
     ) -> Result<(), AuthError> {
         let mut state = self.state.lock().await;
+        // A step-up's scopes are kept even when this host cannot log in: the next login (of
+        // `hookloop mcp login`) asks for them, rather than for the ones the server refused.
+        if let Some(scopes) = &scopes
+            && let Err(error) = self.options.store.remember_scopes(&self.url, scopes)
+        {
+            tracing::warn!(server = %self.server, %error, "cannot keep the scopes the server asks for");
+        }
         if matches!(self.options.authorize, Authorize::Never) {
             self.note(problem.clone());
             return Err(AuthError::AuthorizationFailed(
@@ -357,11 +364,8 @@ impl ServerAuth {
             Some(manager) => manager.get_current_scopes().await,
             None => Vec::new(),
         };
-        for scope in required.split_whitespace() {
-            if !scopes.iter().any(|s| s == scope) {
-                scopes.push(scope.to_owned());
-            }
-        }
+        let required_scopes: Vec<String> = required.split_whitespace().map(str::to_owned).collect();
+        store::union_into(&mut scopes, &required_scopes);
         (scopes, required)
     }
 }

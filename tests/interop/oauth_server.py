@@ -5,14 +5,17 @@ registration, authorize, token with PKCE and refresh) and the resource server (p
 metadata, bearer tokens checked on every MCP request), on 127.0.0.1:PORT. The authorization page
 approves at once: there is no person in a test, so the browser step is a redirect.
 
-    oauth_server.py PORT [--token-secs N] [--refuse-refresh]
+    oauth_server.py PORT [--token-secs N] [--refuse-refresh] [--demand-admin-when FILE]
 
 Access tokens last N seconds (default 3600), so a test can watch one expire and be refreshed;
-with --refuse-refresh every refresh is refused (invalid_grant). The `stats` tool tells how many
-codes and refreshes the server issued.
+with --refuse-refresh every refresh is refused (invalid_grant). With --demand-admin-when, once
+FILE exists, an MCP request whose token lacks the `admin` scope is refused with `403
+insufficient_scope` naming `todo admin` (a step-up). The `stats` tool tells how many codes and
+refreshes the server issued.
 """
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -34,6 +37,8 @@ TOKEN_SECS = int(sys.argv[sys.argv.index("--token-secs") + 1]) if "--token-secs"
 REFUSE_REFRESH = "--refuse-refresh" in sys.argv
 BASE = f"http://127.0.0.1:{PORT}"
 SCOPE = "todo"
+ADMIN = "admin"
+DEMAND_FILE = sys.argv[sys.argv.index("--demand-admin-when") + 1] if "--demand-admin-when" in sys.argv else None
 
 
 class Provider:
@@ -126,7 +131,7 @@ server = MCPServer(
         validate_token_resource=False,
         required_scopes=[SCOPE],
         client_registration_options=ClientRegistrationOptions(
-            enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+            enabled=True, valid_scopes=[SCOPE, ADMIN], default_scopes=[SCOPE]
         ),
     ),
 )
@@ -144,5 +149,47 @@ def stats() -> str:
     return json.dumps(provider.stats)
 
 
+class DemandAdmin:
+    """With --demand-admin-when, once the file exists: refuses an MCP request whose token lacks
+    `admin` with the challenge a resource server sends for a step-up."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith("/mcp")
+            and DEMAND_FILE is not None
+            and os.path.exists(DEMAND_FILE)
+        ):
+            header = dict(scope["headers"]).get(b"authorization", b"").decode()
+            token = provider.access.get(header.removeprefix("Bearer ").strip())
+            # No token: the SDK's own 401 asks for a login.
+            if token is not None and ADMIN not in token.scopes:
+                challenge = (
+                    f'Bearer error="insufficient_scope", scope="{SCOPE} {ADMIN}", '
+                    f'resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"'
+                )
+                body = json.dumps({"error": "insufficient_scope"}).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", challenge.encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 if __name__ == "__main__":
-    server.run(transport="streamable-http", host="127.0.0.1", port=PORT)
+    import uvicorn
+
+    app = DemandAdmin(server.streamable_http_app(host="127.0.0.1"))
+    uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning")

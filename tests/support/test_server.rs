@@ -17,6 +17,7 @@
 //! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
 //! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
 //! | `TS_LEGACY` | speak protocol versions up to 2025-11-25 only (`initialize`, server requests) |
+//! | `TS_PARAM_HEADERS` | also list `param_headers` (properties marked `x-mcp-header`) and `bad_header` (an invalid mark); over HTTP, log `params <json>` (the `Mcp-Param-*` headers, names lowercased) for each `tools/call` |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
 //! `isError` result), `rpcerror` (a JSON-RPC error), `big` (1 MiB of text), `slow:MS:TEXT`,
@@ -331,12 +332,24 @@ impl ServerHandler for TestServer {
             unreachable!("a literal object")
         };
         let schema = Arc::new(schema);
-        let tools = self
-            .tool_names()
+        let mut names = self.tool_names();
+        if env("TS_PARAM_HEADERS").is_some() {
+            names.extend(["param_headers".to_owned(), "bad_header".to_owned()]);
+        }
+        let tools = names
             .into_iter()
             .map(|name| {
                 let description = format!("test tool {name}");
-                let mut tool = Tool::new(name.clone(), description, Arc::clone(&schema));
+                let schema = match name.as_str() {
+                    "param_headers" => param_headers_schema(),
+                    // A header name with a space is not an HTTP token: clients must drop the
+                    // tool.
+                    "bad_header" => object(json!({"type": "object", "properties": {
+                        "region": {"type": "string", "x-mcp-header": "My Region"}
+                    }})),
+                    _ => Arc::clone(&schema),
+                };
+                let mut tool = Tool::new(name.clone(), description, schema);
                 if name == "app_only" {
                     let Value::Object(meta) = json!({"ui": {"visibility": ["app"]}}) else {
                         unreachable!("a literal object")
@@ -462,6 +475,45 @@ impl ServerHandler for TestServer {
     }
 }
 
+/// A JSON object literal as a tool schema.
+fn object(value: Value) -> Arc<serde_json::Map<String, Value>> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => unreachable!("an object literal"),
+    }
+}
+
+/// The input schema of `param_headers`: every primitive kind marked for an `Mcp-Param-*`
+/// header, and one property that is not.
+fn param_headers_schema() -> Arc<serde_json::Map<String, Value>> {
+    object(json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "priority": {"type": "integer", "x-mcp-header": "Priority"},
+        "verbose": {"type": "boolean", "x-mcp-header": "Verbose"},
+        "note": {"type": "string", "x-mcp-header": "Note"},
+        "query": {"type": "string"}
+    }}))
+}
+
+/// With `TS_PARAM_HEADERS`, logs the `Mcp-Param-*` headers of a `tools/call` request.
+fn log_param_headers<B>(request: &hyper::Request<B>) {
+    if env("TS_PARAM_HEADERS").is_none()
+        || request.headers().get("mcp-method").map(|v| v.as_bytes()) != Some(b"tools/call")
+    {
+        return;
+    }
+    let params: serde_json::Map<String, Value> = request
+        .headers()
+        .iter()
+        .filter(|(name, _)| name.as_str().starts_with("mcp-param-"))
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            (name.as_str().to_owned(), Value::String(value))
+        })
+        .collect();
+    log(&format!("params {}", Value::Object(params)));
+}
+
 fn main() {
     if let Some(path) = env("TS_PID_FILE") {
         append(&path, &std::process::id().to_string());
@@ -533,6 +585,7 @@ async fn serve_http(addr: &str) {
         tokio::spawn(async move {
             let io = hyper_util::rt::TokioIo::new(stream);
             let handler = hyper::service::service_fn(move |request| {
+                log_param_headers(&request);
                 let service = service.clone();
                 async move { Ok::<_, std::convert::Infallible>(service.handle(request).await) }
             });

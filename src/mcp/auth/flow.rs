@@ -81,10 +81,19 @@ impl Flow<'_> {
             .unwrap_or(false);
         let metadata = resolution.metadata;
         manager.set_metadata(metadata.clone());
-        let scopes = match self.scopes {
+        let mut scopes = match self.scopes {
             Some(scopes) => scopes,
             None => manager.select_initial_scopes(&[]).await,
         };
+        // What earlier logins and step-ups asked for is asked again: a login that drops a
+        // scope a step-up added would be refused again on first use.
+        let store_error = |e: super::StoreError| FlowError::Io(e.to_string());
+        if let Some(entry) = self.store.get(self.url).map_err(store_error)? {
+            super::store::union_into(&mut scopes, &entry.requested_scopes);
+        }
+        self.store
+            .remember_scopes(self.url, &scopes)
+            .map_err(store_error)?;
 
         // The client's identity, in the order the MCP authorization spec gives: pre-registered,
         // then a client ID metadata document where the server takes one, then registration.

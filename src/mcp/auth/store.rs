@@ -52,6 +52,11 @@ pub struct ServerTokens {
     /// The authorization server's metadata at login: where to refresh, without discovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<AuthorizationMetadata>,
+    /// Every scope the server was asked for, a step-up's (`403 insufficient_scope`) included,
+    /// even one a session could not run: the next login asks for them all, so that it gets what
+    /// the server refused the last one for. Kept across logins; gone with a logout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_scopes: Vec<String>,
 }
 
 impl ServerTokens {
@@ -76,6 +81,7 @@ impl std::fmt::Debug for ServerTokens {
                 "metadata",
                 &self.metadata.as_ref().map(|m| &m.token_endpoint),
             )
+            .field("requested_scopes", &self.requested_scopes)
             .finish()
     }
 }
@@ -195,6 +201,30 @@ impl TokenStore {
             None
         })?;
         Ok(had)
+    }
+
+    /// Adds `scopes` to those asked of the server at `url` ([`ServerTokens::requested_scopes`]).
+    pub fn remember_scopes(&self, url: &str, scopes: &[String]) -> Result<(), StoreError> {
+        if scopes.is_empty() {
+            return Ok(());
+        }
+        self.update(url, |old| {
+            let mut entry = old.unwrap_or_default();
+            union_into(&mut entry.requested_scopes, scopes);
+            Some(entry)
+        })
+    }
+
+    /// Forgets the login of the server at `url` (tokens, client, metadata) before a new one,
+    /// keeping the scopes it was asked for, which the new login asks for again.
+    pub fn forget_login(&self, url: &str) -> Result<(), StoreError> {
+        self.update(url, |old| {
+            let requested_scopes = old?.requested_scopes;
+            (!requested_scopes.is_empty()).then(|| ServerTokens {
+                requested_scopes,
+                ..ServerTokens::default()
+            })
+        })
     }
 
     /// rmcp's view of one server's entry.
@@ -346,6 +376,15 @@ impl CredentialStore for Credentials {
     }
 }
 
+/// Appends to `scopes` each of `more` it lacks, in order.
+pub(super) fn union_into(scopes: &mut Vec<String>, more: &[String]) {
+    for scope in more {
+        if !scopes.contains(scope) {
+            scopes.push(scope.clone());
+        }
+    }
+}
+
 /// The access token of a token response.
 pub(super) fn rmcp_token(response: &rmcp::transport::auth::OAuthTokenResponse) -> &str {
     use oauth2::TokenResponse;
@@ -375,7 +414,7 @@ mod tests {
                 Some(ServerTokens {
                     credentials: Some(credentials("t-a")),
                     client_secret: Some("s".into()),
-                    metadata: None,
+                    ..ServerTokens::default()
                 })
             })
             .unwrap();
@@ -383,8 +422,7 @@ mod tests {
             .update("http://b/mcp", |_| {
                 Some(ServerTokens {
                     credentials: Some(credentials("t-b")),
-                    client_secret: None,
-                    metadata: None,
+                    ..ServerTokens::default()
                 })
             })
             .unwrap();
@@ -426,10 +464,49 @@ mod tests {
         let entry = ServerTokens {
             credentials: Some(credentials("very-secret-token")),
             client_secret: Some("very-secret-client".into()),
-            metadata: None,
+            ..ServerTokens::default()
         };
         let shown = format!("{entry:?}");
         assert!(!shown.contains("very-secret"), "{shown}");
+    }
+
+    #[test]
+    fn a_new_login_keeps_the_requested_scopes_and_a_logout_forgets_them() {
+        let store = TokenStore::file(tempdir().join(FILE_NAME));
+        let url = "http://a/mcp";
+        store
+            .update(url, |_| {
+                Some(ServerTokens {
+                    credentials: Some(credentials("t-a")),
+                    ..ServerTokens::default()
+                })
+            })
+            .unwrap();
+        store
+            .remember_scopes(url, &["a".into(), "b".into()])
+            .unwrap();
+        store
+            .remember_scopes(url, &["b".into(), "c".into()])
+            .unwrap();
+        store.forget_login(url).unwrap();
+        let entry = store.get(url).unwrap().unwrap();
+        assert!(!entry.has_token());
+        assert_eq!(entry.requested_scopes, ["a", "b", "c"]);
+        assert!(store.remove(url).unwrap());
+        assert!(store.get(url).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_entry_written_before_requested_scopes_existed_still_reads() {
+        let path = tempdir().join(FILE_NAME);
+        let old = r#"{"version": 1, "servers": {"http://a/mcp": {"client_secret": "s"}}}"#;
+        std::fs::write(&path, old).unwrap();
+        let entry = TokenStore::file(&path)
+            .get("http://a/mcp")
+            .unwrap()
+            .unwrap();
+        assert!(entry.requested_scopes.is_empty());
+        assert_eq!(entry.client_secret.as_deref(), Some("s"));
     }
 
     fn tempdir() -> PathBuf {

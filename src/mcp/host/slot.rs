@@ -580,6 +580,12 @@ fn jitter() -> Jitter {
 fn http_config(config: &HttpConfig) -> Result<StreamableHttpClientTransportConfig, String> {
     let mut headers = HashMap::with_capacity(config.headers.len());
     for (name, value) in &config.headers {
+        if is_request_mirror_header(name) {
+            return Err(format!(
+                "header {name:?} cannot be configured: the client derives it from each request \
+                 (a fixed one would contradict the request body)"
+            ));
+        }
         let name = http::HeaderName::try_from(name.as_str())
             .map_err(|e| format!("invalid header name {name:?}: {e}"))?;
         let value = http::HeaderValue::try_from(value.as_str())
@@ -587,6 +593,19 @@ fn http_config(config: &HttpConfig) -> Result<StreamableHttpClientTransportConfi
         headers.insert(name, value);
     }
     Ok(StreamableHttpClientTransportConfig::with_uri(config.url.as_str()).custom_headers(headers))
+}
+
+/// Whether `name` is one of the headers that mirror a request's body (SEP-2243, protocol
+/// 2026-07-28): `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`. The transport sets them per request
+/// and leaves a configured one in place where it sets none, so a configured `Mcp-Param-Region`
+/// would be sent for a call whose `region` is null or absent.
+fn is_request_mirror_header(name: &str) -> bool {
+    const PARAM: &str = "mcp-param-";
+    name.eq_ignore_ascii_case("mcp-method")
+        || name.eq_ignore_ascii_case("mcp-name")
+        || name
+            .get(..PARAM.len())
+            .is_some_and(|prefix| prefix.eq_ignore_ascii_case(PARAM))
 }
 
 /// Whether an rmcp error means the connection is gone (rather than the server refusing one
