@@ -398,14 +398,27 @@ mod tests {
         )
     }
 
-    proptest! {
-        #[test]
-        fn reused_encodings_give_the_bodies_encoding_from_scratch_gives(
-            steps in prop::collection::vec(step(), 1..60),
-        ) {
+    #[test]
+    fn reused_encodings_give_the_bodies_encoding_from_scratch_gives() {
+        // A case is a whole session (up to 60 requests, each encoded six ways), so this property
+        // runs a tenth of PROPTEST_CASES (CI: 10,000): the same depth per case, a minute of CI.
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse::<u32>().ok())
+            .unwrap_or(256);
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: (cases / 10).max(64),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let sessions = prop::collection::vec(step(), 1..60);
+        let outcome = runner.run(&sessions, |steps| {
             let (chat, messages_api, uncached_api) = clients();
             let mut history: Vec<Message> = Vec::new();
-            let mut lineage = Lineage { history: 1, tools: 0 };
+            let mut lineage = Lineage {
+                history: 1,
+                tools: 0,
+            };
             let mut tools = Vec::new();
             for step in steps {
                 match step {
@@ -417,7 +430,11 @@ mod tests {
                     }
                     Step::Catalog(which) => {
                         tools = catalog(which);
-                        lineage.tools = if which == 0 { 0 } else { 100 + u64::from(which) };
+                        lineage.tools = if which == 0 {
+                            0
+                        } else {
+                            100 + u64::from(which)
+                        };
                     }
                 }
                 let request = LlmRequest {
@@ -430,21 +447,24 @@ mod tests {
                     lineage: Some(lineage),
                 };
                 let scratch = String::from_utf8(
-                    openai::request_body(chat.model(), Default::default(), &request).unwrap()
-                ).unwrap();
+                    openai::request_body(chat.model(), Default::default(), &request).unwrap(),
+                )
+                .unwrap();
                 prop_assert_eq!(
                     String::from_utf8(chat.request_body(&request).unwrap()).unwrap(),
                     scratch.clone()
                 );
-                let streamed = chat.encoded(&request, Some(stream::OPENAI_STREAM_FIELDS)).unwrap();
+                let streamed = chat
+                    .encoded(&request, Some(stream::OPENAI_STREAM_FIELDS))
+                    .unwrap();
                 prop_assert_eq!(
                     String::from_utf8(streamed.to_vec()).unwrap(),
                     with_fields(stream::OPENAI_STREAM_FIELDS, &scratch)
                 );
                 for (client, caching) in [(&messages_api, true), (&uncached_api, false)] {
-                    let scratch = String::from_utf8(
-                        anthropic::request_body("m", caching, &request).unwrap()
-                    ).unwrap();
+                    let scratch =
+                        String::from_utf8(anthropic::request_body("m", caching, &request).unwrap())
+                            .unwrap();
                     prop_assert_eq!(
                         String::from_utf8(client.request_body(&request).unwrap()).unwrap(),
                         scratch.clone()
@@ -458,6 +478,10 @@ mod tests {
                     );
                 }
             }
+            Ok(())
+        });
+        if let Err(failure) = outcome {
+            panic!("{failure}");
         }
     }
 
