@@ -190,6 +190,22 @@ pub(crate) fn write_json(
         .map_err(|e| LlmError::Other(format!("cannot encode the request: {e}")))
 }
 
+/// Opens a request body's JSON object in `head`: the stream fields first when the request
+/// streams (both dialects put them there), then `"model"`. The caller writes on after it.
+pub(crate) fn open_body(
+    head: &mut Vec<u8>,
+    stream_fields: Option<&str>,
+    model: &str,
+) -> Result<(), LlmError> {
+    head.push(b'{');
+    if let Some(fields) = stream_fields {
+        head.extend_from_slice(fields.as_bytes());
+        head.push(b',');
+    }
+    head.extend_from_slice(br#""model":"#);
+    write_json(head, model)
+}
+
 /// One session's reusable encodings.
 struct Slot {
     history: u64,

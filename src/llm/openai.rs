@@ -204,13 +204,7 @@ fn body(
 ) -> Result<RequestBody, LlmError> {
     let mut out = BodyWriter::default();
     let head = out.buf();
-    head.push(b'{');
-    if let Some(fields) = stream_fields {
-        head.extend_from_slice(fields.as_bytes());
-        head.push(b',');
-    }
-    head.extend_from_slice(br#""model":"#);
-    encode::write_json(head, model)?;
+    encode::open_body(head, stream_fields, model)?;
     head.extend_from_slice(br#","messages":["#);
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
         encode::write_json(head, &ChatMessage::System { content: system })?;
