@@ -99,18 +99,19 @@ async fn session_start_context_follows_the_first_prompt_once_per_session() {
     let provider = FakeProvider::start(|_| Reply::text("done"));
     let scratch = Scratch::new("acp-session-start");
     let log = scratch.file("ctx.log");
-    let mut agent = Agent::spawn(&provider, &[]);
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([test_server(
+    let (mut agent, session) = Agent::start(
+        &provider,
+        &[],
+        json!([test_server(
             "ctx",
             &[
                 ("TS_HOOKS", "_SessionStart"),
                 ("TS_SESSION_START", "say:2 open todos"),
                 ("TS_LOG", &log),
             ]
-        )]))
-        .await;
+        )]),
+    )
+    .await;
 
     let (reply, updates) = agent.prompt_to_end(&session, "first").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
@@ -154,10 +155,10 @@ async fn user_prompt_submit_sees_each_prompt_and_its_context_follows_that_prompt
     let provider = FakeProvider::start(|_| Reply::text("done"));
     let scratch = Scratch::new("acp-user-prompt");
     let log = scratch.file("ctx.log");
-    let mut agent = Agent::spawn(&provider, &[]);
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([test_server(
+    let (mut agent, session) = Agent::start(
+        &provider,
+        &[],
+        json!([test_server(
             "ctx",
             &[
                 ("TS_HOOKS", "_UserPromptSubmit"),
@@ -167,8 +168,9 @@ async fn user_prompt_submit_sees_each_prompt_and_its_context_follows_that_prompt
                 ),
                 ("TS_LOG", &log),
             ]
-        )]))
-        .await;
+        )]),
+    )
+    .await;
 
     let (reply, updates) = agent.prompt_to_end(&session, "fix the bug").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
@@ -221,10 +223,10 @@ async fn pre_tool_use_denials_keep_the_tool_from_running_and_answer_its_call_onc
     });
     let scratch = Scratch::new("acp-pre-tool-use");
     let (tools_log, guard_log) = (scratch.file("tools.log"), scratch.file("guard.log"));
-    let mut agent = Agent::spawn(&provider, &[]);
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([
+    let (mut agent, session) = Agent::start(
+        &provider,
+        &[],
+        json!([
             test_server("tools", &[("TS_LOG", &tools_log)]),
             test_server(
                 "guard",
@@ -241,8 +243,9 @@ async fn pre_tool_use_denials_keep_the_tool_from_running_and_answer_its_call_onc
                     ("TS_PRE_TOOL_USE", "say:not audited")
                 ]
             ),
-        ]))
-        .await;
+        ]),
+    )
+    .await;
 
     let (reply, updates) = agent.prompt_to_end(&session, "say hello").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
@@ -299,17 +302,18 @@ async fn pre_tool_use_that_times_out_denies_nothing_and_the_tool_runs() {
     });
     let scratch = Scratch::new("acp-pre-tool-use-timeout");
     let tools_log = scratch.file("tools.log");
-    let mut agent = Agent::spawn(&provider, &[("SPROUT_AGENT_HOOK_TIMEOUT_MS", "300")]);
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([
+    let (mut agent, session) = Agent::start(
+        &provider,
+        &[("SPROUT_AGENT_HOOK_TIMEOUT_MS", "300")],
+        json!([
             test_server("tools", &[("TS_LOG", &tools_log)]),
             test_server(
                 "guard",
                 &[("TS_HOOKS", "_PreToolUse"), ("TS_PRE_TOOL_USE", "hang")]
             ),
-        ]))
-        .await;
+        ]),
+    )
+    .await;
     let (reply, updates) = agent.prompt_to_end(&session, "say hello").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     assert_eq!(count(&tools_log, "call echo"), 1, "{:?}", lines(&tools_log));
@@ -341,10 +345,10 @@ async fn post_tool_use_sees_the_call_and_its_output_and_its_context_follows_the_
     });
     let scratch = Scratch::new("acp-post-tool-use");
     let log = scratch.file("notes.log");
-    let mut agent = Agent::spawn(&provider, &[]);
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([
+    let (mut agent, session) = Agent::start(
+        &provider,
+        &[],
+        json!([
             test_server("tools", &[]),
             test_server(
                 "notes",
@@ -354,8 +358,9 @@ async fn post_tool_use_sees_the_call_and_its_output_and_its_context_follows_the_
                     ("TS_LOG", &log),
                 ]
             ),
-        ]))
-        .await;
+        ]),
+    )
+    .await;
     let (reply, updates) = agent.prompt_to_end(&session, "say hi").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     assert_shown_as(
@@ -411,24 +416,22 @@ async fn pre_compact_guidance_reaches_the_summary_request_and_no_other() {
     });
     let scratch = Scratch::new("acp-pre-compact");
     let log = scratch.file("mem.log");
-    let mut agent = Agent::spawn(
+    let (mut agent, session) = Agent::start(
         &provider,
         &[
             ("HOOKLOOP_MAX_CONTEXT_TOKENS", "1200"),
             ("HOOKLOOP_MAX_OUTPUT_TOKENS", "100"),
         ],
-    );
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([test_server(
+        json!([test_server(
             "mem",
             &[
                 ("TS_HOOKS", "_PreCompact"),
                 ("TS_PRE_COMPACT", "say:keep the word PINEAPPLE"),
                 ("TS_LOG", &log),
             ]
-        )]))
-        .await;
+        )]),
+    )
+    .await;
     let (reply, updates) = agent.prompt_to_end(&session, "remember").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     assert_shown_as(
@@ -472,9 +475,8 @@ async fn session_end_is_called_once_on_session_close() {
     let provider = FakeProvider::start(|_| Reply::text("done"));
     let scratch = Scratch::new("acp-session-end-close");
     let log = scratch.file("end.log");
-    let mut agent = Agent::spawn(&provider, &[]);
-    agent.initialize().await;
-    let session = agent.new_session(json!([session_end_server(&log)])).await;
+    let (mut agent, session) =
+        Agent::start(&provider, &[], json!([session_end_server(&log)])).await;
     let (reply, _) = agent.prompt_to_end(&session, "work").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     assert_eq!(count(&log, "call _SessionEnd"), 0, "not before the close");
@@ -504,11 +506,8 @@ async fn session_end_is_called_once_per_session_when_the_client_disconnects() {
     let provider = FakeProvider::start(|_| Reply::text("done"));
     let scratch = Scratch::new("acp-session-end-disconnect");
     let (worked, idle) = (scratch.file("worked.log"), scratch.file("idle.log"));
-    let mut agent = Agent::spawn(&provider, &[]);
-    agent.initialize().await;
-    let session = agent
-        .new_session(json!([session_end_server(&worked)]))
-        .await;
+    let (mut agent, session) =
+        Agent::start(&provider, &[], json!([session_end_server(&worked)])).await;
     // A session that never ran a prompt ends too.
     let idle_session = agent.new_session(json!([session_end_server(&idle)])).await;
     let (reply, _) = agent.prompt_to_end(&session, "work").await;
@@ -536,9 +535,7 @@ async fn a_loaded_session_keeps_its_acp_id_in_hook_calls() {
         |log: &str| test_server("ctx", &[("TS_HOOKS", "_UserPromptSubmit"), ("TS_LOG", log)]);
     let env = [("HOOKLOOP_RECORD_DIR", records.as_str())];
 
-    let mut agent = Agent::spawn(&provider, &env);
-    agent.initialize().await;
-    let session = agent.new_session(json!([server(&before)])).await;
+    let (mut agent, session) = Agent::start(&provider, &env, json!([server(&before)])).await;
     let (reply, _) = agent.prompt_to_end(&session, "first").await;
     assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
     agent.disconnect().await;

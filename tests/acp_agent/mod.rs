@@ -31,6 +31,18 @@ impl Agent {
         Self::spawn_with(provider, env, |_| {})
     }
 
+    /// Starts the agent, initializes it and opens one session with these `mcpServers`.
+    pub async fn start(
+        provider: &FakeProvider,
+        env: &[(&str, &str)],
+        servers: Value,
+    ) -> (Self, String) {
+        let mut agent = Self::spawn(provider, env);
+        agent.initialize().await;
+        let session = agent.new_session(servers).await;
+        (agent, session)
+    }
+
     /// Like [`Agent::spawn`], with `adjust` applied to the command last.
     pub fn spawn_with(
         provider: &FakeProvider,
