@@ -13,12 +13,18 @@
 //! `cargo bench --bench hooks` prints the ratios after criterion's own report.
 //!
 //! The CPU-time group runs on the runtime the binary runs on (one thread). Where a round's
-//! instructions go, by `callgrind` (see [`PROFILE_VAR`]): about 133 k instructions a server,
-//! of which rmcp's JSON-RPC encoding of the request and decoding of the answer take about 89 k
-//! and hookloop's own code (the slot lookup, `_meta`, the answer's text) about 4 k; the round's
-//! fixed part is about 4 k. Each server needs a request and an answer of its own, so eight
-//! servers cost close to eight times one: the 1.5× goal is out of reach for any fan-out whose
-//! per-server work is a JSON-RPC exchange.
+//! instructions go, by `callgrind` (see [`PROFILE_VAR`]), with the stdio line transport
+//! (`src/mcp/transport.rs`): about 125 k instructions a server (170 k with rmcp's own stream
+//! transport). Of a server's share, encoding the `tools/call` request takes about 38 k (on
+//! protocol 2026-07-28 its `_meta` carries the client's capabilities and info, written out of
+//! `serde_json::Value`s, and the argument text is escaped byte by byte); decoding the answer
+//! about 13 k (straight into `CallToolResult`); rmcp's request path about 27 k (building that
+//! `_meta`, the capabilities through `serde_json::to_value` on every request; the clone of the
+//! parameters; the hop to its service task; a spawned task per write; the responder); hookloop's
+//! own code (the slot lookup, `_meta`, the clone of the arguments, the answer's text) about 11 k.
+//! The round's fixed part is about 3 k. Each server needs a request and an answer of its own,
+//! one pipe write and one read, so eight servers cost close to eight times one: the 1.5× goal
+//! is out of reach for any fan-out whose per-server work is a JSON-RPC exchange.
 
 use std::hint::black_box;
 use std::process::Stdio;

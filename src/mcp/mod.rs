@@ -11,6 +11,7 @@ mod config;
 mod convert;
 mod elicit;
 mod host;
+mod transport;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -27,6 +27,7 @@ use crate::machine::ToolInfo;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
+use crate::mcp::transport::LineTransport;
 use crate::mcp::{McpError, Person, convert};
 use crate::supervisor::{self, Fact, HookTurn, Jitter, Order, Supervisor};
 use crate::text::lock;
@@ -447,7 +448,8 @@ impl Slot {
                         Handshake::Spawn(format!("could not run {:?}: {e}", config.command))
                     })?;
                 // If the handshake fails or times out, dropping `child` kills the group.
-                let service = serve_client_with_lifecycle(handler, (stdout, stdin), lifecycle)
+                let transport = LineTransport::new(stdout, stdin);
+                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                     .await
                     .map_err(|e| Handshake::Init(Box::new(e)))?;
                 Ok((service, Some(Mutex::new(child))))
@@ -483,7 +485,8 @@ impl Slot {
             #[cfg(test)]
             Launch::Duplex(make) => {
                 let (read, write) = tokio::io::split(make());
-                let service = serve_client_with_lifecycle(handler, (read, write), lifecycle)
+                let transport = LineTransport::new(read, write);
+                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                     .await
                     .map_err(|e| Handshake::Init(Box::new(e)))?;
                 Ok((service, None))
