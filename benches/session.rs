@@ -25,8 +25,8 @@
 //!
 //! The user/system split comes from `getrusage`, which divides the precise CPU time by the
 //! proportion of timer ticks that fell in each mode: a batch lasts about one tick, so the
-//! user-mode figure is noisier than the total (a wider interval; read its estimate, not a
-//! single sample), though not biased.
+//! user-mode figure is much noisier than the total (its interval is about ±20% on a busy
+//! two-core machine); compare estimates over several runs, not single samples.
 //!
 //! Target: a round at history 5,000 costs at most 1.5× a round at history 10.
 
