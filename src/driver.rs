@@ -389,7 +389,9 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         let host = &self.host;
         let run = |call: ToolCall| async move {
             let started = Instant::now();
-            let output = host.call_tool(&call).await;
+            // Boxed where it is made: the host's call is a large future (an MCP round trip),
+            // and unboxed it would be copied whole at each move on its way into the fan-out.
+            let output = Box::pin(host.call_tool(&call)).await;
             let elapsed_ms = started.elapsed().as_millis();
             tracing::debug!(tool = %call.name, elapsed_ms, "tool call ended");
             Input::ToolFinished {
@@ -486,7 +488,8 @@ pub(crate) fn hook_calls<'a>(
 /// Calls one hook. The host enforces the hook's timeout; this also bounds a host that does not,
 /// `HOOK_GRACE` past it.
 pub(crate) async fn call_hook_bounded(host: &impl ToolHost, call: &HookCall) -> HookReply {
-    tokio::time::timeout(call.timeout + HOOK_GRACE, host.call_hook(call))
+    // Boxed for the reason `perform_tools` boxes a tool call: a large future moved several times.
+    tokio::time::timeout(call.timeout + HOOK_GRACE, Box::pin(host.call_hook(call)))
         .await
         .unwrap_or(HookReply::TimedOut)
 }
