@@ -88,8 +88,8 @@ use super::invariants::{Invariants, Violation};
 use crate::hooks::{Hook, HookServers, ServerName};
 use crate::machine::{
     CallId, Canon, Catalog, Effect, Grain, HookReply, Input, LlmReply, Machine, MachineError,
-    PermissionDecision, Phase, Policy, Purpose, ServerTools, StopReason, ToolCall, ToolHints,
-    ToolInfo, ToolOutput, Usage,
+    PermissionDecision, Phase, Policy, Purpose, ServerTools, SizeRegion, StopReason, ToolCall,
+    ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -377,18 +377,40 @@ pub struct Report {
     pub phases: BTreeSet<String>,
     /// Every kind of order given (effect, hook, notice, finish reason), for comparing grains.
     pub orders: BTreeSet<String>,
+    /// The most tokens of the abstract grain's size region any visited state used, and its
+    /// limit (see [`Machine::size_region`]).
+    pub region: SizeRegion,
+    /// The most tokens of the region a single fact added.
+    pub region_step: u64,
+}
+
+impl Report {
+    /// How many facts every sequence from the start may have and stay in the size region: the
+    /// room the small messages have (the limit less the fixed part, the largest usage figure
+    /// within the budget and what the start holds) over the most one fact adds. An exhausted
+    /// exploration at the abstract grain verifies every sequence of facts of at most this
+    /// length; otherwise, and at the other grains, every sequence of at most `depth` facts.
+    pub fn sound_length(&self, start: SizeRegion) -> usize {
+        let room = start
+            .limit
+            .saturating_sub(start.small + start.fixed + USAGE_BELOW + 1);
+        usize::try_from(room / self.region_step.max(1)).unwrap_or(usize::MAX)
+    }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: {} states, {} transitions, depth {}{}",
+            "{}: {} states, {} transitions, depth {}{}; size region {}/{} tokens, {} per fact",
             self.setup.name(),
             self.states,
             self.transitions,
             self.depth,
-            if self.exhausted { " (exhausted)" } else { "" }
+            if self.exhausted { " (exhausted)" } else { "" },
+            self.region.used(),
+            self.region.limit,
+            self.region_step,
         )
     }
 }
@@ -446,15 +468,21 @@ struct Frontier<S> {
 }
 
 /// Explores `setup` from `start` breadth first to `max_depth` facts, or until no new state is
-/// left, merging states at the coarse [`Grain`]. Returns the first violation as a shortest
+/// left, merging states at the abstract [`Grain`]. Returns the first violation as a shortest
 /// counterexample.
 pub fn explore<S: Subject>(
     setup: &Setup,
     start: S,
     max_depth: usize,
 ) -> Result<Report, Box<Counterexample>> {
-    explore_at(setup, start, max_depth, Grain::Coarse)
+    explore_at(setup, start, max_depth, Grain::Abstract)
 }
+
+/// The clamp on the request bound's slack at the abstract grain, over the `_Stop` budget: the
+/// most any state of the alphabet needs is one prompt's or one reply's request beyond the
+/// objections the budget pays for. Too low a cap would show as a violation, never hide one
+/// ([`Invariants::capping_slack`]).
+const SLACK_OVER_BUDGET: i64 = 2;
 
 /// [`explore`], merging states that are equal at `grain`.
 pub fn explore_at<S: Subject>(
@@ -472,8 +500,14 @@ pub fn explore_at<S: Subject>(
         exhausted: false,
         phases: BTreeSet::from([start.machine().phase().to_string()]),
         orders: BTreeSet::new(),
+        region: start.machine().size_region(),
+        region_step: 0,
     };
-    let invariants = Invariants::new(start.machine().policy());
+    let mut invariants = Invariants::new(start.machine().policy());
+    if grain == Grain::Abstract {
+        let budget = i64::from(start.machine().policy().stop_max_rejections);
+        invariants = invariants.capping_slack(budget + SLACK_OVER_BUDGET);
+    }
     let mut seen = HashSet::new();
     let spelled: Vec<CallId> = SPELLED.iter().map(|id| CallId((*id).into())).collect();
     let mut buffer = Canon::new(grain).spelling(&spelled);
@@ -545,6 +579,27 @@ pub fn explore_at<S: Subject>(
                 if let Err(violation) =
                     invariants.check(before, &fact, subject.machine(), &effects, history_before)
                 {
+                    return Err(counterexample(
+                        setup, &start, &nodes, item.node, &fact, violation,
+                    ));
+                }
+                let region = subject.machine().size_region();
+                let step = region
+                    .small
+                    .saturating_sub(item.subject.machine().size_region().small);
+                report.region_step = report.region_step.max(step);
+                if region.used() > report.region.used() {
+                    report.region = region;
+                }
+                if grain == Grain::Abstract && !region.holds() {
+                    let violation = Violation {
+                        rule: "the abstract grain stays in its size region",
+                        detail: format!(
+                            "{} tokens of small messages, request and usage; the limit is {}",
+                            region.used(),
+                            region.limit
+                        ),
+                    };
                     return Err(counterexample(
                         setup, &start, &nodes, item.node, &fact, violation,
                     ));
