@@ -51,8 +51,47 @@
 //!   pairing of whole requests, which the validity bit decides for the folded part because a
 //!   request starts at a unit boundary.
 //!
-//! `tests/explore.rs` checks the coarse grain against the exact one: the same phases, the same
-//! violations at the same depth, for every configuration class at a small bound.
+//! # The abstract grain, and why it is sound within its size region
+//!
+//! The coarse grain still keeps sizes and one entry per older unit, so its states never stop
+//! growing. The abstract grain starts from the coarse one and keeps sizes only as the
+//! comparisons the machine makes with them. It is sound while the *size region* holds
+//! ([`Machine::size_region`]): the tokens of every small message in the history (a message is
+//! long when it alone is over the context budget `B`), plus the fixed part of a request (system
+//! prompt, tools, summary instruction), plus a reported usage within `B`, stay under `B/2`.
+//! Within the region every comparison the machine makes has the outcome it would have if small
+//! messages weighed nothing and a long one weighed more than `B`:
+//!
+//! - the estimate (`B` is the bound): before usage is known it is over exactly when a long
+//!   message is held; after, exactly when the usage is over `B` or a long message came after the
+//!   reported request. The encoding keeps these three facts, and whether a long message came
+//!   after the last request (the next anchor's).
+//! - the summary's start (`fitting_suffix`, room about `B`): the newest unit always, and every
+//!   older unit back to, not including, the newest long message;
+//! - dropping the oldest (`drop_oldest`, target `B/2`): with a small prompt, everything after
+//!   the prompt is kept, and of the turns before it those from the first turn after the newest
+//!   long message (or from the first turn if there is none); with a long prompt, the prompt and
+//!   the newest unit after it only;
+//! - `fitting_suffix(0) > 0`, the compaction guard: whether anything precedes the newest unit.
+//!
+//! So the history before the newest exchange is cut only at a few bounds: `u`, just after the
+//! newest long message before the prompt; `t`, the first turn at or after `u`; the prompt `p`;
+//! and `p + 1`. The encoding keeps, for each of the segments between them, whether it is empty,
+//! whether it is validly paired with no call open and shares no id with what follows (two such
+//! segments concatenate to one that is, and only then: a segment starts at a unit, so a call
+//! left open in one meets a message that is no result), and which of the alphabet's spelled ids
+//! it holds (they decide whether the machine renames a new call); and for the prompt whether it
+//! is long. The newest exchange is kept message by message, each as long or small with its
+//! shape. Every cut a compaction makes is at a bound, so the segments after it are unions of
+//! segments before it; every other fact appends to the newest exchange or moves it into the
+//! segments. Two states with equal encodings therefore answer every fact of the alphabet with
+//! the same kinds of orders and reach states with equal encodings, as long as both stay in the
+//! region. The explorer checks the region on every state it visits and measures the most
+//! tokens one fact adds, which gives how many facts any sequence may have and stay in it.
+//!
+//! `tests/explore.rs` checks the coarser grains against the exact one: the same phases and
+//! kinds of orders, the planted violations at the same depth, on a sample of the configuration
+//! classes at a small bound.
 
 use std::collections::{HashMap, HashSet};
 
