@@ -277,6 +277,37 @@ fn explore_deep() {
 }
 
 #[test]
+fn a_history_of_small_messages_over_half_the_budget_leaves_the_size_region() {
+    // The abstract grain is sound only in its region; the explorer relies on `holds` to say
+    // when a state has left it.
+    let setup = Setup {
+        servers: vec![0],
+        allow: Allow::Off,
+        budget: 0,
+        permission: false,
+    };
+    let mut machine = setup.machine();
+    let start = machine.size_region();
+    assert!(start.holds(), "{start:?}");
+    let mut prompts = 0;
+    while machine.size_region().holds() {
+        machine
+            .handle(Input::Prompted {
+                text: "y".repeat(400),
+            })
+            .unwrap();
+        machine.handle(Input::Cancelled).unwrap();
+        while machine.poll_effect().is_some() {}
+        prompts += 1;
+        assert!(prompts < 100, "{:?}", machine.size_region());
+    }
+    let left = machine.size_region();
+    // 100 tokens a prompt: out once the small messages pass half the budget (1,000 tokens).
+    assert!(left.used() >= left.limit, "{left:?}");
+    assert!((9..=10).contains(&prompts), "{prompts} prompts, {left:?}");
+}
+
+#[test]
 fn every_configuration_maps_to_a_class_whose_machine_is_the_same() {
     // The classes are sound only if a setup and its representative give machines in the same
     // state under both catalogs of the alphabet, and differ in budget only where no `_Stop`
@@ -599,4 +630,62 @@ fn each_hook_alone_holds_every_invariant_to_depth_12() {
         let length = report.sound_length(report.setup.machine().size_region());
         eprintln!("{report}; sound for {length} facts");
     }
+}
+
+/// The invariants after `cycles` rounds of: a prompt, a reply with a tool call, a cancel; each
+/// round credits the request bound one request it never makes.
+fn invariants_after_cancelled_calls(cycles: usize, cap: Option<i64>) -> Vec<u8> {
+    let setup = Setup {
+        servers: vec![0],
+        allow: Allow::Off,
+        budget: 1,
+        permission: false,
+    };
+    let mut machine = setup.machine();
+    let mut invariants = hookloop::testing::Invariants::new(machine.policy());
+    if let Some(cap) = cap {
+        invariants = invariants.capping_slack(cap);
+    }
+    let call = hookloop::machine::LlmReply {
+        tool_calls: vec![hookloop::machine::ToolCall {
+            id: hookloop::machine::CallId("c1".into()),
+            name: "s0__run".into(),
+            arguments: serde_json::json!({}),
+        }],
+        stop: hookloop::machine::StopReason::ToolUse,
+        ..Default::default()
+    };
+    for _ in 0..cycles {
+        for fact in [
+            Input::Prompted { text: "go".into() },
+            Input::LlmReplied {
+                reply: call.clone(),
+            },
+            Input::Cancelled,
+        ] {
+            let before = machine.phase();
+            let history = machine.history().to_vec();
+            machine.handle(fact.clone()).unwrap();
+            let effects: Vec<Effect> = std::iter::from_fn(|| machine.poll_effect()).collect();
+            invariants
+                .check(before, &fact, &machine, &effects, &history)
+                .unwrap();
+        }
+    }
+    let mut canon = Canon::new(Grain::Abstract);
+    invariants.fingerprint(&mut canon);
+    canon.bytes().to_vec()
+}
+
+#[test]
+fn capping_the_slack_makes_the_invariants_after_many_cancelled_calls_equal() {
+    // Uncapped, each cancelled call leaves one more request of slack: a new state per round.
+    assert_ne!(
+        invariants_after_cancelled_calls(3, None),
+        invariants_after_cancelled_calls(4, None)
+    );
+    assert_eq!(
+        invariants_after_cancelled_calls(3, Some(3)),
+        invariants_after_cancelled_calls(4, Some(3))
+    );
 }
