@@ -26,20 +26,41 @@ fn bits(hooks: &[Hook]) -> u8 {
 
 const ALL_HOOKS: u8 = 0xFF;
 
-/// Explores every setup to `depth`; panics with the counterexample on a violation.
+/// Explores every setup to `depth`, the setups shared out over the machine's cores; panics
+/// with the counterexample on a violation.
 fn explore_all(setups: &[Setup], depth: usize) -> Vec<Report> {
     let started = Instant::now();
-    let reports: Vec<Report> = setups
-        .iter()
-        .map(|setup| {
-            let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
-            assert!(
-                report.depth >= depth || report.exhausted,
-                "{report}: stopped short of depth {depth}"
-            );
-            report
-        })
-        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let one = |setup: &Setup| {
+        let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
+        assert!(
+            report.depth >= depth || report.exhausted,
+            "{report}: stopped short of depth {depth}"
+        );
+        report
+    };
+    let reports: Vec<Report> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    setups
+                        .iter()
+                        .skip(t)
+                        .step_by(threads)
+                        .map(one)
+                        .collect::<Vec<Report>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
     let states: usize = reports.iter().map(|r| r.states).sum();
     let transitions: usize = reports.iter().map(|r| r.transitions).sum();
     eprintln!(

@@ -565,6 +565,7 @@ pub fn explore_at<S: Subject>(
                     setup, &start, &nodes, item.node, &probe, violation,
                 ));
             }
+            let small_before = item.subject.machine().size_region().small;
             for fact in alphabet.facts(before, &item.pending) {
                 let mut subject = item.subject.clone();
                 let history_before = item.subject.machine().history();
@@ -596,9 +597,7 @@ pub fn explore_at<S: Subject>(
                     ));
                 }
                 let region = subject.machine().size_region();
-                let step = region
-                    .small
-                    .saturating_sub(item.subject.machine().size_region().small);
+                let step = region.small.saturating_sub(small_before);
                 report.region_step = report.region_step.max(step);
                 if region.used() > report.region.used() {
                     report.region = region;
