@@ -51,8 +51,47 @@
 //!   pairing of whole requests, which the validity bit decides for the folded part because a
 //!   request starts at a unit boundary.
 //!
-//! `tests/explore.rs` checks the coarse grain against the exact one: the same phases, the same
-//! violations at the same depth, for every configuration class at a small bound.
+//! # The abstract grain, and why it is sound within its size region
+//!
+//! The coarse grain still keeps sizes and one entry per older unit, so its states never stop
+//! growing. The abstract grain starts from the coarse one and keeps sizes only as the
+//! comparisons the machine makes with them. It is sound while the *size region* holds
+//! ([`Machine::size_region`]): the tokens of every small message in the history (a message is
+//! long when it alone is over the context budget `B`), plus the fixed part of a request (system
+//! prompt, tools, summary instruction), plus a reported usage within `B`, stay under `B/2`.
+//! Within the region every comparison the machine makes has the outcome it would have if small
+//! messages weighed nothing and a long one weighed more than `B`:
+//!
+//! - the estimate (`B` is the bound): before usage is known it is over exactly when a long
+//!   message is held; after, exactly when the usage is over `B` or a long message came after the
+//!   reported request. The encoding keeps these three facts, and whether a long message came
+//!   after the last request (the next anchor's).
+//! - the summary's start (`fitting_suffix`, room about `B`): the newest unit always, and every
+//!   older unit back to, not including, the newest long message;
+//! - dropping the oldest (`drop_oldest`, target `B/2`): with a small prompt, everything after
+//!   the prompt is kept, and of the turns before it those from the first turn after the newest
+//!   long message (or from the first turn if there is none); with a long prompt, the prompt and
+//!   the newest unit after it only;
+//! - `fitting_suffix(0) > 0`, the compaction guard: whether anything precedes the newest unit.
+//!
+//! So the history before the newest exchange is cut only at a few bounds: `u`, just after the
+//! newest long message before the prompt; `t`, the first turn at or after `u`; the prompt `p`;
+//! and `p + 1`. The encoding keeps, for each of the segments between them, whether it is empty,
+//! whether it is validly paired with no call open and shares no id with what follows (two such
+//! segments concatenate to one that is, and only then: a segment starts at a unit, so a call
+//! left open in one meets a message that is no result), and which of the alphabet's spelled ids
+//! it holds (they decide whether the machine renames a new call); and for the prompt whether it
+//! is long. The newest exchange is kept message by message, each as long or small with its
+//! shape. Every cut a compaction makes is at a bound, so the segments after it are unions of
+//! segments before it; every other fact appends to the newest exchange or moves it into the
+//! segments. Two states with equal encodings therefore answer every fact of the alphabet with
+//! the same kinds of orders and reach states with equal encodings, as long as both stay in the
+//! region. The explorer checks the region on every state it visits and measures the most
+//! tokens one fact adds, which gives how many facts any sequence may have and stay in it.
+//!
+//! `tests/explore.rs` checks the coarser grains against the exact one: the same phases and
+//! kinds of orders, the planted violations at the same depth, on a sample of the configuration
+//! classes at a small bound.
 
 use std::collections::{HashMap, HashSet};
 
@@ -71,6 +110,10 @@ pub enum Grain {
     Exact,
     /// Also merges what no rule can tell apart (see the module docs).
     Coarse,
+    /// Also reads sizes only against the policy's budget and folds the older history to a
+    /// fixed number of segments (see the module docs): a finite space, sound while
+    /// [`Machine::size_region`] holds.
+    Abstract,
 }
 
 /// A canonical encoding under construction: the bytes, the grain, and the names given so far
@@ -149,8 +192,10 @@ impl Canon {
     pub fn id(&mut self, id: &CallId) {
         match self.grain {
             Grain::Exact => self.str(id.as_str()),
-            Grain::Coarse if self.spelled.contains(id) => self.str(id.as_str()),
-            Grain::Coarse => {
+            Grain::Coarse | Grain::Abstract if self.spelled.contains(id) => {
+                self.str(id.as_str());
+            }
+            Grain::Coarse | Grain::Abstract => {
                 let next = self.ids.len() as u64;
                 let name = *self.ids.entry(id.clone()).or_insert(next);
                 self.tag(0xC1);
@@ -181,7 +226,8 @@ impl Machine {
     /// Appends the machine's canonical encoding to `out` at its grain (see the module docs for
     /// what each grain keeps and why dropping the rest is sound).
     pub(crate) fn fingerprint(&self, e: &mut Canon) {
-        let coarse = e.grain() == Grain::Coarse;
+        let coarse = e.grain() != Grain::Exact;
+        let abstract_ = e.grain() == Grain::Abstract;
         let state = self.sm.state();
         match state {
             State::Done {} => {
@@ -223,7 +269,11 @@ impl Machine {
         if !coarse || core.policy.max_rounds != 0 {
             e.num(core.turn.rounds.into());
         }
-        e.num(core.turn.text.len() as u64);
+        if abstract_ {
+            e.bool(self.is_long(core.turn.text.len()));
+        } else {
+            e.num(core.turn.text.len() as u64);
+        }
         e.bool(core.turn.compacted);
         e.bool(core.post_compact_owed);
         e.bool(core.session_started);
@@ -278,6 +328,10 @@ impl Machine {
             }
             return;
         }
+        if abstract_ {
+            self.abstract_history(e);
+            return;
+        }
         // The estimate reads the byte total only until usage is known; from then on, the bytes
         // appended since the reported request.
         match anchor {
@@ -317,6 +371,11 @@ impl Machine {
 /// One message of the history: its size, kind, call ids and names, and error flag.
 fn message_of(e: &mut Canon, message: &Message, media: &Media) {
     e.num(message.size_bytes(media) as u64);
+    message_shape(e, message);
+}
+
+/// A message's kind, call ids and names, and error flag.
+fn message_shape(e: &mut Canon, message: &Message) {
     match message {
         Message::User { .. } => e.tag(1),
         Message::Assistant { tool_calls, .. } => {
@@ -460,4 +519,159 @@ fn then_of(e: &mut Canon, then: &Then) {
         }
         Then::SessionEnd => e.tag(7),
     }
+}
+
+/// Where the abstract grain is sound, in tokens: what the history's small messages, the
+/// system prompt and tools, and a usage figure within the budget add up to (`used`), and the
+/// bound it must stay under (`limit`, half the context budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeRegion {
+    /// Tokens of the history's small messages (those not alone over the budget).
+    pub small: u64,
+    /// Tokens of the fixed part of a request: the system prompt, the tools, the summary
+    /// instruction.
+    pub fixed: u64,
+    /// The reported usage the estimate anchors on, when it is within the budget.
+    pub usage: u64,
+    /// Half the context budget.
+    pub limit: u64,
+}
+
+impl SizeRegion {
+    /// The tokens the region's condition counts.
+    pub fn used(&self) -> u64 {
+        self.small + self.fixed + self.usage
+    }
+
+    /// Whether the abstract grain's argument applies: what it counts is below `limit`.
+    pub fn holds(&self) -> bool {
+        self.used() < self.limit
+    }
+}
+
+impl Machine {
+    /// The figures the abstract grain's soundness rests on (see the module docs).
+    pub fn size_region(&self) -> SizeRegion {
+        let core = self.sm.inner();
+        let media = &core.policy.media;
+        let budget = core.policy.context_budget();
+        let tokens = |bytes: usize| (bytes as u64).div_ceil(BYTES_PER_TOKEN);
+        let small: u64 = core
+            .history
+            .messages()
+            .iter()
+            .map(|m| m.size_bytes(media))
+            .filter(|bytes| !self.is_long(*bytes))
+            .map(tokens)
+            .sum();
+        let fixed = core.system_prompt.as_ref().map_or(0, String::len)
+            + core.tools.bytes
+            + core.summary_instruction.len();
+        let (_, anchor, _) = core.history.accounting();
+        let usage = anchor.map_or(0, |(t, _)| t);
+        let usage = if usage > budget { 0 } else { usage };
+        SizeRegion {
+            small,
+            fixed: tokens(fixed),
+            usage,
+            limit: budget / 2,
+        }
+    }
+
+    /// Whether a message (or text) of `bytes` is long: alone over the context budget.
+    fn is_long(&self, bytes: usize) -> bool {
+        (bytes as u64).div_ceil(BYTES_PER_TOKEN) > self.sm.inner().policy.context_budget()
+    }
+
+    /// The abstract encoding of the history and its accounting (see the module docs): the
+    /// estimate's inputs as comparisons, the part before the newest exchange as five segments,
+    /// the newest exchange message by message with sizes as long or small.
+    fn abstract_history(&self, e: &mut Canon) {
+        let core = self.sm.inner();
+        let media = &core.policy.media;
+        let budget = core.policy.context_budget();
+        let (bytes, anchor, request_bytes) = core.history.accounting();
+        // Small messages add up to less than half the budget (the region), a long one alone
+        // to more than the budget: more than half the budget since a point means a long one.
+        let long_since =
+            |at: usize| (bytes.saturating_sub(at) as u64).div_ceil(BYTES_PER_TOKEN) > budget / 2;
+        let messages = core.history.messages();
+        let long = |m: &Message| self.is_long(m.size_bytes(media));
+        e.tag(0xA0);
+        e.bool(messages.iter().any(long));
+        match anchor {
+            Some((tokens, at)) => {
+                e.tag(1);
+                e.bool(tokens > budget);
+                e.bool(long_since(at));
+            }
+            None => e.tag(0),
+        }
+        e.bool(long_since(request_bytes));
+        let newest = messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+            .unwrap_or(0);
+        let pinned = core.turn.pinned.min(messages.len());
+        let fold = newest.max(pinned).min(messages.len());
+        // u: just after the newest long message before the prompt; t: the first turn at or
+        // after u. Every cut a compaction makes is at one of these bounds (module docs).
+        let u = messages[..pinned]
+            .iter()
+            .rposition(long)
+            .map_or(0, |i| i + 1);
+        let t = messages[u..pinned]
+            .iter()
+            .position(|m| matches!(m, Message::User { .. }))
+            .map_or(pinned, |i| u + i);
+        let mut bounds = vec![0, u, t, pinned];
+        if pinned < fold {
+            bounds.push(pinned + 1);
+            bounds.push(fold);
+        }
+        e.bool(pinned < fold);
+        for pair in bounds.windows(2) {
+            let (start, end) = (pair[0], pair[1]);
+            segment_of(e, &messages[start..end], &messages[end..]);
+            if start == pinned && end == pinned + 1 {
+                e.bool(long(&messages[pinned]));
+            }
+        }
+        e.num((messages.len() - fold) as u64);
+        for message in &messages[fold..] {
+            e.bool(long(message));
+            message_shape(e, message);
+        }
+    }
+}
+
+/// One segment of the older history at the abstract grain: whether it is empty; whether it is
+/// validly paired with no call open and shares no id with what follows it (`later`); the
+/// spelled ids it holds.
+fn segment_of(e: &mut Canon, segment: &[Message], later: &[Message]) {
+    e.tag(0xA1);
+    e.bool(segment.is_empty());
+    let ids = call_ids(segment);
+    e.bool(check_pairing(segment).is_ok() && ids.is_disjoint(&call_ids(later)));
+    let mut spelled: Vec<&CallId> = e.spelled.iter().filter(|id| ids.contains(*id)).collect();
+    spelled.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    let spelled: Vec<String> = spelled.iter().map(|id| id.as_str().to_owned()).collect();
+    e.num(spelled.len() as u64);
+    for id in &spelled {
+        e.str(id);
+    }
+}
+
+/// Every call id the messages make or answer.
+fn call_ids(messages: &[Message]) -> HashSet<CallId> {
+    messages
+        .iter()
+        .flat_map(|message| match message {
+            Message::Assistant { tool_calls, .. } => {
+                tool_calls.iter().map(|call| call.id.clone()).collect()
+            }
+            Message::ToolResult { call_id, .. } => vec![call_id.clone()],
+            Message::User { .. } => Vec::new(),
+        })
+        .collect()
 }

@@ -47,7 +47,7 @@ mod effect;
 #[cfg(feature = "testing")]
 mod fingerprint;
 #[cfg(feature = "testing")]
-pub use self::fingerprint::{Canon, Grain};
+pub use self::fingerprint::{Canon, Grain, SizeRegion};
 mod history;
 mod input;
 mod message;

@@ -62,6 +62,8 @@ pub struct Invariants {
     /// (prompts + replies with tool calls or paused + `_Stop` budget + compactions) − model
     /// requests: the crate doc's bound says it never goes below zero.
     slack: i64,
+    /// Where `slack` is clamped after each fact, if anywhere (see [`Self::capping_slack`]).
+    slack_cap: Option<i64>,
     compactions: u32,
     session_end_rounds: u32,
     /// A `_SessionStart` round has injected its context.
@@ -84,6 +86,7 @@ impl Invariants {
             latch: false,
             timeouts: BTreeMap::new(),
             slack: i64::from(policy.stop_max_rejections),
+            slack_cap: None,
             compactions: 0,
             session_end_rounds: 0,
             session_started: false,
@@ -91,6 +94,19 @@ impl Invariants {
             denied: BTreeSet::new(),
             rejected: BTreeSet::new(),
         }
+    }
+
+    /// Clamps the slack of the bound on model requests at `cap` after every fact, so that an
+    /// explorer's states stay finite: a session of tool calls cut short by cancels piles up
+    /// slack without end. Clamping only lowers the slack, so the check gets stricter, never
+    /// laxer: the clamped slack after any sequence of facts is at most the true one (each fact
+    /// adds the same amount to both, and the clamp then takes the smaller of the sum and `cap`),
+    /// so a sequence that breaks the bound also breaks the clamped check. A cap too low would
+    /// show as a violation the true count does not have, never hide one.
+    pub fn capping_slack(mut self, cap: i64) -> Self {
+        self.slack_cap = Some(cap);
+        self.slack = self.slack.min(cap);
+        self
     }
 
     /// Checks every invariant on one accepted fact: `before` is the phase the machine was in
@@ -150,6 +166,9 @@ impl Invariants {
             "model requests <= replies with tool calls or paused + prompts + _Stop budget + compactions",
             || format!("one request too many after {}", fact.kind()),
         )?;
+        if let Some(cap) = self.slack_cap {
+            self.slack = self.slack.min(cap);
+        }
         ensure(
             m.counters().objections <= self.budget,
             "objections never exceed the budget",
@@ -164,8 +183,8 @@ impl Invariants {
     }
 
     /// Appends what the invariants remember to `e`, for an explorer's fingerprint. At the
-    /// coarse grain the compaction count is left out: it only mirrors the machine's, to measure
-    /// its growth.
+    /// coarse and abstract grains the compaction count is left out: it only mirrors the
+    /// machine's, to measure its growth.
     pub fn fingerprint(&self, e: &mut Canon) {
         e.bool(self.stop_since_work);
         e.bool(self.latch);
