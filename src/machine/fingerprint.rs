@@ -420,20 +420,8 @@ fn fold_of(e: &mut Canon, old: &[Message], rest: &[Message], pinned: usize, medi
         e.num(tokens);
         e.bool(turn);
     }
-    let ids = |messages: &[Message]| -> HashSet<CallId> {
-        messages
-            .iter()
-            .flat_map(|message| match message {
-                Message::Assistant { tool_calls, .. } => {
-                    tool_calls.iter().map(|call| call.id.clone()).collect()
-                }
-                Message::ToolResult { call_id, .. } => vec![call_id.clone()],
-                Message::User { .. } => Vec::new(),
-            })
-            .collect()
-    };
-    let old_ids = ids(old);
-    let valid = check_pairing(old).is_ok() && ids(rest).is_disjoint(&old_ids);
+    let old_ids = call_ids(old);
+    let valid = check_pairing(old).is_ok() && call_ids(rest).is_disjoint(&old_ids);
     e.bool(valid);
     let mut spelled: Vec<&CallId> = e
         .spelled
