@@ -250,6 +250,22 @@ pub enum Phase {
     Done,
 }
 
+impl Phase {
+    /// The phase a round of `hook` waits in: `_Stop` and `_PostCompact` keep their own names.
+    pub fn of_hook(hook: Hook) -> Self {
+        match hook {
+            Hook::Stop => Self::AwaitingStop,
+            Hook::PostCompact => Self::PostCompacting,
+            Hook::SessionStart
+            | Hook::UserPromptSubmit
+            | Hook::PreToolUse
+            | Hook::PostToolUse
+            | Hook::PreCompact
+            | Hook::SessionEnd => Self::AwaitingHook(hook),
+        }
+    }
+}
+
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Self::AwaitingHook(hook) = self {
@@ -595,7 +611,7 @@ impl Core {
             | Input::ToolFinished { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(hook_phase(round.hook), "a hook answer", event)
+                context.unexpected(Phase::of_hook(round.hook), "a hook answer", event)
             }
         }
     }
@@ -1425,26 +1441,12 @@ impl State {
             Self::Idle {} => Phase::Idle,
             Self::Prompting {} => Phase::Prompting,
             Self::RunningTools { .. } => Phase::RunningTools,
-            Self::Hooking { round, .. } => hook_phase(round.hook),
+            Self::Hooking { round, .. } => Phase::of_hook(round.hook),
             Self::Objected {} => Phase::Objected,
             Self::Summarizing { .. } => Phase::Summarizing,
             Self::AwaitingPermission { .. } => Phase::AwaitingPermission,
             Self::Done {} => Phase::Done,
         }
-    }
-}
-
-/// The phase of a round of `hook`: `_Stop` and `_PostCompact` keep their own names.
-fn hook_phase(hook: Hook) -> Phase {
-    match hook {
-        Hook::Stop => Phase::AwaitingStop,
-        Hook::PostCompact => Phase::PostCompacting,
-        Hook::SessionStart
-        | Hook::UserPromptSubmit
-        | Hook::PreToolUse
-        | Hook::PostToolUse
-        | Hook::PreCompact
-        | Hook::SessionEnd => Phase::AwaitingHook(hook),
     }
 }
 

@@ -318,7 +318,7 @@ impl Invariants {
                         )?;
                     }
                     ensure(
-                        m.phase() == hook_phase(*hook),
+                        m.phase() == Phase::of_hook(*hook),
                         "each order in the phase that waits for it",
                         || format!("{hook} round in {}", m.phase()),
                     )?;
@@ -715,18 +715,4 @@ fn in_batch(phase: Phase) -> bool {
         phase,
         Phase::RunningTools | Phase::AwaitingPermission | Phase::AwaitingHook(Hook::PreToolUse)
     )
-}
-
-/// The phase a round of `hook` waits in.
-fn hook_phase(hook: Hook) -> Phase {
-    match hook {
-        Hook::Stop => Phase::AwaitingStop,
-        Hook::PostCompact => Phase::PostCompacting,
-        Hook::SessionStart
-        | Hook::UserPromptSubmit
-        | Hook::PreToolUse
-        | Hook::PostToolUse
-        | Hook::PreCompact
-        | Hook::SessionEnd => Phase::AwaitingHook(hook),
-    }
 }
