@@ -7,10 +7,10 @@
 //!
 //! `PROPTEST_CASES` sets the number of cases (CI runs 10,000 per property).
 
-use hookloop::hooks::{self, Hook, HookServers, ServerName};
+use hookloop::hooks::{self, HookServers, ServerName};
 use hookloop::machine::{
     CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, Phase, Policy, Purpose,
-    ServerTools, StopReason, ToolCall, ToolInfo, ToolOutput,
+    StopReason, ToolCall, ToolOutput,
 };
 use hookloop::testing::{Invariants, check_pairing};
 use proptest::prelude::*;
@@ -95,30 +95,7 @@ fn server(i: usize) -> ServerName {
 }
 
 fn catalog(s: &Scenario) -> Catalog {
-    let info = |name: &str| ToolInfo {
-        name: name.into(),
-        description: "d".into(),
-        input_schema: json!({"type": "object"}),
-        hints: hookloop::machine::ToolHints::default(),
-    };
-    let servers = s
-        .servers
-        .iter()
-        .enumerate()
-        .map(|(i, bits)| ServerTools {
-            server: server(i),
-            tools: std::iter::once(info("run"))
-                .chain(
-                    Hook::ALL
-                        .iter()
-                        .enumerate()
-                        .filter(|(bit, _)| bits & (1 << bit) != 0)
-                        .map(|(_, hook)| info(hook.tool_name())),
-                )
-                .collect(),
-        })
-        .collect();
-    Catalog { servers }
+    hookloop::testing::explore::catalog_of(&s.servers, false)
 }
 
 struct Run<'a> {

@@ -343,9 +343,9 @@ fn server(i: usize) -> ServerName {
     ServerName::new(format!("s{i}")).unwrap_or_else(|e| panic!("explorer server name: {e}"))
 }
 
-/// The catalog of servers with these hook sets; with `destructive`, `s0` also has `rm`, marked
-/// destructive.
-fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
+/// The catalog of servers `s0`, `s1`, … with these hook sets (bit `i` = `Hook::ALL[i]`), each
+/// with a tool `run`; with `destructive`, `s0` also has `rm`, marked destructive.
+pub fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
     let info = |name: &str| ToolInfo {
         name: name.to_owned(),
         description: String::new(),
