@@ -1,7 +1,15 @@
 //! The agent over an in-memory pipe, spoken to in raw JSON lines. The model and tools are the
 //! scripted fakes; the binary's end-to-end tests use the real ones.
 
+use agent_client_protocol::v1::schema::{ContentBlock, SessionUpdate};
+
+use super::spec::{prompt_text, session_spec};
+use super::translate::Translator;
 use super::*;
+use crate::hooks::{Hook, ServerName};
+use crate::llm::Delta;
+use crate::machine::SkipReason;
+use crate::progress::Event;
 
 #[test]
 fn prompt_blocks_become_text_and_others_are_refused() {

@@ -1,0 +1,515 @@
+//! The agent's open sessions: opening them (new, load, resume), listing, prompting, cancelling
+//! and closing them. Each request is answered without blocking the protocol's dispatch loop.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::schema::{
+    CloseSessionRequest, CloseSessionResponse, ElicitationCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionId, SessionInfo,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use tokio::sync::mpsc;
+
+use super::actor::{KindWatcher, Notifier, RecordWatcher, UsageReporter, run_session};
+use super::elicit::ClientPerson;
+use super::lines::Outflow;
+use super::permission::{ClientAsker, Permissions};
+use super::records;
+use super::spec::{prompt_text, session_spec};
+use super::translate::{Translator, history_updates};
+use super::{AgentOptions, Created, SHUTDOWN_MARGIN, SessionFactory, code, error, respond_error};
+use crate::driver::{CancelHandle, Session};
+use crate::machine::Purpose;
+use crate::mcp::ToolHost;
+use crate::progress::ProgressObserver;
+use crate::text::lock;
+use crate::transcript::{RecordDir, Recorder};
+
+pub(super) struct AgentState<F> {
+    pub(super) factory: F,
+    pub(super) permissions: Permissions,
+    pub(super) max_sessions: usize,
+    /// Sessions open or being set up: what counts against `max_sessions`.
+    pub(super) open: AtomicUsize,
+    pub(super) sessions: Mutex<HashMap<SessionId, SessionHandle>>,
+    pub(super) next_id: AtomicU64,
+    pub(super) outflow: Arc<Outflow>,
+    /// The question modes the client advertised in `initialize`; none until it has.
+    pub(super) elicitation: Mutex<Option<ElicitationCapabilities>>,
+    /// The client advertised `session.notices` in `initialize`.
+    pub(super) notices: AtomicBool,
+}
+
+/// The agent's side of one session: how to reach its actor.
+pub(super) struct SessionHandle {
+    pub(super) prompts: mpsc::UnboundedSender<PromptJob>,
+    pub(super) cancel: CancelHandle,
+    /// The cancel flag of the prompt the session has accepted and not yet answered: `Some`
+    /// while the session is busy.
+    pub(super) current: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    pub(super) actor: tokio::task::JoinHandle<()>,
+    pub(super) recorded: Option<Recorded>,
+    /// How long the session may take to end: its `_SessionEnd` round and [`SHUTDOWN_MARGIN`].
+    pub(super) grace: Duration,
+}
+
+/// Where a session is recorded, for its side file.
+pub(super) struct Recorded {
+    pub(super) path: PathBuf,
+    pub(super) cwd: PathBuf,
+    /// Its first prompt has given the session its title.
+    pub(super) titled: AtomicBool,
+}
+
+impl Recorded {
+    /// Names the session after its first prompt, in the side file (off the async threads).
+    fn title_from(&self, prompt: &str) {
+        if self.titled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (path, cwd, prompt) = (self.path.clone(), self.cwd.clone(), prompt.to_owned());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = records::write_side_file(&path, &cwd, Some(&prompt)) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot title the session");
+            }
+        });
+    }
+}
+
+impl SessionHandle {
+    /// Cancels the prompt in flight, if any, and marks it so a cancel that lands before the
+    /// session starts running it still applies to it.
+    pub(super) fn cancel(&self) {
+        if let Some(flag) = lock(&self.current).as_ref() {
+            flag.store(true, Ordering::Release);
+        }
+        self.cancel.cancel();
+    }
+
+    /// Ends the session: cancels its prompt, lets its actor close it, and drops it, which shuts
+    /// its MCP servers down (each server's whole process group is killed). An actor that has
+    /// not ended within its grace is aborted, which drops the session all the same.
+    pub(super) async fn end(self) {
+        self.cancel();
+        drop(self.prompts);
+        let (mut actor, grace) = (self.actor, self.grace);
+        if tokio::time::timeout(grace, &mut actor).await.is_err() {
+            tracing::warn!("a session did not end within {grace:?}; aborting it");
+            actor.abort();
+            let _ = actor.await;
+        }
+    }
+}
+
+/// One accepted `session/prompt`, on its way to the session's actor.
+pub(super) struct PromptJob {
+    pub(super) text: String,
+    pub(super) responder: Responder<PromptResponse>,
+    /// Set by `session/cancel` for this prompt, whenever it lands.
+    pub(super) cancelled: Arc<AtomicBool>,
+}
+
+impl<F: SessionFactory> AgentState<F> {
+    /// Takes a session slot if one is free; the state, for the task that opens the session.
+    pub(super) fn reserved(self: &Arc<Self>) -> Option<Arc<Self>> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_sessions).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Arc::clone(self))
+    }
+
+    /// The refusal of a session over the limit.
+    pub(super) fn limit_error(&self) -> agent_client_protocol::Error {
+        let message = format!(
+            "session limit reached: {} sessions are open on this connection ({} caps it); \
+             close one with session/close first",
+            self.max_sessions,
+            AgentOptions::MAX_SESSIONS_VAR
+        );
+        error(code::INVALID_REQUEST, message)
+    }
+
+    /// Serves a `session/load` or `session/resume`: takes a slot, rebuilds the session off the
+    /// dispatch loop, and answers with `response`, freeing the slot if it failed.
+    pub(super) fn spawn_load<T>(
+        self: &Arc<Self>,
+        reload: Reload,
+        responder: Responder<T>,
+        response: T,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error>
+    where
+        T: agent_client_protocol::JsonRpcResponse + Send + 'static,
+    {
+        let Some(state) = self.reserved() else {
+            return responder.respond_with_error(self.limit_error());
+        };
+        tokio::spawn(async move {
+            let Reload {
+                id,
+                cwd,
+                servers,
+                history,
+            } = reload;
+            let sent = match state.load_session(id, cwd, servers, history, cx).await {
+                Ok(()) => responder.respond(response),
+                Err(e) => {
+                    state.release_slot();
+                    tracing::info!(error = %e, "session not loaded");
+                    responder.respond_with_error(e)
+                }
+            };
+            if let Err(e) = sent {
+                tracing::debug!(error = %e, "could not answer a session load");
+            }
+        });
+        Ok(())
+    }
+
+    fn release_slot(&self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(super) async fn new_session(
+        self: Arc<Self>,
+        request: NewSessionRequest,
+        responder: Responder<NewSessionResponse>,
+        cx: ConnectionTo<Client>,
+    ) {
+        let spec = match session_spec(request.cwd, request.mcp_servers, self.permissions) {
+            Ok(spec) => spec,
+            Err(message) => {
+                self.release_slot();
+                respond_error(responder, code::INVALID_PARAMS, message);
+                return;
+            }
+        };
+        let cwd = spec.cwd.clone();
+        let Created { session, record } = match self.factory.create(spec).await {
+            Ok(created) => created,
+            Err(e) => {
+                self.release_slot();
+                respond_error(
+                    responder,
+                    code::INTERNAL_ERROR,
+                    format!("could not start the session: {e}"),
+                );
+                return;
+            }
+        };
+        let recorder = record.as_ref().map(|(recorder, _)| recorder.clone());
+        let recorded = record.and_then(|(_, path)| {
+            let id = path.file_stem()?.to_str()?.to_owned();
+            if let Err(e) = records::write_side_file(&path, &cwd, None) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the session's side file; it will not be listed");
+            }
+            Some((id, Recorded { path, cwd, titled: AtomicBool::new(false) }))
+        });
+        let (id, recorded) = match recorded {
+            Some((id, recorded)) => (SessionId::new(id), Some(recorded)),
+            None => (
+                SessionId::new(format!(
+                    "hl-{}",
+                    self.next_id.fetch_add(1, Ordering::Relaxed)
+                )),
+                None,
+            ),
+        };
+        self.install(session, id.clone(), cx, recorded, recorder);
+        tracing::info!(session = %id, "session started");
+        if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
+            tracing::warn!(error = %e, "could not answer session/new");
+        }
+    }
+
+    /// `session/load` (with `history`: the conversation is sent back first) and
+    /// `session/resume` (without): restores a recorded session and opens it.
+    pub(super) async fn load_session(
+        &self,
+        id: SessionId,
+        cwd: PathBuf,
+        servers: Vec<McpServer>,
+        history: bool,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let Some(dir) = self.factory.record_dir() else {
+            return Err(error(
+                code::INVALID_REQUEST,
+                format!(
+                    "sessions are not recorded here: set {} to load them",
+                    RecordDir::ENV_VAR
+                ),
+            ));
+        };
+        if lock(&self.sessions).contains_key(&id) {
+            let message = format!("session {id} is already open on this connection");
+            return Err(error(code::INVALID_REQUEST, message));
+        }
+        let spec = session_spec(cwd, servers, self.permissions)
+            .map_err(|m| error(code::INVALID_PARAMS, m))?;
+        let load_error = |e: records::LoadError| {
+            error(
+                code::INVALID_PARAMS,
+                format!("cannot load session {id}: {e}"),
+            )
+        };
+        let path = records::find(dir, &id.0).map_err(load_error)?;
+        let restored = records::restore(&path).map_err(load_error)?;
+        let conversation = history.then(|| restored.machine.history().to_vec());
+        // Recorded on in its own file, so what happens now is there for the next load.
+        let (recorder, observer) = restored.record_on(&path).map_err(|e| {
+            error(
+                code::INTERNAL_ERROR,
+                format!("cannot record session {id} on: {e}"),
+            )
+        })?;
+        let recorded = Recorded {
+            path,
+            cwd: spec.cwd.clone(),
+            // The side file keeps the title the first prompt gave it.
+            titled: AtomicBool::new(true),
+        };
+        let mut session = self
+            .factory
+            .restore(spec, restored.machine)
+            .await
+            .map_err(|e| {
+                error(
+                    code::INTERNAL_ERROR,
+                    format!("could not start the session: {e}"),
+                )
+            })?;
+        if let Some(messages) = conversation {
+            let notifier = Notifier {
+                id: id.clone(),
+                cx: cx.clone(),
+                outflow: Arc::clone(&self.outflow),
+            };
+            for update in history_updates(&messages) {
+                notifier.send(update);
+            }
+        }
+        session.add_observer(observer);
+        // The record replayed under the setting it was made with; from here on the agent's
+        // current one applies, and the change goes into the record for the next load.
+        session
+            .set_ask_permission(self.permissions == Permissions::Ask)
+            .map_err(|e| {
+                error(
+                    code::INTERNAL_ERROR,
+                    format!("cannot apply {} to session {id}: {e}", Permissions::VAR),
+                )
+            })?;
+        self.install(session, id.clone(), cx, Some(recorded), Some(recorder));
+        tracing::info!(session = %id, history, "recorded session opened");
+        Ok(())
+    }
+
+    /// `session/list`: the recorded sessions, newest first.
+    pub(super) fn list_sessions(
+        &self,
+        cwd: Option<&Path>,
+    ) -> Result<Vec<SessionInfo>, agent_client_protocol::Error> {
+        let Some(dir) = self.factory.record_dir() else {
+            return Ok(Vec::new());
+        };
+        let found = records::list(dir, cwd).map_err(|e| {
+            error(
+                code::INTERNAL_ERROR,
+                format!("cannot list {}: {e}", dir.display()),
+            )
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|r| SessionInfo::new(r.id, r.cwd).title(r.title))
+            .collect())
+    }
+
+    /// Watches `session` for the client and starts its actor.
+    fn install(
+        &self,
+        mut session: Session<F::Llm, F::Host>,
+        id: SessionId,
+        cx: ConnectionTo<Client>,
+        recorded: Option<Recorded>,
+        recorder: Option<Recorder>,
+    ) {
+        // Hook servers relate their calls to the client's session by the id the client knows,
+        // the one a loaded session keeps.
+        session.host().set_session_id(&id.0);
+        let kinds = Arc::new(Mutex::new(HashMap::new()));
+        if self.permissions == Permissions::Ask {
+            session.set_permission_asker(ClientAsker {
+                cx: cx.clone(),
+                session: id.clone(),
+                kinds: Arc::clone(&kinds),
+            });
+        }
+        // Servers' questions go to a client that takes them; the host declines them otherwise.
+        if let Some(modes) = lock(&self.elicitation).clone() {
+            let person = ClientPerson::new(cx.clone(), id.clone(), modes);
+            session.host().set_person(Arc::new(person));
+        }
+        session.add_observer(KindWatcher {
+            kinds: Arc::clone(&kinds),
+        });
+        // Events and reply pieces share one translator: it must know whether a reply's text
+        // was already streamed before it sends the whole text again.
+        let budget = self
+            .notices
+            .load(Ordering::Acquire)
+            .then(|| session.machine().policy().stop_max_rejections);
+        let translator = Arc::new(Mutex::new(Translator::new(kinds, budget)));
+        let notifier = Notifier {
+            id: id.clone(),
+            cx,
+            outflow: Arc::clone(&self.outflow),
+        };
+        let (progress, pieces) = (notifier.clone(), notifier.clone());
+        let events = Arc::clone(&translator);
+        session.add_observer(
+            ProgressObserver::new(move |_, event| {
+                let updates = lock(&events).updates(event);
+                for update in updates {
+                    progress.send(update);
+                }
+            })
+            .with_deltas(move |_, delta| {
+                let update = lock(&translator).delta(delta);
+                if let Some(update) = update {
+                    pieces.send(update);
+                }
+            }),
+        );
+        let window = session.machine().policy().max_context_tokens;
+        let grace = Duration::from_millis(session.machine().policy().hook_timeout_ms)
+            .saturating_add(SHUTDOWN_MARGIN);
+        let watcher = recorder.map(|recorder| RecordWatcher {
+            recorder,
+            notifier: notifier.clone(),
+            reported: false,
+        });
+        session.add_observer(UsageReporter {
+            window,
+            purpose: Purpose::Turn,
+            notifier,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let current = Arc::new(Mutex::new(None));
+        let cancel = session.cancel_handle();
+        let actor = tokio::spawn(run_session(
+            session,
+            rx,
+            Arc::clone(&current),
+            Arc::clone(&self.outflow),
+            watcher,
+        ));
+        let handle = SessionHandle {
+            prompts: tx,
+            cancel,
+            current,
+            actor,
+            recorded,
+            grace,
+        };
+        lock(&self.sessions).insert(id, handle);
+    }
+
+    pub(super) fn prompt(
+        &self,
+        request: PromptRequest,
+        responder: Responder<PromptResponse>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let text = match prompt_text(&request.prompt) {
+            Ok(text) => text,
+            Err(message) => {
+                return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+            }
+        };
+        let sessions = lock(&self.sessions);
+        let Some(handle) = sessions.get(&request.session_id) else {
+            let message = format!("unknown session {}", request.session_id);
+            return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+        };
+        let mut current = lock(&handle.current);
+        if current.is_some() {
+            let message = format!(
+                "session {} is already running a prompt; wait for it or cancel it",
+                request.session_id
+            );
+            return responder.respond_with_error(error(code::INVALID_REQUEST, message));
+        }
+        if let Some(recorded) = &handle.recorded {
+            recorded.title_from(&text);
+        }
+        let cancelled = Arc::new(AtomicBool::new(false));
+        *current = Some(Arc::clone(&cancelled));
+        let job = PromptJob {
+            text,
+            responder,
+            cancelled,
+        };
+        if let Err(mpsc::error::SendError(job)) = handle.prompts.send(job) {
+            *current = None;
+            return job
+                .responder
+                .respond_with_error(error(code::INTERNAL_ERROR, "the session has ended".into()));
+        }
+        Ok(())
+    }
+
+    pub(super) fn cancel(&self, id: &SessionId) {
+        match lock(&self.sessions).get(id) {
+            Some(handle) => handle.cancel(),
+            None => tracing::debug!(session = %id, "cancel for an unknown session"),
+        }
+    }
+
+    /// `session/close`: the session leaves the map at once (later requests naming it are
+    /// refused), and the answer comes once it has ended and its servers are shut down.
+    pub(super) fn close(
+        self: &Arc<Self>,
+        request: CloseSessionRequest,
+        responder: Responder<CloseSessionResponse>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let Some(handle) = lock(&self.sessions).remove(&request.session_id) else {
+            let message = format!("unknown session {}", request.session_id);
+            return responder.respond_with_error(error(code::INVALID_PARAMS, message));
+        };
+        let state = Arc::clone(self);
+        let id = request.session_id;
+        tokio::spawn(async move {
+            handle.end().await;
+            state.release_slot();
+            tracing::info!(session = %id, "session closed");
+            if let Err(e) = responder.respond(CloseSessionResponse::new()) {
+                tracing::debug!(error = %e, "could not answer session/close");
+            }
+        });
+        Ok(())
+    }
+
+    /// Ends every session, all at once, each within its grace.
+    pub(super) async fn shut_down(&self) {
+        // Nobody reads the frames any more that would make room for the sessions to go on.
+        self.outflow.close();
+        let handles: Vec<SessionHandle> = lock(&self.sessions).drain().map(|(_, h)| h).collect();
+        futures_util::future::join_all(handles.into_iter().map(SessionHandle::end)).await;
+    }
+}
+
+/// What a `session/load` or `session/resume` asks to rebuild.
+pub(super) struct Reload {
+    pub(super) id: SessionId,
+    pub(super) cwd: PathBuf,
+    pub(super) servers: Vec<McpServer>,
+    /// Send the conversation back to the client (`session/load`) or not (`session/resume`).
+    pub(super) history: bool,
+}

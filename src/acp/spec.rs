@@ -1,0 +1,132 @@
+//! What a client asks a session to be — `session/new`'s `cwd` and `mcpServers`, a prompt's
+//! content blocks — checked and put in the engine's terms, or refused with what is wrong.
+
+use std::path::PathBuf;
+
+use agent_client_protocol::v1::schema::{ContentBlock, McpServer};
+
+use super::permission::Permissions;
+use crate::hooks::ServerName;
+
+/// What a client asked for in `session/new`, in the engine's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSpec {
+    /// The session's working directory (absolute, per the protocol).
+    pub cwd: PathBuf,
+    /// The session's own MCP servers, in the client's order.
+    pub servers: Vec<ServerSpec>,
+    /// Whether the session asks the client before destructive tools run: a new session's
+    /// [`Config`](crate::Config) turns [`ask_permission`](crate::ConfigBuilder::ask_permission)
+    /// on when this is [`Permissions::Ask`]. A restored session replays its record under the
+    /// record's setting, then goes on under this one.
+    pub permissions: Permissions,
+}
+
+/// One MCP server a client attached to a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerSpec {
+    /// A child process speaking MCP over stdio.
+    Stdio {
+        name: ServerName,
+        command: PathBuf,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    /// A server speaking MCP's streamable HTTP transport.
+    Http {
+        name: ServerName,
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl ServerSpec {
+    /// The server's name.
+    pub fn name(&self) -> &ServerName {
+        match self {
+            Self::Stdio { name, .. } | Self::Http { name, .. } => name,
+        }
+    }
+}
+
+/// The engine's view of a session's `cwd` and `mcpServers`, or what is wrong with them.
+pub(super) fn session_spec(
+    cwd: PathBuf,
+    mcp_servers: Vec<McpServer>,
+    permissions: Permissions,
+) -> Result<SessionSpec, String> {
+    if !cwd.is_absolute() {
+        return Err(format!("cwd must be an absolute path, got {cwd:?}"));
+    }
+    let mut servers = Vec::with_capacity(mcp_servers.len());
+    for server in mcp_servers {
+        let spec = match server {
+            McpServer::Stdio(s) => ServerSpec::Stdio {
+                name: server_name(s.name)?,
+                command: s.command,
+                args: s.args,
+                env: s.env.into_iter().map(|v| (v.name, v.value)).collect(),
+            },
+            McpServer::Http(s) => ServerSpec::Http {
+                name: server_name(s.name)?,
+                url: s.url,
+                headers: s.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+            },
+            McpServer::Sse(s) => {
+                return Err(format!(
+                    "MCP server {:?}: the SSE transport is not supported; use stdio or http",
+                    s.name
+                ));
+            }
+            // The enum grows with the protocol; refuse what this agent does not know.
+            #[allow(unreachable_patterns)]
+            _ => return Err("unsupported MCP server transport".into()),
+        };
+        if servers.iter().any(|s: &ServerSpec| s.name() == spec.name()) {
+            return Err(format!(
+                "MCP server name {:?} is used twice",
+                spec.name().as_str()
+            ));
+        }
+        servers.push(spec);
+    }
+    Ok(SessionSpec {
+        cwd,
+        servers,
+        permissions,
+    })
+}
+
+fn server_name(name: String) -> Result<ServerName, String> {
+    ServerName::new(name).map_err(|e| e.to_string())
+}
+
+/// The prompt as one text: text blocks as they are, resource links as a line naming them.
+pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<String, String> {
+    let mut parts = Vec::with_capacity(blocks.len());
+    for (i, block) in blocks.iter().enumerate() {
+        match block {
+            ContentBlock::Text(text) => parts.push(text.text.clone()),
+            ContentBlock::ResourceLink(link) => {
+                let title = link.title.as_deref().unwrap_or(&link.name);
+                parts.push(format!("[{title}]({})", link.uri));
+            }
+            ContentBlock::Image(_) => return Err(unsupported(i, "image")),
+            ContentBlock::Audio(_) => return Err(unsupported(i, "audio")),
+            ContentBlock::Resource(_) => return Err(unsupported(i, "embedded resource")),
+            #[allow(unreachable_patterns)]
+            _ => return Err(unsupported(i, "unknown")),
+        }
+    }
+    if parts.is_empty() {
+        return Err("the prompt is empty".into());
+    }
+    Ok(parts.join("\n\n"))
+}
+
+fn unsupported(index: usize, kind: &str) -> String {
+    format!(
+        "prompt block {index}: {kind} content is not supported (the agent's prompt capabilities \
+         allow text and resource_link blocks only)"
+    )
+}
