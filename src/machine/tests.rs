@@ -1,10 +1,12 @@
 //! One test per rule, named after it. Property tests over random sessions live in
 //! `tests/machine_props.rs`.
 
+use std::collections::HashSet;
+
 use serde_json::json;
 
 use super::*;
-use crate::hooks::HookServers;
+use crate::hooks::{self, HookServers};
 
 fn server(name: &str) -> ServerName {
     ServerName::new(name).unwrap()
