@@ -225,6 +225,57 @@ fn run_with_the_todo_server_shows_objections_and_json_events() {
 }
 
 #[test]
+fn run_expands_environment_variables_in_the_mcp_config_and_names_an_unset_one() {
+    let dir = tempdir();
+    let config = dir.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"todo": {
+            "command": "${HOOKLOOP_TEST_BIN}",
+            "args": ["${HOOKLOOP_TEST_COMMAND:-todo-server}"]
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let provider = FakeProvider::start(move |_| {
+        match turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::tool("todo__add", json!({"text": "expand the variables"})),
+            _ => Reply::text("Done."),
+        }
+    });
+    let args = ["run", "--mcp-config", config.to_str().unwrap(), "go"];
+    let mut command = hookloop(&args);
+    with_provider(&mut command, &provider);
+    let out = command
+        .env("HOOKLOOP_TEST_BIN", loopback::hookloop())
+        .env_remove("HOOKLOOP_TEST_COMMAND")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // The server the expanded command started answered the call.
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let second = requests[1].to_string();
+    assert!(second.contains("expand the variables"), "{second}");
+    assert!(!second.contains("unknown tool"), "{second}");
+
+    let mut command = hookloop(&args);
+    with_provider(&mut command, &provider);
+    let out = command.env_remove("HOOKLOOP_TEST_BIN").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    for needle in ["\"todo\"", "command", "${HOOKLOOP_TEST_BIN}", "not set"] {
+        assert!(stderr.contains(needle), "{stderr} lacks {needle}");
+    }
+    assert_eq!(
+        provider.requests().len(),
+        2,
+        "no model request without the config"
+    );
+}
+
+#[test]
 fn the_round_cap_exits_4() {
     let provider = FakeProvider::start(|_| Reply::tool("nowhere__tool", json!({})));
     let mut command = hookloop(&["run", "loop"]);

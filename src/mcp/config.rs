@@ -113,16 +113,46 @@ impl McpServers {
         Self::default()
     }
 
-    /// Parses a `.mcp.json` document: an object with an `mcpServers` object.
+    /// Parses a `.mcp.json` document: an object with an `mcpServers` object. `${VAR}` and
+    /// `${VAR:-default}` in a server's `command`, `args`, `env` values, `url` and `headers`
+    /// values are replaced by the process environment's variables, as other hosts that read
+    /// `.mcp.json` do (see [`from_json_with`](Self::from_json_with)).
     pub fn from_json(text: &str) -> Result<Self, McpError> {
+        Self::from_json_with(text, |name| {
+            crate::config::env_lookup(name).map_err(|e| e.to_string())
+        })
+    }
+
+    /// [`from_json`](Self::from_json), with the variables `lookup` gives (`Ok(None)`: unset).
+    ///
+    /// `${NAME}` (a name of letters, digits and `_`, not starting with a digit) becomes the
+    /// variable's value; `${NAME:-default}` becomes the default when the variable is unset or
+    /// empty. A `${NAME}` that is unset, with no default, is an error naming the server, the
+    /// field and the variable: a server started with the literal text would fail later and
+    /// less clearly, or send it to a remote server as a credential. Anything else — `$NAME`,
+    /// a `${` that does not close — is kept as it is. Expanded values are not expanded again.
+    pub fn from_json_with(
+        text: &str,
+        lookup: impl Fn(&str) -> Result<Option<String>, String>,
+    ) -> Result<Self, McpError> {
         #[derive(Deserialize)]
         struct File {
             #[serde(rename = "mcpServers")]
-            mcp_servers: McpServers,
+            mcp_servers: InOrder<RawServerConfig>,
         }
-        serde_json::from_str::<File>(text)
-            .map(|file| file.mcp_servers)
-            .map_err(|e| McpError::Config(format!("invalid .mcp.json: {e}")))
+        let file = serde_json::from_str::<File>(text)
+            .map_err(|e| McpError::Config(format!("invalid .mcp.json: {e}")))?;
+        let mut servers = Self::new();
+        for (name, raw) in file.mcp_servers.0 {
+            let config = raw
+                .expand(&lookup)
+                .and_then(ServerConfig::try_from)
+                .map_err(|e| {
+                    McpError::Config(format!("invalid .mcp.json: server {name:?}: {e}"))
+                })?;
+            servers.push(name, config)?;
+        }
+        Ok(servers)
     }
 
     /// Adds a server after the others. A second server of the same name is a config error.
@@ -169,26 +199,40 @@ impl IntoIterator for McpServers {
 
 impl<'de> Deserialize<'de> for McpServers {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct InOrder;
-        impl<'de> Visitor<'de> for InOrder {
-            type Value = McpServers;
+        let InOrder(entries) = InOrder::<ServerConfig>::deserialize(deserializer)?;
+        let mut servers = McpServers::new();
+        for (name, config) in entries {
+            servers.push(name, config).map_err(de::Error::custom)?;
+        }
+        Ok(servers)
+    }
+}
+
+/// A JSON object of server name to `T`, in document order (a `HashMap` would lose it).
+struct InOrder<T>(Vec<(ServerName, T)>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for InOrder<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Entries<T> {
+            type Value = InOrder<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("an object of server name to server config")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                // A map visitor sees entries in document order, which a `HashMap` would lose.
-                let mut servers = McpServers::new();
+                // A map visitor sees entries in document order.
+                let mut entries = Vec::new();
                 while let Some(name) = map.next_key::<String>()? {
                     let name = ServerName::new(name).map_err(de::Error::custom)?;
-                    let config = map
-                        .next_value::<ServerConfig>()
+                    let value = map
+                        .next_value::<T>()
                         .map_err(|e| de::Error::custom(format_args!("server {name:?}: {e}")))?;
-                    servers.push(name, config).map_err(de::Error::custom)?;
+                    entries.push((name, value));
                 }
-                Ok(servers)
+                Ok(InOrder(entries))
             }
         }
-        deserializer.deserialize_map(InOrder)
+        deserializer.deserialize_map(Entries(std::marker::PhantomData))
     }
 }
 
@@ -216,6 +260,86 @@ struct RawServerConfig {
     url: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<String, String>,
+}
+
+impl RawServerConfig {
+    /// The same entry with the variables of its `command`, `args`, `env` values, `url` and
+    /// `headers` values expanded (see [`McpServers::from_json_with`]); the error names the
+    /// field.
+    fn expand(
+        mut self,
+        lookup: &impl Fn(&str) -> Result<Option<String>, String>,
+    ) -> Result<Self, String> {
+        let field = |name: &str, value: &mut String| {
+            *value = expand_vars(value, lookup).map_err(|e| format!("{name}: {e}"))?;
+            Ok::<_, String>(())
+        };
+        if let Some(command) = &mut self.command {
+            field("command", command)?;
+        }
+        for (i, arg) in self.args.iter_mut().enumerate() {
+            field(&format!("args[{i}]"), arg)?;
+        }
+        for (name, value) in &mut self.env {
+            field(&format!("env.{name}"), value)?;
+        }
+        if let Some(url) = &mut self.url {
+            field("url", url)?;
+        }
+        for (name, value) in &mut self.headers {
+            field(&format!("headers.{name}"), value)?;
+        }
+        Ok(self)
+    }
+}
+
+/// `text` with each `${NAME}` and `${NAME:-default}` replaced (see
+/// [`McpServers::from_json_with`]).
+fn expand_vars(
+    text: &str,
+    lookup: &impl Fn(&str) -> Result<Option<String>, String>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            // A `${` that never closes is text.
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (inner, None),
+        };
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            // Not a reference (`${}`, `${1}`, `${a b}`): kept as it is, and the search goes on
+            // after its `${`.
+            out.push_str("${");
+            rest = after;
+            continue;
+        }
+        let value = lookup(name).map_err(|e| format!("${{{name}}}: {e}"))?;
+        match (
+            value.filter(|v| default.is_none() || !v.is_empty()),
+            default,
+        ) {
+            (Some(value), _) => out.push_str(&value),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => {
+                return Err(format!(
+                    "${{{name}}} is not set and has no default (write ${{{name}:-default}} to give one)"
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 impl TryFrom<RawServerConfig> for ServerConfig {
@@ -406,5 +530,108 @@ mod tests {
             let err = McpServers::from_json(json).unwrap_err().to_string();
             assert!(err.contains(needle), "{json}: {err}");
         }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Result<Option<String>, String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| Ok(map.get(name).cloned())
+    }
+
+    #[test]
+    fn variables_expand_in_command_args_env_url_and_headers() {
+        let lookup = vars(&[
+            ("BIN", "/opt/todo"),
+            ("TOKEN", "s3cret"),
+            ("HOST", "127.0.0.1"),
+        ]);
+        let servers = McpServers::from_json_with(
+            r#"{"mcpServers": {
+                "todo": {"command": "${BIN}", "args": ["--db", "${DB:-todo.json}", "$BIN", "${BIN"],
+                         "env": {"API_TOKEN": "${TOKEN}", "MODE": "${MODE:-fast}"}, "cwd": "${BIN}"},
+                "web": {"url": "http://${HOST}:8080/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+            }}"#,
+            lookup,
+        )
+        .unwrap();
+        let mut it = servers.iter();
+        let Some((_, ServerConfig::Stdio(todo))) = it.next() else {
+            panic!("todo is stdio");
+        };
+        assert_eq!(todo.command, "/opt/todo");
+        // `$BIN` is not a reference, an unclosed `${` is text; `cwd` is not expanded.
+        assert_eq!(todo.args, ["--db", "todo.json", "$BIN", "${BIN"]);
+        assert_eq!(todo.env["API_TOKEN"], "s3cret");
+        assert_eq!(todo.env["MODE"], "fast");
+        assert_eq!(todo.cwd.as_deref(), Some(std::path::Path::new("${BIN}")));
+        let Some((_, ServerConfig::Http(web))) = it.next() else {
+            panic!("web is http");
+        };
+        assert_eq!(web.url, "http://127.0.0.1:8080/mcp");
+        assert_eq!(web.headers["Authorization"], "Bearer s3cret");
+    }
+
+    #[test]
+    fn a_default_applies_to_an_empty_variable_and_values_are_not_expanded_twice() {
+        let lookup = vars(&[("EMPTY", ""), ("LOOP", "${LOOP}")]);
+        let servers = McpServers::from_json_with(
+            r#"{"mcpServers": {"s": {"command": "x", "args": ["${EMPTY:-d}", "${EMPTY}", "${LOOP}", "${}", "${1A:-x}", "a${EMPTY:-}b"]}}}"#,
+            lookup,
+        )
+        .unwrap();
+        let Some((_, ServerConfig::Stdio(s))) = servers.iter().next() else {
+            panic!("stdio");
+        };
+        assert_eq!(s.args, ["d", "", "${LOOP}", "${}", "${1A:-x}", "ab"]);
+    }
+
+    #[test]
+    fn an_unset_variable_without_default_is_an_error_naming_server_field_and_variable() {
+        for (json, field) in [
+            (
+                r#"{"mcpServers": {"web": {"url": "http://h/mcp", "headers": {"Authorization": "Bearer ${API_TOKEN}"}}}}"#,
+                "headers.Authorization",
+            ),
+            (
+                r#"{"mcpServers": {"web": {"command": "x", "args": ["a", "${API_TOKEN}"]}}}"#,
+                "args[1]",
+            ),
+            (
+                r#"{"mcpServers": {"web": {"command": "${API_TOKEN}"}}}"#,
+                "command",
+            ),
+        ] {
+            let err = McpServers::from_json_with(json, vars(&[]))
+                .unwrap_err()
+                .to_string();
+            for needle in ["\"web\"", field, "${API_TOKEN}", "not set"] {
+                assert!(err.contains(needle), "{json}: {err} lacks {needle}");
+            }
+        }
+        // A lookup that fails (a value that is not UTF-8) names the variable too.
+        let failing = |_: &str| Err::<Option<String>, String>("not unicode".into());
+        let err =
+            McpServers::from_json_with(r#"{"mcpServers": {"s": {"command": "${X}"}}}"#, failing)
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("${X}") && err.contains("not unicode"), "{err}");
+    }
+
+    #[test]
+    fn an_expanded_url_is_checked_after_expansion() {
+        let ok = McpServers::from_json_with(
+            r#"{"mcpServers": {"s": {"type": "http", "url": "${BASE}/mcp"}}}"#,
+            vars(&[("BASE", "https://example.test")]),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let err = McpServers::from_json_with(
+            r#"{"mcpServers": {"s": {"type": "http", "url": "${BASE}/mcp"}}}"#,
+            vars(&[("BASE", "ftp://example.test")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("ftp://example.test/mcp"), "{err}");
     }
 }
