@@ -13,13 +13,17 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// An LLM agent loop whose MCP servers steer it through hook tools (`_Stop`, `_PostCompact`).
+/// An LLM agent loop whose MCP servers steer it through hook tools.
 ///
-/// Hooks are tools whose name starts with `_`: hidden from the model, called by the engine when
-/// the model ends its turn (`_Stop`: non-empty text objects, and the model keeps working) or
-/// after the history is compacted (`_PostCompact`: its text is put into the fresh context).
-/// Hooks are advisory: they time out, their objections are budgeted, and a model that ends its
-/// turn again right after an objection is let go.
+/// Hooks are tools whose name starts with `_`: hidden from the model, refused if it calls them,
+/// and called by the engine at points of the session: `_Stop` when the model ends its turn
+/// (non-empty text objects, and the model keeps working), `_PostCompact` after the history is
+/// compacted (its text is put into the fresh context), `_SessionStart`, `_UserPromptSubmit` and
+/// `_PostToolUse` (context for the model), `_PreToolUse` (text denies the call), `_PreCompact`
+/// (guidance for the summary) and `_SessionEnd` (a notification). Hooks are advisory: a hook
+/// that does not answer in time has nothing to say (a server that times out twice in a row is
+/// killed), `_Stop` objections are budgeted, and a model that ends its turn again right after
+/// an objection is let go. Only the servers MCP_HOOK_SERVERS names have their hooks called.
 ///
 /// Start with `hookloop demo`: it runs offline, with a scripted model.
 #[derive(Debug, Parser)]
@@ -75,8 +79,9 @@ enum Command {
         #[arg(long, requires = "record")]
         redact_content: bool,
 
-        /// What to ask.
-        #[arg(required = true, value_name = "PROMPT")]
+        /// What to ask, as words joined by spaces. Without it, or as `-`, the prompt is read
+        /// from stdin (`hookloop run < task.md`, `git diff | hookloop run`).
+        #[arg(value_name = "PROMPT")]
         prompt: Vec<String>,
     },
 
@@ -288,7 +293,7 @@ async fn run(command: Command) -> ExitCode {
             record,
             redact_content,
             prompt,
-        } => cli::run::main(mcp_config, json, record, redact_content, prompt.join(" ")).await,
+        } => cli::run::main(mcp_config, json, record, redact_content, prompt).await,
         Command::Acp => cli::acp::main().await,
         Command::Replay {
             paths,

@@ -276,6 +276,47 @@ fn run_expands_environment_variables_in_the_mcp_config_and_names_an_unset_one() 
 }
 
 #[test]
+fn run_reads_the_prompt_from_stdin_without_words_or_with_a_dash() {
+    use std::io::Write as _;
+    let provider = FakeProvider::start(|_| Reply::text("Read it."));
+    for args in [&["run"][..], &["run", "-"][..]] {
+        let mut command = hookloop(args);
+        with_provider(&mut command, &provider);
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"Explain this diff:\n+ one line\n")
+            .unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert_eq!(text(&out.stdout).trim(), "Read it.");
+    }
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert!(
+            request
+                .to_string()
+                .contains(r#"Explain this diff:\n+ one line\n"#),
+            "{request}"
+        );
+    }
+    // Nothing on stdin is an empty prompt, refused before any request.
+    let mut command = hookloop(&["run"]);
+    with_provider(&mut command, &provider);
+    let out = command.stdin(std::process::Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("the prompt is empty"), "{out:?}");
+    assert_eq!(provider.requests().len(), 2);
+}
+
+#[test]
 fn the_round_cap_exits_4() {
     let provider = FakeProvider::start(|_| Reply::tool("nowhere__tool", json!({})));
     let mut command = hookloop(&["run", "loop"]);

@@ -1,6 +1,6 @@
 //! `hookloop run`: one prompt in a terminal.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,7 +21,7 @@ pub async fn main(
     json: bool,
     record: Option<PathBuf>,
     redact_content: bool,
-    prompt: String,
+    prompt: Vec<String>,
 ) -> ExitCode {
     match run(mcp_config, json, record, redact_content, prompt).await {
         Ok(code) => code,
@@ -34,8 +34,9 @@ async fn run(
     json: bool,
     record: Option<PathBuf>,
     redact_content: bool,
-    prompt: String,
+    prompt: Vec<String>,
 ) -> Result<ExitCode, Failure> {
+    let prompt = prompt_of(prompt, std::io::stdin().lock())?;
     if prompt.trim().is_empty() {
         return Err(Failure::usage("the prompt is empty"));
     }
@@ -105,6 +106,42 @@ pub enum Mode {
 enum Shown {
     Event(Duration, Event),
     Delta(Duration, Delta),
+}
+
+/// The most bytes of a prompt read from stdin: more is refused rather than held.
+const MAX_STDIN_PROMPT_BYTES: u64 = 16 << 20;
+
+/// The prompt: the words given, joined by spaces; or, when there are none or the one word is
+/// `-`, what `stdin` holds, unless it is a terminal (where nobody meant to type it).
+fn prompt_of(
+    words: Vec<String>,
+    stdin: impl std::io::Read + IsTerminal,
+) -> Result<String, Failure> {
+    if !(words.is_empty() || words == ["-"]) {
+        return Ok(words.join(" "));
+    }
+    if stdin.is_terminal() {
+        return Err(Failure::usage(
+            "no prompt: give it as arguments, or pipe it on stdin (`hookloop run < task.md`)",
+        ));
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .take(MAX_STDIN_PROMPT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::usage(format!("cannot read the prompt from stdin: {e}")))?;
+    if bytes.len() as u64 > MAX_STDIN_PROMPT_BYTES {
+        return Err(Failure::usage(format!(
+            "the prompt on stdin is over {} MiB",
+            MAX_STDIN_PROMPT_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Failure::usage(format!(
+            "the prompt on stdin is not UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// Runs one prompt with progress shown in `mode`, prints the answer, and says how it ended.
