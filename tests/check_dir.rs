@@ -151,3 +151,37 @@ fn facts(path: &Path) -> Vec<String> {
         .map(|record| serde_json::to_string(record).unwrap())
         .collect()
 }
+
+#[test]
+fn a_record_cut_short_or_ending_mid_prompt_fails_the_check() {
+    let dir = tempdir("not-whole");
+    let files = copy(
+        &dir,
+        &["stop_objection_is_injected", "hook_errors_fail_open"],
+    );
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    // Half a line: what a recorder that died mid-write leaves.
+    std::fs::write(
+        &files[0],
+        &text[..text.len() - text.lines().last().unwrap().len() / 2 - 1],
+    )
+    .unwrap();
+    // Whole lines, but the session stops while the model is asked: the rest was never
+    // recorded.
+    let text = std::fs::read_to_string(&files[1]).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let asked = lines
+        .iter()
+        .position(|l| l.contains(r#""effect":"call_llm""#))
+        .expect("a model request");
+    std::fs::write(&files[1], lines[..=asked].join("\n") + "\n").unwrap();
+
+    let failed = check_dir_with(&dir, false).expect_err("neither record is whole");
+    let listed: Vec<&PathBuf> = failed.failures().iter().map(|(path, _)| path).collect();
+    assert_eq!(listed, [&files[1], &files[0]]);
+    let report = format!("{failed:?}");
+    assert!(report.contains("the record is cut short"), "{report}");
+    assert!(report.contains("the record ends mid-prompt"), "{report}");
+    // Blessing cannot make up what was never recorded.
+    assert!(check_dir_with(&dir, true).is_err());
+}

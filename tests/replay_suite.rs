@@ -109,7 +109,7 @@ fn a_folder_replays_every_transcript_beneath_it_with_one_line_each_and_a_summary
     assert!(stdout.contains("/nested/"), "{stdout}");
     assert!(
         lines[count].starts_with(&format!(
-            "{count} transcript(s): {count} passed, 0 diverged, 0 unreadable"
+            "{count} transcript(s): {count} passed, 0 not whole, 0 diverged, 0 unreadable"
         )),
         "{stdout}"
     );
@@ -176,4 +176,55 @@ fn a_missing_file_is_an_error_case_beside_the_others() {
     assert!(stdout.contains("ERROR    /nonexistent.jsonl"), "{stdout}");
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("<error type=\"unreadable\""), "{xml}");
+}
+
+#[test]
+fn a_record_cut_short_is_a_junit_failure_unless_truncation_is_allowed() {
+    let dir = tempdir("cut");
+    let cut = dir.join("cut.jsonl");
+    let golden =
+        std::fs::read_to_string(goldens().join("stop_objection_is_injected.jsonl")).unwrap();
+    // Half of the sixth line: the record of a session whose recorder died mid-write.
+    let end = golden.match_indices('\n').nth(5).map(|(i, _)| i).unwrap();
+    let start = golden[..end].rfind('\n').unwrap() + 1;
+    std::fs::write(&cut, &golden[..start + (end - start) / 2]).unwrap();
+    let junit = dir.join("out.xml");
+    let out = replay(&["--junit", junit.to_str().unwrap(), cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("PARTIAL  {}", cut.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 passed, 1 not whole"), "{stdout}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let cases = junit_cases(&xml);
+    assert_eq!(cases.len(), 1, "{xml}");
+    let (message, _) = cases[0].1.as_ref().expect("a failure case");
+    assert!(
+        message.contains("the record is cut short: line 6"),
+        "{message}"
+    );
+    assert!(xml.contains("failures=\"1\""), "{xml}");
+
+    let out = replay(&[
+        "--allow-truncated",
+        "--junit",
+        junit.to_str().unwrap(),
+        cut.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("1 passed, 0 not whole"), "{stdout}");
+    assert!(
+        stdout.contains("not whole: the record is cut short"),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        junit_cases(&xml)
+            .iter()
+            .all(|(_, failure)| failure.is_none()),
+        "{xml}"
+    );
 }

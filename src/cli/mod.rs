@@ -116,8 +116,10 @@ pub fn replay(
     if files.is_empty() {
         return Failure::usage("no transcript (*.jsonl) found").report();
     }
-    let report = replay_files(&files, default_threads());
-    let mut not_whole = 0;
+    let mut report = replay_files(&files, default_threads());
+    if allow_truncated {
+        report.accept_not_whole();
+    }
     for result in &report.results {
         println!("{result}");
         match &result.outcome {
@@ -125,18 +127,11 @@ pub fn replay(
                 "{}: the replay diverged\n{divergence}",
                 result.path.display()
             ),
-            Outcome::Passed(replay) if !replay.is_whole() => {
-                if allow_truncated {
-                    println!("{replay}");
-                } else {
-                    not_whole += 1;
-                    eprintln!(
-                        "{}: the replay matched as far as the record goes, but it is not whole \
-                         (--allow-truncated accepts that)\n{replay}",
-                        result.path.display()
-                    );
-                }
-            }
+            Outcome::NotWhole(replay) => eprintln!(
+                "{}: the replay matched as far as the record goes, but it is not whole \
+                 (--allow-truncated accepts that)\n{replay}",
+                result.path.display()
+            ),
             Outcome::Unreadable(message) => {
                 eprintln!("{}: {message}", result.path.display());
             }
@@ -149,7 +144,7 @@ pub fn replay(
     {
         return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
     }
-    if report.diverged() > 0 || not_whole > 0 {
+    if report.diverged() > 0 || report.not_whole() > 0 {
         ExitCode::from(exit::FAILED)
     } else if report.unreadable() > 0 {
         ExitCode::from(exit::USAGE)

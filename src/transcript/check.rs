@@ -13,7 +13,8 @@ use crate::transcript::{Divergence, DivergenceKind, Event, Record, Transcript};
 pub const BLESS_VAR: &str = "HOOKLOOP_BLESS";
 
 /// Replays every `*.jsonl` beneath `dir` (one per core) and fails with every file that
-/// diverged or could not be read, each with its report and diff.
+/// diverged, could not be read, or is not whole (cut short, or ending mid-prompt), each with
+/// its report and diff.
 ///
 /// With `HOOKLOOP_BLESS` set (to anything but empty or `0`), each diverging file is rewritten
 /// instead: its facts stay as recorded and its effects become the ones this engine gives for
@@ -50,6 +51,15 @@ pub fn check_dir_with(dir: impl AsRef<Path>, bless: bool) -> Result<Checked, Che
         match result.outcome {
             Outcome::Passed(_) => {}
             Outcome::Unreadable(message) => failures.push((result.path, message)),
+            // A golden record cut short or ending mid-prompt tests less than it seems to; no
+            // rewrite can give it the part that was never recorded.
+            Outcome::NotWhole(report) => failures.push((
+                result.path,
+                format!(
+                    "the record is not whole: {}; record it again\n{report}",
+                    report.incompleteness().unwrap_or_default()
+                ),
+            )),
             Outcome::Diverged(divergence) if !bless => {
                 failures.push((result.path, divergence.to_string()));
             }

@@ -99,7 +99,11 @@ fn replay_file(path: &Path) -> FileResult {
         Ok(transcript) => match transcript.replay() {
             Ok(mut report) => {
                 report.truncated.clone_from(&transcript.truncated);
-                Outcome::Passed(report)
+                if report.is_whole() {
+                    Outcome::Passed(report)
+                } else {
+                    Outcome::NotWhole(report)
+                }
             }
             Err(divergence) => Outcome::Diverged(divergence),
         },
@@ -128,11 +132,16 @@ pub struct FileResult {
     pub elapsed: Duration,
 }
 
-/// The three ways a file can replay.
+/// The ways a file can replay.
 #[derive(Clone, Debug)]
 pub enum Outcome {
-    /// Every effect matched.
+    /// Every effect matched, and the record covers the session to a resting point (or the
+    /// suite [accepts](SuiteReport::accept_not_whole) records that do not).
     Passed(ReplayReport),
+    /// Every recorded effect matched, but the record is not whole: a line is cut short, or it
+    /// ends mid-prompt ([`ReplayReport::incompleteness`] says which). It tests less than it
+    /// seems to, so it fails a suite unless the suite accepts it.
+    NotWhole(ReplayReport),
     /// The machine parted from the record.
     Diverged(Box<Divergence>),
     /// The file could not be read or is not a transcript; the message says why.
@@ -143,6 +152,22 @@ impl SuiteReport {
     /// Files that replayed cleanly.
     pub fn passed(&self) -> usize {
         self.count(|outcome| matches!(outcome, Outcome::Passed(_)))
+    }
+
+    /// Files that matched as far as their record goes, but are not whole.
+    pub fn not_whole(&self) -> usize {
+        self.count(|outcome| matches!(outcome, Outcome::NotWhole(_)))
+    }
+
+    /// Counts every file that matched as far as its record goes as passed, whole or not: for
+    /// suites of records a crash or a full disk may have cut (`hookloop replay
+    /// --allow-truncated`). The per-file line still says where a record stops.
+    pub fn accept_not_whole(&mut self) {
+        for result in &mut self.results {
+            if let Outcome::NotWhole(report) = &result.outcome {
+                result.outcome = Outcome::Passed(report.clone());
+            }
+        }
     }
 
     /// Files that diverged.
@@ -159,7 +184,7 @@ impl SuiteReport {
         self.results.iter().filter(|r| pick(&r.outcome)).count()
     }
 
-    /// Whether every file replayed cleanly.
+    /// Whether every file replayed cleanly and whole.
     pub fn is_clean(&self) -> bool {
         self.passed() == self.results.len()
     }
@@ -177,7 +202,7 @@ impl SuiteReport {
     fn write_junit(&self, writer: &mut Writer<Vec<u8>>) -> io::Result<()> {
         writer.write_event(XmlEvent::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
         let tests = self.results.len().to_string();
-        let failures = self.diverged().to_string();
+        let failures = (self.diverged() + self.not_whole()).to_string();
         let errors = self.unreadable().to_string();
         let time = seconds(self.elapsed);
         let attributes = [
@@ -230,6 +255,17 @@ fn write_case(writer: &mut Writer<Vec<u8>>, result: &FileResult) -> io::Result<(
                 Ok(())
             })?;
         }
+        Outcome::NotWhole(report) => {
+            let text = report.incompleteness().unwrap_or_default();
+            case.write_inner_content(|writer| {
+                writer
+                    .create_element("failure")
+                    .with_attribute(("type", "not_whole"))
+                    .with_attribute(("message", text.as_str()))
+                    .write_text_content(BytesText::new(&text))?;
+                Ok(())
+            })?;
+        }
         Outcome::Unreadable(message) => {
             case.write_inner_content(|writer| {
                 writer
@@ -261,11 +297,16 @@ impl fmt::Display for FileResult {
                     report.finishes.len(),
                     report.counters.objections
                 )?;
-                if let Some(cut) = &report.truncated {
-                    write!(f, "; line {} cut short", cut.line)?;
+                if let Some(why) = report.incompleteness() {
+                    write!(f, "; not whole: {why}")?;
                 }
                 Ok(())
             }
+            Outcome::NotWhole(report) => write!(
+                f,
+                "PARTIAL  {path}: matched as far as the record goes, but {}",
+                report.incompleteness().unwrap_or_default()
+            ),
             Outcome::Diverged(divergence) => write!(
                 f,
                 "DIVERGED {path}: at record {} (line {}) while the machine was {}",
@@ -281,9 +322,10 @@ impl fmt::Display for SuiteReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} transcript(s): {} passed, {} diverged, {} unreadable, in {:.2} s",
+            "{} transcript(s): {} passed, {} not whole, {} diverged, {} unreadable, in {:.2} s",
             self.results.len(),
             self.passed(),
+            self.not_whole(),
             self.diverged(),
             self.unreadable(),
             self.elapsed.as_secs_f64()
