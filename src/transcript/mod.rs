@@ -56,6 +56,7 @@ mod fork;
 mod format;
 mod html;
 mod live;
+mod parse;
 mod recorder;
 mod redact;
 mod replay;
@@ -71,11 +72,12 @@ pub use self::diff::line_diff;
 pub(crate) use self::fork::Offset;
 pub use self::fork::{Continuation, Fork, ForkError, ForkPoint, ForkRun, fork};
 pub use self::format::{
-    ENGINE_VERSION, Event, FORMAT, Header, MAX_LINE_BYTES, Record, RecordedConfig, ServerEntry,
-    Transcript, Truncation, VERSION,
+    ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
+    Truncation, VERSION,
 };
 pub use self::html::render_html;
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
+pub use self::parse::MAX_LINE_BYTES;
 pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
 pub use self::replay::{

@@ -15,11 +15,14 @@ use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{
-    Catalog, Effect, FinishReason, HookContext, HookReply, Input, LlmReply, Media, Message, Notice,
-    PermissionDecision, Policy, Purpose, SkipReason, ToolCall, ToolOutput,
+    FinishReason, HookContext, HookReply, LlmReply, Media, Message, PermissionDecision, Policy,
+    Purpose, SkipReason, ToolCall, ToolOutput,
 };
-use crate::supervisor::{self, Fact, Order};
-use crate::transcript::{Event, Replayer, Transcript};
+use crate::transcript::{Replayer, Transcript};
+
+use self::build::Builder;
+
+mod build;
 
 /// A whole session, ready to read.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -268,10 +271,7 @@ impl SessionView {
     pub fn build(transcript: &Transcript) -> Self {
         let header = &transcript.header;
         let media = header.config.policy.media.clone();
-        let mut builder = Builder {
-            media: media.clone(),
-            ..Builder::default()
-        };
+        let mut builder = Builder::new(media.clone());
         let mut replayer = Replayer::new(header);
         let mut end = None;
         for (index, record) in transcript.records.iter().enumerate() {
@@ -307,7 +307,7 @@ impl SessionView {
             version: header.version,
             policy: header.config.policy.clone(),
             system_prompt: header.config.system_prompt.clone(),
-            entries: builder.entries,
+            entries: builder.into_entries(),
             end,
         }
     }
@@ -359,382 +359,18 @@ impl SessionView {
     }
 }
 
-fn history_bytes(messages: &[Message], media: &Media) -> usize {
+pub(super) fn history_bytes(messages: &[Message], media: &Media) -> usize {
     messages
         .iter()
         .map(|message| message.size_bytes(media))
         .sum()
 }
 
-/// Where a hook stands in [`Hook::ALL`], to count its rounds.
-fn hook_slot(hook: Hook) -> usize {
-    match hook {
-        Hook::SessionStart => 0,
-        Hook::UserPromptSubmit => 1,
-        Hook::PreToolUse => 2,
-        Hook::PostToolUse => 3,
-        Hook::Stop => 4,
-        Hook::PreCompact => 5,
-        Hook::PostCompact => 6,
-        Hook::SessionEnd => 7,
-    }
-}
-
-/// Turns records into entries, pairing each answer with the order it answers.
-#[derive(Default)]
-struct Builder {
-    entries: Vec<Entry>,
-    prompts: usize,
-    rounds: usize,
-    hook_rounds: [usize; Hook::ALL.len()],
-    /// The last request's round and time, until its answer.
-    open_request: Option<(usize, u64)>,
-    /// The entry of the tool round or hook round being answered.
-    open_calls: Option<usize>,
-    /// What the last request sent, to fold the next one's unchanged prefix.
-    last_messages: Vec<Message>,
-    last_tools: Option<Vec<String>>,
-    /// The history's size before the fact that compacted it.
-    bytes_before_fact: usize,
-    /// How the session sizes media, for the byte counts.
-    media: Media,
-}
-
-impl Builder {
-    fn record(
-        &mut self,
-        index: usize,
-        at_ms: u64,
-        event: &Event,
-        replayer: &Replayer,
-        bytes_before: usize,
-    ) {
-        match event {
-            Event::Effect(effect) => self.effect(index, at_ms, effect, replayer),
-            Event::Fact(fact) => {
-                self.bytes_before_fact = bytes_before;
-                self.fact(index, at_ms, fact);
-            }
-            Event::Supervision(event) => self.supervision(index, at_ms, event),
-        }
-    }
-
-    fn supervision(&mut self, index: usize, at_ms: u64, event: &supervisor::Event) {
-        let kind = match event {
-            supervisor::Event::Fact(Fact::ServerStarted { server, .. }) => {
-                EntryKind::ServerStarted {
-                    server: server.clone(),
-                }
-            }
-            supervisor::Event::Fact(Fact::StartFailed { server, error, .. }) => {
-                EntryKind::StartFailed {
-                    server: server.clone(),
-                    error: error.clone(),
-                }
-            }
-            supervisor::Event::Fact(Fact::ServerExited {
-                server,
-                answered,
-                reason,
-                ..
-            }) => EntryKind::ServerExited {
-                server: server.clone(),
-                answered: *answered,
-                reason: reason.clone(),
-            },
-            supervisor::Event::Order(Order::StartServer { server, after_ms }) => {
-                EntryKind::RestartScheduled {
-                    server: server.clone(),
-                    after_ms: *after_ms,
-                }
-            }
-            supervisor::Event::Order(Order::RetireServer { server, bad_ends }) => {
-                EntryKind::ServerRetired {
-                    server: server.clone(),
-                    bad_ends: *bad_ends,
-                }
-            }
-        };
-        self.push(index, at_ms, kind);
-    }
-
-    fn push(&mut self, index: usize, at_ms: u64, kind: EntryKind) {
-        self.entries.push(Entry { index, at_ms, kind });
-    }
-
-    fn effect(&mut self, index: usize, at_ms: u64, effect: &Effect, replayer: &Replayer) {
-        let machine = replayer.machine();
-        let kind = match effect {
-            Effect::CallLlm { purpose, .. } => {
-                self.rounds += 1;
-                self.open_request = Some((self.rounds, at_ms));
-                let request = machine.request(*purpose);
-                let folded = self
-                    .last_messages
-                    .iter()
-                    .zip(request.messages)
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
-                let changed = self.last_tools.as_ref() != Some(&tools);
-                let kind = EntryKind::Request {
-                    round: self.rounds,
-                    purpose: *purpose,
-                    folded,
-                    messages: request.messages[folded..].to_vec(),
-                    tools_offered: tools.len(),
-                    tools: changed.then(|| tools.clone()),
-                    instruction: request.instruction.map(str::to_owned),
-                };
-                self.last_messages = request.messages.to_vec();
-                self.last_tools = Some(tools);
-                kind
-            }
-            Effect::CallTools { calls } => {
-                self.open_calls = Some(self.entries.len());
-                EntryKind::Tools {
-                    calls: calls
-                        .iter()
-                        .map(|call| ToolRun {
-                            call: call.clone(),
-                            output: None,
-                            done_ms: None,
-                        })
-                        .collect(),
-                }
-            }
-            Effect::CallHooks {
-                hook,
-                servers,
-                timeout_ms,
-                context,
-                subjects,
-            } => {
-                let count = &mut self.hook_rounds[hook_slot(*hook)];
-                *count += 1;
-                self.open_calls = Some(self.entries.len());
-                let calls: Vec<Option<u32>> = if subjects.is_empty() {
-                    vec![None]
-                } else {
-                    (0..subjects.len())
-                        .map(|i| Some(u32::try_from(i).unwrap_or(u32::MAX)))
-                        .collect()
-                };
-                EntryKind::HookRound {
-                    hook: *hook,
-                    number: *count,
-                    timeout_ms: *timeout_ms,
-                    context: *context,
-                    subjects: subjects.clone(),
-                    answers: servers
-                        .iter()
-                        .flat_map(|server| {
-                            calls.iter().map(move |subject| HookAnswer {
-                                server: server.clone(),
-                                subject: *subject,
-                                reply: None,
-                                latency_ms: None,
-                            })
-                        })
-                        .collect(),
-                }
-            }
-            Effect::AskPermission { call } => {
-                self.open_calls = Some(self.entries.len());
-                EntryKind::Permission {
-                    call: call.clone(),
-                    decision: None,
-                }
-            }
-            Effect::KillServer { server } => EntryKind::ServerKilled {
-                server: server.clone(),
-            },
-            Effect::Notify { notice } => self.notice(notice, machine.history()),
-            Effect::Finish { reason } => EntryKind::Finish {
-                reason: reason.clone(),
-            },
-        };
-        self.push(index, at_ms, kind);
-    }
-
-    fn notice(&self, notice: &Notice, history: &[Message]) -> EntryKind {
-        match notice {
-            Notice::Objection {
-                server,
-                text,
-                budget_left,
-            } => EntryKind::Objection {
-                server: server.clone(),
-                text: text.clone(),
-                budget_left: *budget_left,
-            },
-            Notice::StopSkipped { reason } => EntryKind::StopSkipped { reason: *reason },
-            Notice::PostCompactInjected { server, text } => EntryKind::PostCompactInjected {
-                server: server.clone(),
-                text: text.clone(),
-            },
-            Notice::Compacted {
-                summarized,
-                messages_before,
-                messages_after,
-            } => EntryKind::Compaction {
-                summarized: *summarized,
-                messages_before: *messages_before,
-                messages_after: *messages_after,
-                bytes_before: self.bytes_before_fact,
-                bytes_after: history_bytes(history, &self.media),
-            },
-            Notice::HookFailedOpen {
-                server,
-                hook,
-                reason,
-            } => EntryKind::HookFailedOpen {
-                server: server.clone(),
-                hook: *hook,
-                reason: reason.clone(),
-            },
-            Notice::HookInjected { hook, server, text } => EntryKind::HookInjected {
-                hook: *hook,
-                server: server.clone(),
-                text: text.clone(),
-            },
-            Notice::ToolDenied { server, tool, text } => EntryKind::ToolDenied {
-                server: server.clone(),
-                tool: tool.clone(),
-                text: text.clone(),
-            },
-            Notice::HookSkipped {
-                server,
-                hook,
-                reason,
-            } => EntryKind::HookSkipped {
-                server: server.clone(),
-                hook: *hook,
-                reason: reason.clone(),
-            },
-            Notice::UnknownToolRefused { name } => {
-                EntryKind::UnknownToolRefused { name: name.clone() }
-            }
-            Notice::PermissionRejected { tool, standing, .. } => EntryKind::PermissionRejected {
-                tool: tool.clone(),
-                standing: *standing,
-            },
-        }
-    }
-
-    fn fact(&mut self, index: usize, at_ms: u64, fact: &Input) {
-        match fact {
-            Input::Prompted { text } => {
-                self.prompts += 1;
-                let number = self.prompts;
-                self.push(
-                    index,
-                    at_ms,
-                    EntryKind::Prompt {
-                        number,
-                        text: text.clone(),
-                    },
-                );
-            }
-            Input::CatalogChanged { catalog } => {
-                self.push(index, at_ms, catalog_entry(catalog));
-            }
-            Input::LlmReplied { reply } => {
-                let (round, sent) = self.open_request.take().unwrap_or((self.rounds, at_ms));
-                self.push(
-                    index,
-                    at_ms,
-                    EntryKind::Reply {
-                        round,
-                        latency_ms: at_ms.saturating_sub(sent),
-                        reply: reply.clone(),
-                    },
-                );
-            }
-            Input::LlmFailed { error } => {
-                let (round, sent) = self.open_request.take().unwrap_or((self.rounds, at_ms));
-                self.push(
-                    index,
-                    at_ms,
-                    EntryKind::ModelFailed {
-                        round,
-                        latency_ms: at_ms.saturating_sub(sent),
-                        error: error.clone(),
-                    },
-                );
-            }
-            Input::ToolFinished { id, output } => {
-                if let Some(Entry {
-                    kind: EntryKind::Tools { calls },
-                    ..
-                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
-                    && let Some(run) = calls.iter_mut().find(|run| run.call.id == *id)
-                {
-                    run.output = Some(output.clone());
-                    run.done_ms = Some(at_ms);
-                }
-            }
-            Input::HookAnswered {
-                server,
-                reply,
-                subject,
-                ..
-            } => {
-                if let Some(Entry {
-                    kind: EntryKind::HookRound { answers, .. },
-                    at_ms: started,
-                    ..
-                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
-                    && let Some(answer) = answers.iter_mut().find(|answer| {
-                        answer.server == *server
-                            && answer.subject == *subject
-                            && answer.reply.is_none()
-                    })
-                {
-                    answer.reply = Some(reply.clone());
-                    answer.latency_ms = Some(at_ms.saturating_sub(*started));
-                }
-            }
-            Input::PermissionDecided { id, decision } => {
-                if let Some(Entry {
-                    kind:
-                        EntryKind::Permission {
-                            call,
-                            decision: slot,
-                        },
-                    ..
-                }) = self.open_calls.and_then(|i| self.entries.get_mut(i))
-                    && call.id == *id
-                {
-                    *slot = Some(*decision);
-                }
-            }
-            // A setting of the session, not a step of its conversation; the questions asked
-            // (or not) after it show what it changed.
-            Input::PermissionSettingChanged { .. } => {}
-            Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),
-            Input::Closed => self.push(index, at_ms, EntryKind::Closed),
-        }
-    }
-}
-
-fn catalog_entry(catalog: &Catalog) -> EntryKind {
-    EntryKind::Catalog {
-        servers: catalog
-            .servers
-            .iter()
-            .map(|server| ServerView {
-                server: server.server.clone(),
-                tools: server.tools.iter().map(|t| t.name.clone()).collect(),
-            })
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::{Digest, RequestDigest};
+    use crate::machine::{Digest, Effect, Input, RequestDigest};
+    use crate::supervisor::{self, Fact, Order};
     use crate::transcript::{Header, Record};
 
     #[test]
