@@ -10,14 +10,14 @@
 //! through the session's [`CancelHandle`](crate::CancelHandle) without going through the actor.
 //! A second prompt on a busy session is answered with an error at once.
 //!
-//! What the client sees while a prompt runs comes from a [`ProgressObserver`]: model text as
+//! What the client sees while a prompt runs comes from a [`ProgressObserver`](crate::progress::ProgressObserver): model text as
 //! `agent_message_chunk`s as it streams in (the whole text once, when a reply did not stream),
 //! reasoning the provider streams as `agent_thought_chunk`s, each tool call as `tool_call`
 //! (pending) then `tool_call_update` (in progress, then completed or failed, with its output),
 //! and — so a UI can show why the agent kept working — each hook objection, `_PostCompact` injection or `_PreToolUse` denial as a
 //! completed `tool_call` of kind `other` titled with the hook and server, each other hook's
 //! injected context (`_SessionStart`, `_UserPromptSubmit`, `_PostToolUse`, `_PreCompact`) as one
-//! of kind `think` titled "<hook> from <server>", and a spent budget, a declined objection, a
+//! of kind `think` titled "`<hook>` from `<server>`", and a spent budget, a declined objection, a
 //! compaction or a failed-open hook as an `agent_thought_chunk`. So is, once, a recorded
 //! session's transcript that could not be written whole (checked after each prompt).
 //!

@@ -3,7 +3,7 @@
 //! The rule is the machine's ([`Policy::ask_permission`](crate::Policy::ask_permission)): it
 //! asks about each call of a tool its server marks `destructiveHint: true`, keeps the "always"
 //! decisions for the session, and answers a rejected call with an error result, so every
-//! decision is a fact in the session's transcript. [`ClientAsker`] only puts the question to the
+//! decision is a fact in the session's transcript. `ClientAsker` only puts the question to the
 //! client, with four options (allow once, allow always, reject once, reject always). A client
 //! that gives no decision (it cancelled the request, or answered with an error or an option
 //! this agent did not offer) rejects, once.

@@ -86,7 +86,7 @@ pub fn write_side_file(record: &Path, cwd: &Path, title: Option<&str>) -> std::i
     std::fs::write(side_path(record), json)
 }
 
-/// A prompt's first non-blank line, cut to [`TITLE_CHARS`].
+/// A prompt's first non-blank line, cut to 120 characters (`TITLE_CHARS`).
 pub fn title_of(prompt: &str) -> String {
     let line = prompt
         .lines()

@@ -5,9 +5,9 @@
 //! indicator (RFC 8707) on every token request, the authorization response's issuer (RFC 9207),
 //! refresh. This module adds what a host needs around it:
 //!
-//! - [`TokenStore`]: one private file of tokens, keyed by server URL ([`store`]);
-//! - the flow in order, with its browser step and loopback redirect listener ([`flow`]);
-//! - [`OAuthHttp`], the HTTP client of an OAuth-protected server's transport: it sends the
+//! - [`TokenStore`]: one private file of tokens, keyed by server URL (`store`);
+//! - the flow in order, with its browser step and loopback redirect listener (`flow`);
+//! - `OAuthHttp`, the HTTP client of an OAuth-protected server's transport: it sends the
 //!   stored token, refreshes it when it expires or is refused, and on a `401` or a `403
 //!   insufficient_scope` either runs the flow again (a login, a step-up to the union of the
 //!   granted and the challenged scopes; at most [`MAX_AUTHORIZATIONS`] per connection) or, in a
