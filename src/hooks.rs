@@ -70,6 +70,20 @@ impl Hook {
         }
     }
 
+    /// Where the hook stands in [`ALL`](Self::ALL): a dense index for tables and bit sets.
+    pub const fn index(self) -> usize {
+        match self {
+            Self::SessionStart => 0,
+            Self::UserPromptSubmit => 1,
+            Self::PreToolUse => 2,
+            Self::PostToolUse => 3,
+            Self::Stop => 4,
+            Self::PreCompact => 5,
+            Self::PostCompact => 6,
+            Self::SessionEnd => 7,
+        }
+    }
+
     /// The hook a bare tool name declares, if any.
     pub fn from_tool_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|hook| hook.tool_name() == name)
@@ -280,6 +294,13 @@ pub fn encode_hook_body(hook: Hook, server: &str, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_hook_s_index_is_its_place_in_all() {
+        for (at, hook) in Hook::ALL.into_iter().enumerate() {
+            assert_eq!(hook.index(), at, "{hook}");
+        }
+    }
 
     #[test]
     fn hook_names_start_with_underscore() {

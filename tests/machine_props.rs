@@ -25,8 +25,7 @@ struct ServerSpec {
 }
 
 fn hook_bit(hook: Hook) -> u8 {
-    let at = Hook::ALL.iter().position(|h| *h == hook).unwrap_or(0);
-    1 << at
+    1 << hook.index()
 }
 
 #[derive(Clone, Debug)]

@@ -7,20 +7,6 @@ use crate::machine::{Catalog, Effect, Input, Media, Message, Notice};
 use crate::supervisor::{self, Fact, Order};
 use crate::transcript::{Event, Replayer};
 
-/// Where a hook stands in [`Hook::ALL`], to count its rounds.
-fn hook_slot(hook: Hook) -> usize {
-    match hook {
-        Hook::SessionStart => 0,
-        Hook::UserPromptSubmit => 1,
-        Hook::PreToolUse => 2,
-        Hook::PostToolUse => 3,
-        Hook::Stop => 4,
-        Hook::PreCompact => 5,
-        Hook::PostCompact => 6,
-        Hook::SessionEnd => 7,
-    }
-}
-
 /// Turns records into entries, pairing each answer with the order it answers.
 #[derive(Default)]
 pub(super) struct Builder {
@@ -162,7 +148,7 @@ impl Builder {
                 context,
                 subjects,
             } => {
-                let count = &mut self.hook_rounds[hook_slot(*hook)];
+                let count = &mut self.hook_rounds[hook.index()];
                 *count += 1;
                 self.open_calls = Some(self.entries.len());
                 let calls: Vec<Option<u32>> = if subjects.is_empty() {
