@@ -1,8 +1,8 @@
 //! Interop with servers built on the official SDKs, each through a full session: a hook server
 //! written with the Python SDK (`examples/todo_server.py`, also over the HTTP+SSE transport of
 //! 2024-11-05), and the reference npm servers `server-everything` (over stdio, over streamable
-//! HTTP, and over HTTP+SSE), `server-memory`, and `server-filesystem` (which works in the roots
-//! its client offers).
+//! HTTP, and over HTTP+SSE, configured as `sse` and reached from an `http` URL),
+//! `server-memory`, and `server-filesystem` (which works in the roots its client offers).
 //!
 //! They need packages that `.ci/setup.d/30-mcp-interop.sh` installs; it exports
 //! `HOOKLOOP_INTEROP_PYTHON` and `HOOKLOOP_INTEROP_NODE_MODULES`. Without them these tests say so
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hookloop::machine::ToolCall;
 use hookloop::machine::{Content, Message};
-use hookloop::mcp::{HostOptions, ServerConfig, ToolHost};
+use hookloop::mcp::{HostOptions, ServerConfig, ToolHost, TransportKind};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::json;
@@ -28,7 +28,7 @@ use common::{Scratch, connect, eventually_async, fast_options};
 const TESTS: &str = "python_sdk_hook_server, python_sdk_server_with_every_hook, \
                      python_sdk_guard_server_denies, python_sdk_hook_server_over_sse, \
                      everything_over_stdio, everything_over_http, everything_over_sse, \
-                     memory_over_stdio, \
+                     everything_over_sse_from_an_http_url, memory_over_stdio, \
                      filesystem_works_in_the_roots_it_is_offered";
 
 struct Interop {
@@ -408,6 +408,22 @@ async fn everything_over_sse() {
     let Some(interop) = interop() else { return };
     let (_node, port) = everything(&interop, "sse").await;
     echo_session(ServerConfig::sse(format!("http://127.0.0.1:{port}/sse"))).await;
+}
+
+#[tokio::test]
+async fn everything_over_sse_from_an_http_url() {
+    let Some(interop) = interop() else { return };
+    let (_node, port) = everything(&interop, "sse").await;
+    // Its `POST /sse` is answered 404: the spec's cue to try the old transport.
+    let url = format!("http://127.0.0.1:{port}/sse");
+    let host = connect(
+        vec![("everything", ServerConfig::http(url.clone()))],
+        fast_options(),
+    )
+    .await;
+    assert_eq!(host.transport("everything"), Some(TransportKind::Sse));
+    drop(host);
+    echo_session(ServerConfig::http(url)).await;
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The HTTP+SSE transport of MCP 2024-11-05 against a real server on 127.0.0.1 (the
-//! `hookloop-test-server` binary with `TS_SSE`), configured as `sse`.
+//! `hookloop-test-server` binary with `TS_SSE`): configured as `sse`, and reached from an
+//! `http` URL that refuses streamable HTTP the way such servers do.
 
 mod common;
 
@@ -234,14 +235,63 @@ async fn a_dropped_stream_breaks_the_connection_and_the_supervisor_restarts_the_
 }
 
 #[tokio::test]
+async fn an_http_url_refused_with_400_404_or_405_falls_back_to_sse() {
+    for refusal in ["405", "404", "400"] {
+        let dir = Scratch::new("sse-fallback");
+        let log = dir.file("log");
+        let server = HttpServer::sse(&[("TS_SSE_REFUSE", refusal), ("TS_LOG", &log)]);
+        let host = connect(
+            vec![("legacy", ServerConfig::http(&server.url))],
+            fast_options(),
+        )
+        .await;
+        assert_eq!(
+            host.transport("legacy"),
+            Some(TransportKind::Sse),
+            "{refusal}"
+        );
+        let output = host
+            .call_tool(&call("legacy__echo", json!({"r": refusal})))
+            .await;
+        assert_eq!(output.joined_text(), format!(r#"{{"r":"{refusal}"}}"#));
+        assert_eq!(
+            lines(&log).iter().filter(|l| l.starts_with("get")).count(),
+            1
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_with_a_json_rpc_error_is_a_modern_server_and_no_fallback() {
+    let dir = Scratch::new("sse-modern");
+    let log = dir.file("log");
+    let server = HttpServer::sse(&[("TS_SSE_REFUSE", "400-jsonrpc"), ("TS_LOG", &log)]);
+    let errors = failures(
+        vec![("modern", ServerConfig::http(&server.url))],
+        fast_options(),
+    )
+    .await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("server modern"), "{errors:?}");
+    // The stream was never opened.
+    assert!(
+        !lines(&log).iter().any(|l| l.starts_with("get")),
+        "{:?}",
+        lines(&log)
+    );
+}
+
+#[tokio::test]
 async fn mcp_list_shows_each_servers_transport() {
     let sse = HttpServer::sse(&[]);
+    let legacy = HttpServer::sse(&[]);
     let dir = Scratch::new("sse-list");
     let mcp_json = dir.file(".mcp.json");
     std::fs::write(
         &mcp_json,
         json!({"mcpServers": {
             "old": {"type": "sse", "url": sse.url},
+            "legacy": {"type": "http", "url": legacy.url},
         }})
         .to_string(),
     )
@@ -254,5 +304,9 @@ async fn mcp_list_shows_each_servers_transport() {
     assert!(output.status.success(), "{output:?}");
     let text = String::from_utf8(output.stdout).unwrap();
     assert!(text.contains(&format!("old (sse: {})", sse.url)), "{text}");
-    assert_eq!(text.matches("  transport HTTP+SSE").count(), 1, "{text}");
+    assert!(
+        text.contains(&format!("legacy (http: {})", legacy.url)),
+        "{text}"
+    );
+    assert_eq!(text.matches("  transport HTTP+SSE").count(), 2, "{text}");
 }

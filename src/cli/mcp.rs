@@ -161,6 +161,7 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
                     .unwrap_or_else(|| "unknown".into());
                 println!("  protocol {version}");
                 if let Some(transport) = host.transport(name.as_str()) {
+                    // An `http` server's URL may turn out to speak the older transport.
                     println!("  transport {transport}");
                 }
                 println!("  tools ({}): {}", tools.len(), or_none(&tools));

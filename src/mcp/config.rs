@@ -18,7 +18,8 @@ use crate::mcp::McpError;
 pub enum ServerConfig {
     /// A child process speaking MCP over its stdin and stdout.
     Stdio(StdioConfig),
-    /// A server speaking MCP over streamable HTTP.
+    /// A server speaking MCP over streamable HTTP; one that refuses it the way servers of the
+    /// older transport do is reached over HTTP+SSE instead (see [`Sse`](Self::Sse)).
     Http(HttpConfig),
     /// A server speaking the HTTP+SSE transport of protocol 2024-11-05: the URL is its SSE
     /// stream, which names the endpoint that messages are posted to.

@@ -186,7 +186,8 @@ impl McpHost {
         }
     }
 
-    /// The transport a server's current life runs on, while it runs.
+    /// The transport a server's current life runs on, while it runs: what an `http` server
+    /// fell back to shows here.
     pub fn transport(&self, server: &str) -> Option<TransportKind> {
         let slot = self.slot(server)?;
         match &slot.lock().life {

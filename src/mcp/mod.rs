@@ -37,7 +37,8 @@ pub enum TransportKind {
     Stdio,
     /// Streamable HTTP (protocol 2025-03-26 on).
     StreamableHttp,
-    /// HTTP+SSE, the transport of protocol 2024-11-05.
+    /// HTTP+SSE, the transport of protocol 2024-11-05: configured as `sse`, or what an `http`
+    /// server's URL turned out to speak.
     Sse,
 }
 

@@ -20,6 +20,8 @@
 //! streamable HTTP's, [`OAuthHttp`]), unless the configuration sends its own `Authorization`.
 //! Redirects are not followed: one to another host would carry the headers there.
 
+pub(crate) mod fallback;
+
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -20,6 +20,7 @@
 //! | `TS_LEGACY` | speak protocol versions up to 2025-11-25 only (`initialize`, server requests) |
 //! | `TS_SSE` | serve HTTP+SSE on this address (a GET of `/sse` opens a session's stream, whose first event names `/messages?session=N`; a POST of `/sse` is refused with 405, as servers of that transport do); print `http://<addr>/sse` first; list `flood` and `drop_stream` too |
 //! | `TS_SSE_ENDPOINT` | over HTTP+SSE, the `endpoint` event's data instead (`never`: send none) |
+//! | `TS_SSE_REFUSE` | over HTTP+SSE, how a POST of `/sse` is refused: `405` (default), `404`, `400`, or `400-jsonrpc` (with a JSON-RPC error body, as a modern server refuses) |
 //! | `TS_PARAM_HEADERS` | also list `param_headers` (properties marked `x-mcp-header`) and `bad_header` (an invalid mark); over HTTP, log `params <json>` (the `Mcp-Param-*` headers, names lowercased) for each `tools/call` |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
@@ -728,12 +729,26 @@ mod legacy_sse {
         }
     }
 
+    /// How a POST of the stream's URL is refused (the spec's fallback reads it).
     fn refuse() -> Response<Out> {
-        answer(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "Method Not Allowed",
-        )
+        match env("TS_SSE_REFUSE").as_deref() {
+            Some("404") => answer(
+                StatusCode::NOT_FOUND,
+                "text/html",
+                "<pre>Cannot POST /sse</pre>",
+            ),
+            Some("400") => answer(StatusCode::BAD_REQUEST, "text/plain", "Bad Request"),
+            Some("400-jsonrpc") => answer(
+                StatusCode::BAD_REQUEST,
+                "application/json",
+                r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32602,"message":"Unsupported protocol version","data":{"supported":["2099-01-01"]}}}"#,
+            ),
+            _ => answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "Method Not Allowed",
+            ),
+        }
     }
 
     fn open(request: Request<Incoming>, sessions: Sessions, next: &AtomicU64) -> Response<Out> {

@@ -1,15 +1,18 @@
-//! Lives on the HTTP+SSE transport of 2024-11-05, for a server configured as `sse`.
+//! Lives on the HTTP+SSE transport of 2024-11-05: a server configured as `sse`, and an `http`
+//! server whose URL refuses streamable HTTP the way servers of the old transport do (see
+//! [`fallback`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::service::{ClientLifecycleMode, serve_client_with_lifecycle};
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, serve_client_with_lifecycle};
 
 use super::client::Handler;
 use super::slot::{Connected, Handshake, Slot};
 use crate::mcp::TransportKind;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::config::{HostOptions, HttpConfig};
+use crate::mcp::sse::fallback::{self, Refusal};
 use crate::mcp::sse::{Client, ENDPOINT_TIMEOUT, SseTransport};
 
 impl Slot {
@@ -41,6 +44,51 @@ impl Slot {
                 Some(problem) => Handshake::Auth(problem.describe(self.name.as_str())),
                 None => Handshake::Init(Box::new(error)),
             }),
+        }
+    }
+
+    /// After the streamable handshake at `config.url` failed with `error`: a life over
+    /// HTTP+SSE if the server's answer calls for it, else `error`.
+    pub(super) async fn fall_back_to_sse(
+        self: &Arc<Self>,
+        life: u64,
+        config: &HttpConfig,
+        error: Box<ClientInitializeError>,
+    ) -> Result<Connected, Handshake> {
+        let status = match fallback::refusal(&error) {
+            None => None,
+            Some(Refusal::Status(status)) => Some(status),
+            Some(Refusal::Unsaid) => {
+                let probed = match self.sse_client(config) {
+                    Ok((client, _)) => fallback::probe(&client, config).await,
+                    Err(reason) => Err(reason),
+                };
+                probed.unwrap_or_else(|reason| {
+                    tracing::debug!(server = %self.name, %reason, "could not ask the server why it refused streamable HTTP");
+                    None
+                })
+            }
+        };
+        let Some(status) = status.filter(|&status| fallback::calls_for_sse(status)) else {
+            return Err(Handshake::Init(error));
+        };
+        tracing::info!(
+            server = %self.name,
+            url = %config.url,
+            status,
+            "the server refused streamable HTTP as servers of the HTTP+SSE transport do; trying that"
+        );
+        match self.sse(life, config).await {
+            Ok(connected) => {
+                tracing::info!(server = %self.name, url = %config.url, "the server speaks the HTTP+SSE transport of 2024-11-05; using it");
+                Ok(connected)
+            }
+            Err(Handshake::Auth(reason)) => Err(Handshake::Auth(reason)),
+            Err(sse) => Err(Handshake::Spawn(format!(
+                "it answered streamable HTTP's initialize with HTTP {status}, and the HTTP+SSE \
+                 transport failed too: {}",
+                sse.reason()
+            ))),
         }
     }
 

@@ -458,7 +458,11 @@ impl Slot {
                 Ok((service, Some(Mutex::new(child)), TransportKind::Stdio))
             }
             Launch::Config(ServerConfig::Http(config)) => {
-                self.streamable(handler, config, lifecycle).await
+                match self.streamable(handler, config, lifecycle).await {
+                    // A server of the older transport refuses the POST in its own way.
+                    Err(Handshake::Init(error)) => self.fall_back_to_sse(life, config, error).await,
+                    other => other,
+                }
             }
             Launch::Config(ServerConfig::Sse(config)) => self.sse(life, config).await,
             #[cfg(test)]
