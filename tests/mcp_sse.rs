@@ -2,7 +2,9 @@
 //! `hookloop-test-server` binary with `TS_SSE`): configured as `sse`, and reached from an
 //! `http` URL that refuses streamable HTTP the way such servers do.
 
+mod acp_agent;
 mod common;
+mod loopback;
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,9 @@ use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::json;
 
+use acp_agent::Agent;
 use common::{HttpServer, Scratch, connect, fast_options, lines};
+use loopback::{FakeProvider, Reply, after_tool};
 
 fn call(name: &str, arguments: serde_json::Value) -> ToolCall {
     ToolCall {
@@ -309,4 +313,65 @@ async fn mcp_list_shows_each_servers_transport() {
         "{text}"
     );
     assert_eq!(text.matches("  transport HTTP+SSE").count(), 2, "{text}");
+}
+
+#[tokio::test]
+async fn an_acp_client_attaches_an_sse_server_whose_tool_and_stop_hook_run() {
+    let dir = Scratch::new("sse-acp");
+    let log = dir.file("log");
+    let server = HttpServer::sse(&[
+        ("TS_HOOKS", "_Stop"),
+        ("TS_STOP", "say:one more check"),
+        ("TS_LOG", &log),
+    ]);
+    let provider = FakeProvider::start(|request| {
+        if loopback::called(request, "old__echo") {
+            Reply::text("Done.")
+        } else if after_tool(request) {
+            Reply::tool("old__echo", json!({"via": "acp"}))
+        } else {
+            Reply::text("Done at once.")
+        }
+    });
+    let mut agent = Agent::spawn(&provider, &[]);
+    let (reply, _) = agent
+        .call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+    assert_eq!(
+        reply["result"]["agentCapabilities"]["mcpCapabilities"]["sse"], true,
+        "{reply}"
+    );
+    let session = agent
+        .new_session(json!([{
+            "type": "sse",
+            "name": "old",
+            "url": server.url,
+            "headers": [{"name": "X-Test", "value": "from-acp"}]
+        }]))
+        .await;
+    let (reply, updates) = agent.prompt_to_end(&session, "Check and finish.").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let titles: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["update"]["sessionUpdate"] == "tool_call")
+        .filter_map(|u| u["update"]["title"].as_str())
+        .collect();
+    assert!(
+        titles.contains(&"_Stop objection from old (2 left)"),
+        "{titles:?}"
+    );
+    assert!(
+        lines(&log).contains(&"call echo".to_owned()),
+        "{:?}",
+        lines(&log)
+    );
+    assert!(
+        lines(&log).contains(&"get x-test=from-acp authorization=-".to_owned()),
+        "{:?}",
+        lines(&log)
+    );
+    agent.close().await;
 }
