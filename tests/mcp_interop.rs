@@ -1,7 +1,8 @@
 //! Interop with servers built on the official SDKs, each through a full session: a hook server
-//! written with the Python SDK (`examples/todo_server.py`), and the reference npm servers
-//! `server-everything` (over stdio and over streamable HTTP), `server-memory`, and
-//! `server-filesystem` (which works in the roots its client offers).
+//! written with the Python SDK (`examples/todo_server.py`, also over the HTTP+SSE transport of
+//! 2024-11-05), and the reference npm servers `server-everything` (over stdio, over streamable
+//! HTTP, and over HTTP+SSE, configured as `sse` and reached from an `http` URL),
+//! `server-memory`, and `server-filesystem` (which works in the roots its client offers).
 //!
 //! They need packages that `.ci/setup.d/30-mcp-interop.sh` installs; it exports
 //! `HOOKLOOP_INTEROP_PYTHON` and `HOOKLOOP_INTEROP_NODE_MODULES`. Without them these tests say so
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use hookloop::machine::ToolCall;
 use hookloop::machine::{Content, Message};
-use hookloop::mcp::{HostOptions, ServerConfig, ToolHost};
+use hookloop::mcp::{HostOptions, ServerConfig, ToolHost, TransportKind};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::json;
@@ -25,8 +26,10 @@ use serde_json::json;
 use common::{Scratch, connect, eventually_async, fast_options};
 
 const TESTS: &str = "python_sdk_hook_server, python_sdk_server_with_every_hook, \
-                     python_sdk_guard_server_denies, everything_over_stdio, everything_over_http, \
-                     memory_over_stdio, filesystem_works_in_the_roots_it_is_offered";
+                     python_sdk_guard_server_denies, python_sdk_hook_server_over_sse, \
+                     everything_over_stdio, everything_over_http, everything_over_sse, \
+                     everything_over_sse_from_an_http_url, memory_over_stdio, \
+                     filesystem_works_in_the_roots_it_is_offered";
 
 struct Interop {
     python: PathBuf,
@@ -93,6 +96,25 @@ async fn python_sdk_hook_server() {
     let Some(interop) = interop() else { return };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/todo_server.py");
     let server = ServerConfig::stdio(interop.python.to_string_lossy(), [script]);
+    todo_session(server).await;
+}
+
+#[tokio::test]
+async fn python_sdk_hook_server_over_sse() {
+    let Some(interop) = interop() else { return };
+    let port = free_port();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/sse_todo_server.py"
+    );
+    let mut python = tokio::process::Command::new(&interop.python);
+    python.arg(script).arg(port.to_string());
+    let _server = listening(python, port).await;
+    todo_session(ServerConfig::sse(format!("http://127.0.0.1:{port}/sse"))).await;
+}
+
+/// The todo hook server's story: two todos added, an objection naming both, both completed.
+async fn todo_session(server: ServerConfig) {
     let host = connect(vec![("todo", server)], fast_options()).await;
     let llm = ScriptedLlm::new([
         Step::tools(
@@ -337,34 +359,71 @@ async fn everything_over_stdio() {
     echo_session(interop.npm_server("server-everything", &["stdio"])).await;
 }
 
-#[tokio::test]
-async fn everything_over_http() {
-    let Some(interop) = interop() else { return };
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let script = interop
-        .node_modules
-        .join("@modelcontextprotocol/server-everything/dist/index.js");
-    let mut node = tokio::process::Command::new("node")
-        .arg(script)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
+/// A port of 127.0.0.1 free a moment ago.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Starts `command`, a server that listens on `port` of 127.0.0.1, and waits until it does;
+/// killed when dropped.
+async fn listening(mut command: tokio::process::Command, port: u16) -> tokio::process::Child {
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("start node");
-    let url = format!("http://127.0.0.1:{port}/mcp");
-    let listening = common::eventually(Duration::from_secs(20), || {
+        .expect("start the server");
+    let up = common::eventually(Duration::from_secs(20), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     })
     .await;
-    assert!(listening, "server-everything did not listen on {port}");
+    assert!(up, "the server did not listen on {port}");
+    child
+}
+
+/// `server-everything` over `transport` (its command-line word) on a free port.
+async fn everything(interop: &Interop, transport: &str) -> (tokio::process::Child, u16) {
+    let port = free_port();
+    let script = interop
+        .node_modules
+        .join("@modelcontextprotocol/server-everything/dist/index.js");
+    let mut node = tokio::process::Command::new("node");
+    node.arg(script)
+        .arg(transport)
+        .env("PORT", port.to_string());
+    (listening(node, port).await, port)
+}
+
+#[tokio::test]
+async fn everything_over_http() {
+    let Some(interop) = interop() else { return };
+    let (_node, port) = everything(&interop, "streamableHttp").await;
+    echo_session(ServerConfig::http(format!("http://127.0.0.1:{port}/mcp"))).await;
+}
+
+#[tokio::test]
+async fn everything_over_sse() {
+    let Some(interop) = interop() else { return };
+    let (_node, port) = everything(&interop, "sse").await;
+    echo_session(ServerConfig::sse(format!("http://127.0.0.1:{port}/sse"))).await;
+}
+
+#[tokio::test]
+async fn everything_over_sse_from_an_http_url() {
+    let Some(interop) = interop() else { return };
+    let (_node, port) = everything(&interop, "sse").await;
+    // Its `POST /sse` is answered 404: the spec's cue to try the old transport.
+    let url = format!("http://127.0.0.1:{port}/sse");
+    let host = connect(
+        vec![("everything", ServerConfig::http(url.clone()))],
+        fast_options(),
+    )
+    .await;
+    assert_eq!(host.transport("everything"), Some(TransportKind::Sse));
+    drop(host);
     echo_session(ServerConfig::http(url)).await;
-    let _ = node.kill().await;
 }
 
 #[tokio::test]

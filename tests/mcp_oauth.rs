@@ -2,8 +2,8 @@
 //! (`tests/interop/oauth_server.py`, on 127.0.0.1): `hookloop mcp login` through the real flow
 //! (the test plays the browser: it follows the printed URL's redirects to the loopback
 //! listener), a session calling the server's tools with the stored tokens, an expiring token
-//! refreshed without anyone, a refused refresh, a server without a login, and tokens kept out of
-//! transcripts and logs.
+//! refreshed without anyone, a refused refresh, a server without a login, a login and a session
+//! over the HTTP+SSE transport, and tokens kept out of transcripts and logs.
 //!
 //! The Python SDK comes from `.ci/setup.d/30-mcp-interop.sh` (`HOOKLOOP_INTEROP_PYTHON`);
 //! without it these tests say so in one line and do nothing.
@@ -71,9 +71,14 @@ impl OAuthServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("python runs");
+        let path = if args.contains(&"--sse") {
+            "sse"
+        } else {
+            "mcp"
+        };
         let server = Self {
             child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+            url: format!("http://127.0.0.1:{port}/{path}"),
         };
         // Up once its metadata answers.
         let metadata = format!("http://127.0.0.1:{port}/.well-known/oauth-authorization-server");
@@ -372,6 +377,53 @@ async fn a_server_without_a_login_is_left_out_with_the_login_command() {
     let catalog = host.catalog();
     let names: Vec<_> = catalog.servers.iter().map(|s| s.server.as_str()).collect();
     assert_eq!(names, ["plain"]);
+}
+
+#[tokio::test]
+async fn an_sse_server_behind_oauth_needs_a_login_then_runs_on_its_tokens() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &["--sse"]);
+    let sse = || {
+        McpServers::new()
+            .with("secure", ServerConfig::sse(&server.url))
+            .unwrap()
+    };
+    let store = TokenStore::memory();
+    let (_host, failures) = McpHost::connect(sse(), options(store.clone()))
+        .await
+        .unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let message = failures[0].error.to_string();
+    assert!(
+        message.contains("run `hookloop mcp login secure`"),
+        "{message}"
+    );
+
+    // The flow `mcp login` runs, on the stream's challenge, the browser step headless.
+    let login = HostOptions {
+        oauth: OAuthOptions {
+            store: store.clone(),
+            authorize: Authorize::FollowRedirects,
+            ..OAuthOptions::default()
+        },
+        ..common::fast_options()
+    };
+    let (host, failures) = McpHost::connect(sse(), login).await.unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    drop(host);
+    assert!(matches!(
+        LoginState::of(&store, &server.url).unwrap(),
+        LoginState::LoggedIn { .. }
+    ));
+    // A session sends the stored token on the GET and on every POST.
+    let (host, failures) = McpHost::connect(sse(), options(store)).await.unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    let call = hookloop::machine::ToolCall {
+        id: "c1".into(),
+        name: "secure__add".into(),
+        arguments: json!({"a": 2, "b": 3}),
+    };
+    assert_eq!(host.call_tool(&call).await.joined_text(), "5");
 }
 
 #[tokio::test]

@@ -381,7 +381,7 @@ fn initialize_response(recorded: bool) -> InitializeResponse {
             AgentCapabilities::new()
                 .load_session(recorded)
                 .prompt_capabilities(PromptCapabilities::new())
-                .mcp_capabilities(McpCapabilities::new().http(true).sse(false))
+                .mcp_capabilities(McpCapabilities::new().http(true).sse(true))
                 .session_capabilities(sessions),
         )
         .agent_info(Implementation::new("hookloop", env!("CARGO_PKG_VERSION")))

@@ -38,13 +38,19 @@ pub enum ServerSpec {
         url: String,
         headers: Vec<(String, String)>,
     },
+    /// A server speaking the HTTP+SSE transport of MCP 2024-11-05; `url` is its SSE stream.
+    Sse {
+        name: ServerName,
+        url: String,
+        headers: Vec<(String, String)>,
+    },
 }
 
 impl ServerSpec {
     /// The server's name.
     pub fn name(&self) -> &ServerName {
         match self {
-            Self::Stdio { name, .. } | Self::Http { name, .. } => name,
+            Self::Stdio { name, .. } | Self::Http { name, .. } | Self::Sse { name, .. } => name,
         }
     }
 }
@@ -72,12 +78,11 @@ pub(super) fn session_spec(
                 url: s.url,
                 headers: s.headers.into_iter().map(|h| (h.name, h.value)).collect(),
             },
-            McpServer::Sse(s) => {
-                return Err(format!(
-                    "MCP server {:?}: the SSE transport is not supported; use stdio or http",
-                    s.name
-                ));
-            }
+            McpServer::Sse(s) => ServerSpec::Sse {
+                name: server_name(s.name)?,
+                url: s.url,
+                headers: s.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+            },
             // The enum grows with the protocol; refuse what this agent does not know.
             #[allow(unreachable_patterns)]
             _ => return Err("unsupported MCP server transport".into()),

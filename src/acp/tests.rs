@@ -35,17 +35,22 @@ fn session_specs_check_names_and_transports() {
         "cwd": "/work",
         "mcpServers": [
             {"name": "todo", "command": "/bin/todo", "args": ["-v"], "env": [{"name": "A", "value": "1"}]},
-            {"type": "http", "name": "web", "url": "http://127.0.0.1:1/mcp", "headers": [{"name": "X", "value": "y"}]}
+            {"type": "http", "name": "web", "url": "http://127.0.0.1:1/mcp", "headers": [{"name": "X", "value": "y"}]},
+            {"type": "sse", "name": "old", "url": "http://127.0.0.1:1/sse", "headers": [{"name": "X", "value": "z"}]}
         ]
     }))
     .unwrap();
     let spec = session_spec(request.cwd, request.mcp_servers, Permissions::Ask).unwrap();
-    assert_eq!(spec.servers.len(), 2);
+    assert_eq!(spec.servers.len(), 3);
     assert!(
         matches!(&spec.servers[0], ServerSpec::Stdio { env, .. } if env == &[("A".to_owned(), "1".to_owned())])
     );
     assert!(
         matches!(&spec.servers[1], ServerSpec::Http { url, .. } if url == "http://127.0.0.1:1/mcp")
+    );
+    assert!(
+        matches!(&spec.servers[2], ServerSpec::Sse { url, headers, .. }
+            if url == "http://127.0.0.1:1/sse" && headers == &[("X".to_owned(), "z".to_owned())])
     );
 
     for bad in [
@@ -54,7 +59,7 @@ fn session_specs_check_names_and_transports() {
         json!({"cwd": "/w", "mcpServers": [
             {"name": "a", "command": "x", "args": [], "env": []},
             {"name": "a", "command": "y", "args": [], "env": []}]}),
-        json!({"cwd": "/w", "mcpServers": [{"type": "sse", "name": "s", "url": "http://x", "headers": []}]}),
+        json!({"cwd": "/w", "mcpServers": [{"type": "sse", "name": "a__b", "url": "http://x", "headers": []}]}),
     ] {
         let request: NewSessionRequest = serde_json::from_value(bad.clone()).unwrap();
         assert!(
@@ -469,7 +474,7 @@ mod wire {
         let result = &reply["result"];
         assert_eq!(result["protocolVersion"], 1);
         assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["http"], true);
-        assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["sse"], false);
+        assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["sse"], true);
         // These tests record nothing: nothing could be loaded, listed or resumed.
         assert_eq!(result["agentCapabilities"]["loadSession"], false);
         let sessions = &result["agentCapabilities"]["sessionCapabilities"];

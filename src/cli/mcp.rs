@@ -1,12 +1,12 @@
-//! `hookloop mcp login | logout | list`: the logins of OAuth-protected HTTP servers, and what
-//! each configured server offers.
+//! `hookloop mcp login | logout | list`: the logins of OAuth-protected HTTP servers (of either
+//! transport), and what each configured server offers.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use hookloop::ToolHost;
 use hookloop::mcp::auth::{Authorize, LoginState, OAuthClient, OAuthOptions, ShowUrl, TokenStore};
-use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
+use hookloop::mcp::{HostOptions, HttpConfig, McpHost, McpServers, ServerConfig};
 
 use super::{Failure, exit, wire};
 
@@ -139,20 +139,14 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
                 }
                 (format!("stdio: {line}"), None)
             }
-            ServerConfig::Http(http) => {
-                let auth = if http
-                    .headers
-                    .keys()
-                    .any(|h| h.eq_ignore_ascii_case("authorization"))
-                {
-                    "Authorization header from the configuration".to_owned()
-                } else {
-                    LoginState::of(&store, &http.url)
-                        .map_err(Failure::failed)?
-                        .to_string()
-                };
-                (format!("http: {}", http.url), Some(auth))
-            }
+            ServerConfig::Http(http) => (
+                format!("http: {}", http.url),
+                Some(login_state(&store, http)?),
+            ),
+            ServerConfig::Sse(http) => (
+                format!("sse: {}", http.url),
+                Some(login_state(&store, http)?),
+            ),
         };
         println!("{name} ({transport})");
         match catalog.servers.iter().find(|s| s.server == name) {
@@ -166,6 +160,10 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
                     .protocol_version(name.as_str())
                     .unwrap_or_else(|| "unknown".into());
                 println!("  protocol {version}");
+                if let Some(transport) = host.transport(name.as_str()) {
+                    // An `http` server's URL may turn out to speak the older transport.
+                    println!("  transport {transport}");
+                }
                 println!("  tools ({}): {}", tools.len(), or_none(&tools));
                 println!("  hooks ({}): {}", hooks.len(), or_none(&hooks));
             }
@@ -183,6 +181,20 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// What `list` says of an HTTP server's login.
+fn login_state(store: &TokenStore, http: &HttpConfig) -> Result<String, Failure> {
+    if http
+        .headers
+        .keys()
+        .any(|h| h.eq_ignore_ascii_case("authorization"))
+    {
+        return Ok("Authorization header from the configuration".to_owned());
+    }
+    LoginState::of(store, &http.url)
+        .map(|state| state.to_string())
+        .map_err(Failure::failed)
 }
 
 fn or_none(names: &[&str]) -> String {
@@ -213,7 +225,7 @@ fn one_http_server(
             or_none(&names)
         )));
     };
-    let ServerConfig::Http(http) = config else {
+    let (ServerConfig::Http(http) | ServerConfig::Sse(http)) = config else {
         return Err(Failure::usage(format!(
             "{server} is a stdio server; only HTTP servers log in"
         )));

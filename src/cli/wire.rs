@@ -124,6 +124,13 @@ pub async fn connect_spec(spec: SessionSpec, config: &hookloop::Config) -> Resul
                 }
                 (name, config)
             }
+            ServerSpec::Sse { name, url, headers } => {
+                let mut config = ServerConfig::sse(url);
+                for (key, value) in headers {
+                    config = config.header(key, value);
+                }
+                (name, config)
+            }
         };
         servers.push(name, config).map_err(Failure::usage)?;
     }

@@ -387,7 +387,8 @@ pub(crate) struct OAuthHttp {
 /// mind, and the request fails instead of looping.
 const MAX_ATTEMPTS: u32 = 2 + 2 * MAX_AUTHORIZATIONS;
 
-type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
+/// What one HTTP exchange of an OAuth-protected server's client gives.
+pub(crate) type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
 
 impl OAuthHttp {
     /// A client for the server whose authorization is `auth`.
@@ -402,7 +403,9 @@ impl OAuthHttp {
     }
 
     /// Sends with the current token and reacts to the server's verdict (see the module doc).
-    async fn send<T, F, Fut>(&self, call: F) -> HttpResult<T>
+    /// `call` makes one exchange with the client and the token it is given; the HTTP+SSE
+    /// transport's requests go through here too.
+    pub(crate) async fn send<T, F, Fut>(&self, call: F) -> HttpResult<T>
     where
         F: Fn(reqwest::Client, Option<String>) -> Fut,
         Fut: Future<Output = HttpResult<T>>,

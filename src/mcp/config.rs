@@ -18,8 +18,12 @@ use crate::mcp::McpError;
 pub enum ServerConfig {
     /// A child process speaking MCP over its stdin and stdout.
     Stdio(StdioConfig),
-    /// A server speaking MCP over streamable HTTP.
+    /// A server speaking MCP over streamable HTTP; one that refuses it the way servers of the
+    /// older transport do is reached over HTTP+SSE instead (see [`Sse`](Self::Sse)).
     Http(HttpConfig),
+    /// A server speaking the HTTP+SSE transport of protocol 2024-11-05: the URL is its SSE
+    /// stream, which names the endpoint that messages are posted to.
+    Sse(HttpConfig),
 }
 
 /// A server the host starts as a child process, in its own process group.
@@ -34,12 +38,36 @@ pub struct StdioConfig {
     pub cwd: Option<PathBuf>,
 }
 
-/// A server reached over streamable HTTP.
+/// A server reached over HTTP, by either transport ([`ServerConfig::Http`],
+/// [`ServerConfig::Sse`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HttpConfig {
     pub url: String,
     /// Sent with every request (an `Authorization` header, for instance).
     pub headers: BTreeMap<String, String>,
+}
+
+impl HttpConfig {
+    /// The headers as HTTP headers, or which one is not valid.
+    pub(crate) fn header_map(&self) -> Result<http::HeaderMap, String> {
+        let mut headers = http::HeaderMap::with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            let name = http::HeaderName::try_from(name.as_str())
+                .map_err(|e| format!("invalid header name {name:?}: {e}"))?;
+            let value = http::HeaderValue::try_from(value.as_str())
+                .map_err(|e| format!("invalid value for header {name}: {e}"))?;
+            headers.insert(name, value);
+        }
+        Ok(headers)
+    }
+
+    /// Whether the configuration sends its own `Authorization` header: the operator's choice
+    /// of credentials, which OAuth leaves alone.
+    pub(crate) fn has_authorization(&self) -> bool {
+        self.headers
+            .keys()
+            .any(|h| h.eq_ignore_ascii_case("authorization"))
+    }
 }
 
 /// The only variables of the engine's environment a child process inherits; everything else it
@@ -68,6 +96,14 @@ impl ServerConfig {
         })
     }
 
+    /// A server of the HTTP+SSE transport (2024-11-05) whose SSE stream is at `url`.
+    pub fn sse(url: impl Into<String>) -> Self {
+        Self::Sse(HttpConfig {
+            url: url.into(),
+            headers: BTreeMap::new(),
+        })
+    }
+
     /// The same server with one more environment variable (stdio only; ignored for HTTP).
     pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         if let Self::Stdio(stdio) = &mut self {
@@ -76,9 +112,9 @@ impl ServerConfig {
         self
     }
 
-    /// The same server with one more header (HTTP only; ignored for stdio).
+    /// The same server with one more header (HTTP and SSE; ignored for stdio).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        if let Self::Http(http) = &mut self {
+        if let Self::Http(http) | Self::Sse(http) = &mut self {
             http.headers.insert(name.into(), value.into());
         }
         self
@@ -365,23 +401,33 @@ impl TryFrom<RawServerConfig> for ServerConfig {
                     cwd: raw.cwd,
                 }))
             }
-            "http" | "streamable-http" | "streamableHttp" => {
-                let url = raw.url.ok_or("an http server needs a \"url\"")?;
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(format!("url {url:?} is not an http(s) url"));
-                }
-                if raw.command.is_some() || !raw.args.is_empty() || !raw.env.is_empty() {
-                    return Err("an http server takes no \"command\", \"args\" or \"env\"".into());
-                }
-                Ok(Self::Http(HttpConfig {
-                    url,
-                    headers: raw.headers,
-                }))
-            }
+            "http" | "streamable-http" | "streamableHttp" => Ok(Self::Http(raw.http("http")?)),
+            "sse" => Ok(Self::Sse(raw.http("sse")?)),
             other => Err(format!(
-                "server type {other:?} is not supported (use \"stdio\" or \"http\")"
+                "server type {other:?} is not supported (use \"stdio\", \"http\" or \"sse\")"
             )),
         }
+    }
+}
+
+impl RawServerConfig {
+    /// The URL and headers of a server of type `kind` (`http` or `sse`), checked.
+    fn http(self, kind: &str) -> Result<HttpConfig, String> {
+        let url = self
+            .url
+            .ok_or_else(|| format!("an {kind} server needs a \"url\""))?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("url {url:?} is not an http(s) url"));
+        }
+        if self.command.is_some() || !self.args.is_empty() || !self.env.is_empty() {
+            return Err(format!(
+                "an {kind} server takes no \"command\", \"args\" or \"env\""
+            ));
+        }
+        Ok(HttpConfig {
+            url,
+            headers: self.headers,
+        })
     }
 }
 
@@ -397,6 +443,12 @@ impl From<ServerConfig> for RawServerConfig {
             },
             ServerConfig::Http(h) => Self {
                 kind: Some("http".into()),
+                url: Some(h.url),
+                headers: h.headers,
+                ..Self::default()
+            },
+            ServerConfig::Sse(h) => Self {
+                kind: Some("sse".into()),
                 url: Some(h.url),
                 headers: h.headers,
                 ..Self::default()
@@ -510,8 +562,20 @@ mod tests {
             (r#"{"mcpServers": {"a__b": {"command": "x"}}}"#, "a__b"),
             (r#"{"mcpServers": {"s": {"args": []}}}"#, "command"),
             (
-                r#"{"mcpServers": {"s": {"type": "sse", "url": "http://x"}}}"#,
-                "sse",
+                r#"{"mcpServers": {"s": {"type": "websocket", "url": "ws://x"}}}"#,
+                "websocket",
+            ),
+            (
+                r#"{"mcpServers": {"s": {"type": "sse", "url": "ws://x"}}}"#,
+                "ws://x",
+            ),
+            (
+                r#"{"mcpServers": {"s": {"type": "sse", "command": "x", "url": "http://x"}}}"#,
+                "an sse server takes no",
+            ),
+            (
+                r#"{"mcpServers": {"s": {"type": "sse"}}}"#,
+                "needs a \"url\"",
             ),
             (
                 r#"{"mcpServers": {"s": {"type": "http", "url": "ftp://x"}}}"#,
@@ -617,6 +681,24 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(err.contains("${X}") && err.contains("not unicode"), "{err}");
+    }
+
+    #[test]
+    fn an_sse_server_is_its_own_kind_with_expanded_url_and_headers() {
+        let servers = McpServers::from_json_with(
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://${HOST}/sse",
+                                        "headers": {"Authorization": "Bearer ${TOKEN}"}}}}"#,
+            vars(&[("HOST", "127.0.0.1:9"), ("TOKEN", "t0k")]),
+        )
+        .unwrap();
+        let expected =
+            ServerConfig::sse("http://127.0.0.1:9/sse").header("Authorization", "Bearer t0k");
+        assert_eq!(servers.iter().next().map(|(_, c)| c), Some(&expected));
+        // It writes back as `"type": "sse"`, and reads again as itself.
+        let text = serde_json::to_string(&servers).unwrap();
+        assert!(text.contains(r#""type":"sse""#), "{text}");
+        let back: McpServers = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, servers);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! backoff with jitter, or retires the server once its restart budget is spent.
 
 mod client;
+mod legacy;
 mod slot;
 
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ use self::slot::{Launch, Life, Shared, Slot};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
 use crate::mcp::config::{HostOptions, McpServers};
-use crate::mcp::{HookCall, McpError, Nobody, Person, ToolHost, convert};
+use crate::mcp::{HookCall, McpError, Nobody, Person, ToolHost, TransportKind, convert};
 use crate::supervisor::{self, Fact, Supervisor, SupervisorPolicy};
 use crate::text::lock;
 
@@ -181,6 +182,16 @@ impl McpHost {
         let slot = self.slot(server)?;
         match &slot.lock().life {
             Life::Live(conn) => conn.protocol_version(),
+            Life::Down | Life::Retired => None,
+        }
+    }
+
+    /// The transport a server's current life runs on, while it runs: what an `http` server
+    /// fell back to shows here.
+    pub fn transport(&self, server: &str) -> Option<TransportKind> {
+        let slot = self.slot(server)?;
+        match &slot.lock().life {
+            Life::Live(conn) => Some(conn.transport),
             Life::Down | Life::Retired => None,
         }
     }

@@ -1,6 +1,6 @@
 //! The tool side: the [`ToolHost`] trait the driver calls to run tools and hooks, and
-//! [`McpHost`], its implementation on real MCP servers (rmcp's client over child-process stdio
-//! and streamable HTTP).
+//! [`McpHost`], its implementation on real MCP servers (rmcp's client over child-process stdio,
+//! streamable HTTP, and the HTTP+SSE transport of 2024-11-05).
 //!
 //! rmcp's types stay inside this module: the rest of the engine sees [`Catalog`],
 //! [`ToolOutput`] and [`HookReply`] only.
@@ -11,6 +11,7 @@ mod config;
 mod convert;
 mod elicit;
 mod host;
+mod sse;
 mod transport;
 
 use std::future::Future;
@@ -27,6 +28,29 @@ pub use self::host::{McpHost, StartupFailure};
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{Catalog, HookContext, HookReply, ToolCall, ToolOutput};
+
+/// The transport one life of a server runs on ([`McpHost::transport`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportKind {
+    /// A child process's stdin and stdout.
+    Stdio,
+    /// Streamable HTTP (protocol 2025-03-26 on).
+    StreamableHttp,
+    /// HTTP+SSE, the transport of protocol 2024-11-05: configured as `sse`, or what an `http`
+    /// server's URL turned out to speak.
+    Sse,
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Stdio => "stdio",
+            Self::StreamableHttp => "streamable HTTP",
+            Self::Sse => "HTTP+SSE",
+        })
+    }
+}
 
 /// One hook call on one server, as the driver hands it to the host.
 #[derive(Clone, Debug, PartialEq, Eq)]

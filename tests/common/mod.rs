@@ -158,7 +158,7 @@ pub fn example(name: &str) -> PathBuf {
     path
 }
 
-/// The test server over streamable HTTP on 127.0.0.1, killed on drop.
+/// The test server over streamable HTTP (or HTTP+SSE) on 127.0.0.1, killed on drop.
 pub struct HttpServer {
     child: Child,
     pub url: String,
@@ -166,9 +166,18 @@ pub struct HttpServer {
 
 impl HttpServer {
     pub fn start(vars: &[(&str, &str)]) -> Self {
+        Self::spawn("TS_HTTP", vars)
+    }
+
+    /// The test server over the HTTP+SSE transport of 2024-11-05; `url` is its stream.
+    pub fn sse(vars: &[(&str, &str)]) -> Self {
+        Self::spawn("TS_SSE", vars)
+    }
+
+    fn spawn(mode: &str, vars: &[(&str, &str)]) -> Self {
         let mut command = std::process::Command::new(TEST_SERVER);
         command
-            .env("TS_HTTP", "127.0.0.1:0")
+            .env(mode, "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped());
         command.envs(vars.iter().copied());

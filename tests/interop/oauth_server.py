@@ -5,13 +5,14 @@ registration, authorize, token with PKCE and refresh) and the resource server (p
 metadata, bearer tokens checked on every MCP request), on 127.0.0.1:PORT. The authorization page
 approves at once: there is no person in a test, so the browser step is a redirect.
 
-    oauth_server.py PORT [--token-secs N] [--refuse-refresh] [--demand-admin-when FILE]
+    oauth_server.py PORT [--token-secs N] [--refuse-refresh] [--demand-admin-when FILE] [--sse]
 
 Access tokens last N seconds (default 3600), so a test can watch one expire and be refreshed;
 with --refuse-refresh every refresh is refused (invalid_grant). With --demand-admin-when, once
 FILE exists, an MCP request whose token lacks the `admin` scope is refused with `403
 insufficient_scope` naming `todo admin` (a step-up). The `stats` tool tells how many codes and
-refreshes the server issued.
+refreshes the server issued. With --sse the MCP endpoint is the HTTP+SSE transport of 2024-11-05
+(the stream at /sse, its messages posted to /messages/), behind the same bearer check.
 """
 
 import json
@@ -127,7 +128,8 @@ server = MCPServer(
     auth_server_provider=provider,
     auth=AuthSettings(
         issuer_url=BASE,
-        resource_server_url=f"{BASE}/mcp",
+        # The resource is the URL clients are configured with (RFC 9728 checks they match).
+        resource_server_url=f"{BASE}/sse" if "--sse" in sys.argv else f"{BASE}/mcp",
         validate_token_resource=False,
         required_scopes=[SCOPE],
         client_registration_options=ClientRegistrationOptions(
@@ -191,5 +193,6 @@ class DemandAdmin:
 if __name__ == "__main__":
     import uvicorn
 
-    app = DemandAdmin(server.streamable_http_app(host="127.0.0.1"))
+    mcp_app = server.sse_app(host="127.0.0.1") if "--sse" in sys.argv else server.streamable_http_app(host="127.0.0.1")
+    app = DemandAdmin(mcp_app)
     uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning")

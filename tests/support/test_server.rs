@@ -1,5 +1,6 @@
 //! `hookloop-test-server`: an MCP server (rmcp's server side) whose behaviour the tests set
-//! through its environment. Over stdio by default; over streamable HTTP with `TS_HTTP`.
+//! through its environment. Over stdio by default; over streamable HTTP with `TS_HTTP`; over the
+//! HTTP+SSE transport of 2024-11-05 with `TS_SSE`.
 //!
 //! | variable | effect |
 //! |---|---|
@@ -17,6 +18,9 @@
 //! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
 //! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
 //! | `TS_LEGACY` | speak protocol versions up to 2025-11-25 only (`initialize`, server requests) |
+//! | `TS_SSE` | serve HTTP+SSE on this address (a GET of `/sse` opens a session's stream, whose first event names `/messages?session=N`; a POST of `/sse` is refused with 405, as servers of that transport do); print `http://<addr>/sse` first; list `flood` and `drop_stream` too |
+//! | `TS_SSE_ENDPOINT` | over HTTP+SSE, the `endpoint` event's data instead (`never`: send none) |
+//! | `TS_SSE_REFUSE` | over HTTP+SSE, how a POST of `/sse` is refused: `405` (default), `404`, `400`, or `400-jsonrpc` (with a JSON-RPC error body, as a modern server refuses) |
 //! | `TS_PARAM_HEADERS` | also list `param_headers` (properties marked `x-mcp-header`) and `bad_header` (an invalid mark); over HTTP, log `params <json>` (the `Mcp-Param-*` headers, names lowercased) for each `tools/call` |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
@@ -34,6 +38,10 @@
 //! `roots_changed`.
 //! `remove` (marked `destructiveHint: true`, so a front end that asks before destructive tools
 //! asks about it; answers `removed` and its arguments).
+//! Over HTTP+SSE: `flood` (an event of 16 MiB and one byte goes on the stream before its
+//! answer), `drop_stream` (the session's stream ends instead of an answer); with `TS_LOG`,
+//! `get x-test=… authorization=…` and `post x-test=… authorization=…` lines for each GET of the
+//! stream and each POST of a message.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -196,6 +204,9 @@ impl TestServer {
         .into_iter()
         .map(str::to_owned)
         .collect();
+        if env("TS_SSE").is_some() {
+            names.extend(["flood".to_owned(), "drop_stream".to_owned()]);
+        }
         names.extend(self.inner.hooks.iter().cloned());
         names.extend(self.inner.extra.iter().cloned());
         if self.inner.added.load(Ordering::SeqCst) {
@@ -548,9 +559,10 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        match env("TS_HTTP") {
-            Some(addr) => serve_http(&addr).await,
-            None => {
+        match (env("TS_HTTP"), env("TS_SSE")) {
+            (Some(addr), _) => serve_http(&addr).await,
+            (None, Some(addr)) => legacy_sse::serve(&addr).await,
+            (None, None) => {
                 let server = TestServer::new()
                     .serve((tokio::io::stdin(), tokio::io::stdout()))
                     .await
@@ -593,5 +605,237 @@ async fn serve_http(addr: &str) {
                 .serve_connection(io, handler)
                 .await;
         });
+    }
+}
+
+/// The HTTP+SSE transport of 2024-11-05, server side: each GET of `/sse` starts a session of the
+/// test server (rmcp's server over an in-memory pipe) whose messages go out as `message` events;
+/// each POST of `/messages?session=N` goes into that session's pipe.
+mod legacy_sse {
+    use std::collections::HashMap;
+    use std::convert::Infallible;
+    use std::io::Write;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use http_body::{Body, Frame};
+    use hyper::body::Incoming;
+    use hyper::{Method, Request, Response, StatusCode};
+    use rmcp::ServiceExt;
+    use serde_json::Value;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, WriteHalf};
+    use tokio::sync::mpsc;
+
+    use super::{TestServer, env, log};
+
+    /// One client's session: where its POSTs go, and its stream.
+    struct Session {
+        to_server: Arc<tokio::sync::Mutex<WriteHalf<tokio::io::DuplexStream>>>,
+        stream: mpsc::Sender<Bytes>,
+        /// The task that turns the server's lines into events; ending it ends the stream.
+        forward: tokio::task::AbortHandle,
+    }
+
+    type Sessions = Arc<Mutex<HashMap<u64, Session>>>;
+
+    /// A response body: one piece, or the events of a stream until it ends.
+    enum Out {
+        Once(Option<Bytes>),
+        Stream(mpsc::Receiver<Bytes>),
+    }
+
+    impl Body for Out {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match self.get_mut() {
+                Out::Once(piece) => Poll::Ready(piece.take().map(|b| Ok(Frame::data(b)))),
+                Out::Stream(events) => events.poll_recv(cx).map(|e| e.map(|b| Ok(Frame::data(b)))),
+            }
+        }
+    }
+
+    fn answer(status: StatusCode, content_type: &str, body: &str) -> Response<Out> {
+        let mut response = Response::new(Out::Once(Some(Bytes::from(body.to_owned()))));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            "content-type",
+            content_type.parse().expect("a content type"),
+        );
+        response
+    }
+
+    fn event(kind: &str, data: &str) -> Bytes {
+        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+    }
+
+    fn log_headers(what: &str, request: &Request<Incoming>) {
+        let header = |name: &str| {
+            request
+                .headers()
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_else(|| "-".into())
+        };
+        log(&format!(
+            "{what} x-test={} authorization={}",
+            header("x-test"),
+            header("authorization")
+        ));
+    }
+
+    pub async fn serve(addr: &str) {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+        let local = listener.local_addr().expect("local addr");
+        println!("http://{local}/sse");
+        std::io::stdout().flush().expect("flush");
+        let sessions: Sessions = Arc::default();
+        let next = Arc::new(AtomicU64::new(1));
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (sessions, next) = (Arc::clone(&sessions), Arc::clone(&next));
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let handler = hyper::service::service_fn(move |request| {
+                    let (sessions, next) = (Arc::clone(&sessions), Arc::clone(&next));
+                    async move { Ok::<_, Infallible>(handle(request, sessions, next).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, handler)
+                    .await;
+            });
+        }
+    }
+
+    async fn handle(
+        request: Request<Incoming>,
+        sessions: Sessions,
+        next: Arc<AtomicU64>,
+    ) -> Response<Out> {
+        match (request.method(), request.uri().path()) {
+            (&Method::GET, "/sse") => open(request, sessions, &next),
+            (&Method::POST, "/sse") => refuse(),
+            (&Method::POST, "/messages") => post(request, sessions).await,
+            _ => answer(StatusCode::NOT_FOUND, "text/plain", "Not Found"),
+        }
+    }
+
+    /// How a POST of the stream's URL is refused (the spec's fallback reads it).
+    fn refuse() -> Response<Out> {
+        match env("TS_SSE_REFUSE").as_deref() {
+            Some("404") => answer(
+                StatusCode::NOT_FOUND,
+                "text/html",
+                "<pre>Cannot POST /sse</pre>",
+            ),
+            Some("400") => answer(StatusCode::BAD_REQUEST, "text/plain", "Bad Request"),
+            Some("400-jsonrpc") => answer(
+                StatusCode::BAD_REQUEST,
+                "application/json",
+                r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32602,"message":"Unsupported protocol version","data":{"supported":["2099-01-01"]}}}"#,
+            ),
+            _ => answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "Method Not Allowed",
+            ),
+        }
+    }
+
+    fn open(request: Request<Incoming>, sessions: Sessions, next: &AtomicU64) -> Response<Out> {
+        log_headers("get", &request);
+        let id = next.fetch_add(1, Ordering::SeqCst);
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(running) = TestServer::new().serve(server).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let (from_server, to_server) = tokio::io::split(client);
+        let (stream, events) = mpsc::channel(64);
+        let endpoint = env("TS_SSE_ENDPOINT").unwrap_or_else(|| format!("/messages?session={id}"));
+        let first = stream.clone();
+        let forward = tokio::spawn(async move {
+            if endpoint != "never" && first.send(event("endpoint", &endpoint)).await.is_err() {
+                return;
+            }
+            let mut lines = BufReader::new(from_server).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if first.send(event("message", &line)).await.is_err() {
+                    return;
+                }
+            }
+        })
+        .abort_handle();
+        sessions.lock().expect("sessions").insert(
+            id,
+            Session {
+                to_server: Arc::new(tokio::sync::Mutex::new(to_server)),
+                stream,
+                forward,
+            },
+        );
+        let mut response = Response::new(Out::Stream(events));
+        response.headers_mut().insert(
+            "content-type",
+            "text/event-stream".parse().expect("a content type"),
+        );
+        response
+    }
+
+    async fn post(mut request: Request<Incoming>, sessions: Sessions) -> Response<Out> {
+        log_headers("post", &request);
+        let id = request
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("session="))
+            .and_then(|n| n.parse::<u64>().ok());
+        let mut body = Vec::new();
+        while let Some(frame) =
+            std::future::poll_fn(|cx| Pin::new(request.body_mut()).poll_frame(cx)).await
+        {
+            let Ok(frame) = frame else {
+                return answer(StatusCode::BAD_REQUEST, "text/plain", "unreadable body");
+            };
+            if let Ok(data) = frame.into_data() {
+                body.extend_from_slice(&data);
+            }
+        }
+        let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let tool = (message["method"] == "tools/call")
+            .then(|| message["params"]["name"].as_str())
+            .flatten();
+        let (to_server, stream) = {
+            let mut sessions = sessions.lock().expect("sessions");
+            let Some(session) = id.and_then(|id| sessions.get(&id)) else {
+                return answer(StatusCode::NOT_FOUND, "text/plain", "no such session");
+            };
+            if tool == Some("drop_stream") {
+                if let Some(session) = id.and_then(|id| sessions.remove(&id)) {
+                    session.forward.abort();
+                }
+                return answer(StatusCode::ACCEPTED, "text/plain", "Accepted");
+            }
+            (Arc::clone(&session.to_server), session.stream.clone())
+        };
+        if tool == Some("flood") {
+            let data = "x".repeat(16 * 1024 * 1024 + 1);
+            let _ = stream.send(event("message", &data)).await;
+        }
+        let mut to_server = to_server.lock().await;
+        body.push(b'\n');
+        if to_server.write_all(&body).await.is_err() {
+            return answer(StatusCode::GONE, "text/plain", "the session ended");
+        }
+        answer(StatusCode::ACCEPTED, "text/plain", "Accepted")
     }
 }

@@ -28,7 +28,7 @@ use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
 use crate::mcp::transport::LineTransport;
-use crate::mcp::{McpError, Person, convert};
+use crate::mcp::{McpError, Person, TransportKind, convert};
 use crate::supervisor::{self, Fact, HookTurn, Jitter, Order, Supervisor};
 use crate::text::lock;
 
@@ -121,6 +121,8 @@ pub(super) struct Conn {
     life: u64,
     service: RunningService<RoleClient, Handler>,
     pub(super) child: Option<Mutex<ChildGroup>>,
+    /// The transport this life runs on.
+    pub(super) transport: TransportKind,
     /// Whether any call of this life got an answer.
     answered: AtomicBool,
 }
@@ -381,7 +383,7 @@ impl Slot {
             preferred_versions: vec![ProtocolVersion::LATEST],
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         };
-        let (service, child) = match self.handshake(life, lifecycle).await {
+        let (service, child, transport) = match self.handshake(life, lifecycle).await {
             Ok(connected) => connected,
             // A server that answers `server/discover` with something other than a discovery
             // result or a "legacy" error is still often a good `initialize` server: try that
@@ -398,6 +400,7 @@ impl Slot {
             life,
             service,
             child,
+            transport,
             answered: AtomicBool::new(false),
         });
         let tools = match conn.service.peer().list_all_tools().await {
@@ -411,7 +414,7 @@ impl Slot {
             Ok(tools) => {
                 let peer = conn.service.peer().clone();
                 let version = peer.peer_info().map(|i| i.protocol_version.to_string());
-                tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, "server started");
+                tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, %transport, "server started");
                 if let Some(subscription) = subscribe_tool_list(&peer).await {
                     tokio::spawn(watch_tool_list(
                         Arc::downgrade(self),
@@ -452,36 +455,16 @@ impl Slot {
                 let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                     .await
                     .map_err(|e| Handshake::Init(Box::new(e)))?;
-                Ok((service, Some(Mutex::new(child))))
+                Ok((service, Some(Mutex::new(child)), TransportKind::Stdio))
             }
             Launch::Config(ServerConfig::Http(config)) => {
-                let transport_config = http_config(config).map_err(Handshake::Spawn)?;
-                // A configured `Authorization` header is the operator's choice of credentials;
-                // otherwise the server may ask for OAuth, and the OAuth client answers.
-                if config
-                    .headers
-                    .keys()
-                    .any(|h| h.eq_ignore_ascii_case("authorization"))
-                {
-                    let transport = StreamableHttpClientTransport::from_config(transport_config);
-                    let service = serve_client_with_lifecycle(handler, transport, lifecycle)
-                        .await
-                        .map_err(|e| Handshake::Init(Box::new(e)))?;
-                    return Ok((service, None));
-                }
-                let options = self.shared.options.oauth.clone();
-                let auth = ServerAuth::new(self.name.as_str(), &config.url, options);
-                let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
-                let transport =
-                    StreamableHttpClientTransport::with_client(client, transport_config);
-                match serve_client_with_lifecycle(handler, transport, lifecycle).await {
-                    Ok(service) => Ok((service, None)),
-                    Err(error) => Err(match auth.problem() {
-                        Some(problem) => Handshake::Auth(problem.describe(self.name.as_str())),
-                        None => Handshake::Init(Box::new(error)),
-                    }),
+                match self.streamable(handler, config, lifecycle).await {
+                    // A server of the older transport refuses the POST in its own way.
+                    Err(Handshake::Init(error)) => self.fall_back_to_sse(life, config, error).await,
+                    other => other,
                 }
             }
+            Launch::Config(ServerConfig::Sse(config)) => self.sse(life, config).await,
             #[cfg(test)]
             Launch::Duplex(make) => {
                 let (read, write) = tokio::io::split(make());
@@ -489,20 +472,51 @@ impl Slot {
                 let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                     .await
                     .map_err(|e| Handshake::Init(Box::new(e)))?;
-                Ok((service, None))
+                Ok((service, None, TransportKind::Stdio))
             }
+        }
+    }
+
+    /// Connects and negotiates one life over streamable HTTP.
+    async fn streamable(
+        self: &Arc<Self>,
+        handler: Handler,
+        config: &HttpConfig,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Connected, Handshake> {
+        let transport_config = http_config(config).map_err(Handshake::Spawn)?;
+        // A configured `Authorization` header is the operator's choice of credentials;
+        // otherwise the server may ask for OAuth, and the OAuth client answers.
+        if config.has_authorization() {
+            let transport = StreamableHttpClientTransport::from_config(transport_config);
+            let service = serve_client_with_lifecycle(handler, transport, lifecycle)
+                .await
+                .map_err(|e| Handshake::Init(Box::new(e)))?;
+            return Ok((service, None, TransportKind::StreamableHttp));
+        }
+        let options = self.shared.options.oauth.clone();
+        let auth = ServerAuth::new(self.name.as_str(), &config.url, options);
+        let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
+        let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+        match serve_client_with_lifecycle(handler, transport, lifecycle).await {
+            Ok(service) => Ok((service, None, TransportKind::StreamableHttp)),
+            Err(error) => Err(match auth.problem() {
+                Some(problem) => Handshake::Auth(problem.describe(self.name.as_str())),
+                None => Handshake::Init(Box::new(error)),
+            }),
         }
     }
 }
 
-/// A negotiated connection and, for stdio, its process group.
-type Connected = (
+/// A negotiated connection, for stdio its process group, and its transport.
+pub(super) type Connected = (
     RunningService<RoleClient, Handler>,
     Option<Mutex<ChildGroup>>,
+    TransportKind,
 );
 
 /// Why a handshake failed.
-enum Handshake {
+pub(super) enum Handshake {
     /// The server could not be started or reached at all.
     Spawn(String),
     /// The MCP handshake failed.
@@ -513,13 +527,17 @@ enum Handshake {
 
 impl Handshake {
     fn into_error(self, server: &ServerName) -> McpError {
-        let reason = match self {
-            Self::Spawn(reason) | Self::Auth(reason) => reason,
-            Self::Init(error) => error.to_string(),
-        };
         McpError::Startup {
             server: server.clone(),
-            reason,
+            reason: self.reason(),
+        }
+    }
+
+    /// What went wrong, in words.
+    pub(super) fn reason(self) -> String {
+        match self {
+            Self::Spawn(reason) | Self::Auth(reason) => reason,
+            Self::Init(error) => error.to_string(),
         }
     }
 }
@@ -581,20 +599,17 @@ fn jitter() -> Jitter {
 }
 
 fn http_config(config: &HttpConfig) -> Result<StreamableHttpClientTransportConfig, String> {
-    let mut headers = HashMap::with_capacity(config.headers.len());
-    for (name, value) in &config.headers {
-        if is_request_mirror_header(name) {
-            return Err(format!(
-                "header {name:?} cannot be configured: the client derives it from each request \
-                 (a fixed one would contradict the request body)"
-            ));
-        }
-        let name = http::HeaderName::try_from(name.as_str())
-            .map_err(|e| format!("invalid header name {name:?}: {e}"))?;
-        let value = http::HeaderValue::try_from(value.as_str())
-            .map_err(|e| format!("invalid value for header {name}: {e}"))?;
-        headers.insert(name, value);
+    if let Some(name) = config.headers.keys().find(|n| is_request_mirror_header(n)) {
+        return Err(format!(
+            "header {name:?} cannot be configured: the client derives it from each request \
+             (a fixed one would contradict the request body)"
+        ));
     }
+    let headers: HashMap<_, _> = config
+        .header_map()?
+        .into_iter()
+        .filter_map(|(name, value)| Some((name?, value)))
+        .collect();
     Ok(StreamableHttpClientTransportConfig::with_uri(config.url.as_str()).custom_headers(headers))
 }
 
