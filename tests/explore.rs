@@ -18,10 +18,7 @@ use hookloop::testing::explore::{Allow, Report, Setup, Subject, explore, explore
 use hookloop::transcript::{DivergenceKind, replay_str};
 
 fn bits(hooks: &[Hook]) -> u8 {
-    hooks
-        .iter()
-        .map(|hook| 1 << Hook::ALL.iter().position(|h| h == hook).unwrap())
-        .sum()
+    hooks.iter().map(|hook| 1 << hook.index()).sum()
 }
 
 const ALL_HOOKS: u8 = 0xFF;

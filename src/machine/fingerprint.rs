@@ -464,12 +464,7 @@ fn batch_of(e: &mut Canon, batch: &ToolBatch) {
 }
 
 fn round_of(e: &mut Canon, round: &HookRound) {
-    e.num(
-        Hook::ALL
-            .iter()
-            .position(|h| *h == round.hook)
-            .unwrap_or(usize::MAX) as u64,
-    );
+    e.num(round.hook.index() as u64);
     e.num(round.servers.len() as u64);
     for server in &round.servers {
         e.str(server.as_str());

@@ -232,7 +232,7 @@ impl Setup {
                 (true, false) => *bits,
             })
             .collect();
-        let stop_bit = 1 << hook_bit(Hook::Stop);
+        let stop_bit = 1 << Hook::Stop.index();
         let has_stop = reachable.iter().any(|bits| bits & stop_bit != 0);
         let any_hook = reachable.iter().any(|bits| *bits != 0);
         let allow = match self.allow {
@@ -262,9 +262,8 @@ impl Setup {
             .map(|(i, bits)| {
                 let hooks: Vec<&str> = Hook::ALL
                     .iter()
-                    .enumerate()
-                    .filter(|(bit, _)| bits & (1 << bit) != 0)
-                    .map(|(_, hook)| hook.tool_name())
+                    .filter(|hook| bits & (1 << hook.index()) != 0)
+                    .map(|hook| hook.tool_name())
                     .collect();
                 format!("s{i}=[{}]", hooks.join(" "))
             })
@@ -334,10 +333,6 @@ const DESTRUCTIVE: &str = "rm";
 /// The call ids the alphabet's replies spell; the refused probe's.
 const SPELLED: [&str; 3] = ["c1", "c2", "never_made"];
 
-fn hook_bit(hook: Hook) -> usize {
-    Hook::ALL.iter().position(|h| *h == hook).unwrap_or(0)
-}
-
 fn server(i: usize) -> ServerName {
     // "s0", "s1": valid names by construction.
     ServerName::new(format!("s{i}")).unwrap_or_else(|e| panic!("explorer server name: {e}"))
@@ -366,9 +361,8 @@ pub fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
                     .chain(
                         Hook::ALL
                             .iter()
-                            .enumerate()
-                            .filter(|(bit, _)| bits & (1 << bit) != 0)
-                            .map(|(_, hook)| info(hook.tool_name())),
+                            .filter(|hook| bits & (1 << hook.index()) != 0)
+                            .map(|hook| info(hook.tool_name())),
                     )
                     .collect(),
             })
