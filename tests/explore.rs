@@ -29,7 +29,7 @@ fn explore_all(setups: &[Setup], depth: usize) -> Vec<Report> {
     let started = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let one = |setup: &Setup| {
-        let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
+        let report = setup.explore(depth).unwrap_or_else(|c| panic!("{c}"));
         assert!(
             report.depth >= depth || report.exhausted,
             "{report}: stopped short of depth {depth}"
@@ -626,7 +626,7 @@ fn without_hooks_the_abstract_exploration_exhausts_and_covers_every_sequence_of_
             permission,
         };
         let started = Instant::now();
-        let report = explore(&setup, setup.machine(), 64).unwrap_or_else(|c| panic!("{c}"));
+        let report = setup.explore(64).unwrap_or_else(|c| panic!("{c}"));
         let length = report.sound_length(setup.machine().size_region());
         eprintln!(
             "{report}; every sequence of {length} facts in {:?}",
