@@ -74,24 +74,32 @@
 //! Run by hand (ignored): each hook alone to depth 12 (628,477 states, about 210 s), and
 //! `explore_deep`, a representative set (no hooks; every hook with budget 1; two servers with
 //! every hook and budget 3; every hook with permission) to `HOOKLOOP_EXPLORE_DEPTH`, 12 by
-//! default (3,736, 112,232, 182,528 and 290,114 states; 3 min 11 s). With hooks, the size
-//! region holds for any 13 facts (a hook's injection is the largest step, 62 tokens), so
-//! depth 12 is within it.
+//! default (3,736, 112,232, 182,528 and 290,114 states; 3,169,399 transitions; 53 s of CPU in
+//! a release build, the setups shared out over the cores). With hooks, the size region holds
+//! for any 13 facts (a hook's injection is the largest step, 62 tokens), so depth 12 is within
+//! it.
 //!
 //! Not verified: depth 12 for configurations with hooks on every `cargo test`. Even at the
 //! abstract grain, with hooks the distinct states still grow about 1.5 times per fact (every
 //! hook with budget 1: 47,688 states at depth 10, 112,232 at 12) and have not been seen to
-//! exhaust; the one-server classes and the families stop at depth 5 and 6. Servers are not
-//! sorted for symmetry. Most two-server hook subsets (65,536 pairs) are not explored, nor
-//! permission with two servers. The alphabet has one text per kind, so no rule that reads
-//! words (the hook body cap, trimming) is covered here; neither are a hook call that fails or
-//! is skipped, `content_filter`, the round cap, media, nor the supervisor.
+//! exhaust; the one-server classes and the families stop at depth 5 and 6. In the debug build
+//! `cargo test` makes, the test binary spends about 8 min 40 s of CPU on them (the 1,025
+//! classes 3,705,567 transitions, the two-server family 697,726, permission 177,232, the two
+//! exhaustions 272,242), about 100 µs a transition on the shared machine under load; a
+//! release build spends about 13 µs. Servers are not sorted for symmetry. Most two-server hook
+//! subsets (65,536 pairs) are not explored, nor permission with two servers. The alphabet has
+//! one text per kind, so no rule that reads words (the hook body cap, trimming) is covered
+//! here; neither are a hook call that fails or is skipped, `content_filter`, the round cap,
+//! media, nor the supervisor.
 //!
 //! # Counterexamples
 //!
 //! Breadth first, the first violation found is reached by a shortest sequence of facts. It is
 //! returned as a [`Counterexample`] whose [`transcript`](Counterexample::transcript) (format
 //! version 2) `hookloop replay` reads: the facts, and the orders the explored machine gave.
+//! The search keeps, per visited state, only its parent and the index of the fact that led
+//! there among those its parent accepts; the machine is deterministic, so replaying the
+//! indices from the start spells the facts again.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
