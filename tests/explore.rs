@@ -7,6 +7,7 @@
 //! deeper bound.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use hookloop::hooks::{Hook, ServerName};
@@ -14,14 +15,13 @@ use hookloop::machine::{
     Canon, Effect, FinishReason, Grain, HookReply, Input, Machine, MachineError, Notice, Phase,
     SkipReason,
 };
-use hookloop::testing::explore::{Allow, Report, Setup, Subject, explore, explore_at, fingerprint};
+use hookloop::testing::explore::{
+    Allow, Counterexample, Report, Setup, Subject, explore, explore_at, fingerprint,
+};
 use hookloop::transcript::{DivergenceKind, replay_str};
 
 fn bits(hooks: &[Hook]) -> u8 {
-    hooks
-        .iter()
-        .map(|hook| 1 << Hook::ALL.iter().position(|h| h == hook).unwrap())
-        .sum()
+    hooks.iter().map(|hook| 1 << hook.index()).sum()
 }
 
 const ALL_HOOKS: u8 = 0xFF;
@@ -29,26 +29,40 @@ const ALL_HOOKS: u8 = 0xFF;
 /// Explores every setup to `depth`, the setups shared out over the machine's cores; panics
 /// with the counterexample on a violation.
 fn explore_all(setups: &[Setup], depth: usize) -> Vec<Report> {
+    explore_each(setups, depth, |setup| setup.explore(depth))
+}
+
+/// Runs `explore` on every setup, each core taking the next setup left as it finishes one;
+/// checks that each reached `depth` or exhausted, and prints the totals. The reports come in
+/// the setups' order.
+fn explore_each(
+    setups: &[Setup],
+    depth: usize,
+    explore: impl Fn(&Setup) -> Result<Report, Box<Counterexample>> + Sync,
+) -> Vec<Report> {
     let started = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = AtomicUsize::new(0);
     let one = |setup: &Setup| {
-        let report = explore(setup, setup.machine(), depth).unwrap_or_else(|c| panic!("{c}"));
+        let report = explore(setup).unwrap_or_else(|c| panic!("{c}"));
         assert!(
             report.depth >= depth || report.exhausted,
             "{report}: stopped short of depth {depth}"
         );
         report
     };
-    let reports: Vec<Report> = std::thread::scope(|scope| {
+    let mut reports: Vec<(usize, Report)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || {
-                    setups
-                        .iter()
-                        .skip(t)
-                        .step_by(threads)
-                        .map(one)
-                        .collect::<Vec<Report>>()
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(setup) = setups.get(i) else {
+                            return done;
+                        };
+                        done.push((i, one(setup)));
+                    }
                 })
             })
             .collect();
@@ -61,6 +75,8 @@ fn explore_all(setups: &[Setup], depth: usize) -> Vec<Report> {
             })
             .collect()
     });
+    reports.sort_by_key(|(i, _)| *i);
+    let reports: Vec<Report> = reports.into_iter().map(|(_, report)| report).collect();
     let states: usize = reports.iter().map(|r| r.states).sum();
     let transitions: usize = reports.iter().map(|r| r.transitions).sum();
     eprintln!(
@@ -250,25 +266,20 @@ fn both_planted_bugs_are_found_as_short_at_either_grain() {
     }
 }
 
-/// The deeper bound, run by hand (`HOOKLOOP_EXPLORE_DEPTH`, default 12). At depth 12 on the
-/// 2-core machine: no hooks 3,736 states (it exhausts at depth 20), every hook 112,232, two
-/// servers with every hook 182,528, every hook with permission 290,114; 3 min 11 s wall,
-/// 2 min 28 s CPU, 3.0 GB at most (the README's testing section).
+/// The deeper bound, run by hand (`HOOKLOOP_EXPLORE_DEPTH`, default 12), the setups shared
+/// out over the cores. At depth 12 in a release build on the 2-core machine: no hooks 3,736
+/// states, 30,494 transitions (it exhausts at depth 20); every hook 112,232 and 641,172; two
+/// servers with every hook 182,528 and 925,015; every hook with permission 290,114 and
+/// 1,572,718; 53 s of CPU, 1.5 GB at most.
 #[test]
 #[ignore]
 fn explore_deep() {
     let setups = [
         Setup {
-            servers: vec![0],
-            allow: Allow::Off,
-            budget: 0,
-            permission: false,
-        },
-        Setup {
             servers: vec![ALL_HOOKS],
             allow: Allow::All,
             budget: 1,
-            permission: false,
+            permission: true,
         },
         Setup {
             servers: vec![ALL_HOOKS, ALL_HOOKS],
@@ -280,28 +291,36 @@ fn explore_deep() {
             servers: vec![ALL_HOOKS],
             allow: Allow::All,
             budget: 1,
-            permission: true,
+            permission: false,
+        },
+        Setup {
+            servers: vec![0],
+            allow: Allow::Off,
+            budget: 0,
+            permission: false,
         },
     ];
     let depth = std::env::var("HOOKLOOP_EXPLORE_DEPTH")
         .ok()
         .and_then(|d| d.parse().ok())
         .unwrap_or(12);
-    for setup in &setups {
+    let grain = match std::env::var("HOOKLOOP_EXPLORE_GRAIN").as_deref() {
+        Ok("exact") => Grain::Exact,
+        Ok("coarse") => Grain::Coarse,
+        _ => Grain::Abstract,
+    };
+    // The setups share the cores, each on one: the largest first.
+    let explore = |setup: &Setup| {
         let started = Instant::now();
-        let grain = match std::env::var("HOOKLOOP_EXPLORE_GRAIN").as_deref() {
-            Ok("exact") => Grain::Exact,
-            Ok("coarse") => Grain::Coarse,
-            _ => Grain::Abstract,
-        };
-        let report =
-            explore_at(setup, setup.machine(), depth, grain).unwrap_or_else(|c| panic!("{c}"));
+        let report = explore_at(setup, setup.machine(), depth, grain)?;
         let length = report.sound_length(setup.machine().size_region());
         eprintln!(
             "{report}; sound for {length} facts; in {:?}",
             started.elapsed()
         );
-    }
+        Ok(report)
+    };
+    explore_each(&setups, depth, explore);
 }
 
 #[test]
@@ -629,7 +648,7 @@ fn without_hooks_the_abstract_exploration_exhausts_and_covers_every_sequence_of_
             permission,
         };
         let started = Instant::now();
-        let report = explore(&setup, setup.machine(), 64).unwrap_or_else(|c| panic!("{c}"));
+        let report = setup.explore(64).unwrap_or_else(|c| panic!("{c}"));
         let length = report.sound_length(setup.machine().size_region());
         eprintln!(
             "{report}; every sequence of {length} facts in {:?}",

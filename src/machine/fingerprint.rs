@@ -93,8 +93,6 @@
 //! kinds of orders, the planted violations at the same depth, on a sample of the configuration
 //! classes at a small bound.
 
-use std::collections::{HashMap, HashSet};
-
 use super::history::BYTES_PER_TOKEN;
 use super::message::CallId;
 use super::policy::Media;
@@ -122,7 +120,8 @@ pub enum Grain {
 pub struct Canon {
     bytes: Vec<u8>,
     grain: Grain,
-    ids: HashMap<CallId, u64>,
+    /// In order of first appearance: a state holds a handful of ids, so a list beats a map.
+    ids: Vec<CallId>,
     /// Ids a fact can spell (the explorer's alphabet): kept as they are at every grain.
     spelled: Vec<CallId>,
 }
@@ -133,7 +132,7 @@ impl Canon {
         Self {
             bytes: Vec::new(),
             grain,
-            ids: HashMap::new(),
+            ids: Vec::new(),
             spelled: Vec::new(),
         }
     }
@@ -196,10 +195,15 @@ impl Canon {
                 self.str(id.as_str());
             }
             Grain::Coarse | Grain::Abstract => {
-                let next = self.ids.len() as u64;
-                let name = *self.ids.entry(id.clone()).or_insert(next);
+                let name = match self.ids.iter().position(|known| known == id) {
+                    Some(name) => name,
+                    None => {
+                        self.ids.push(id.clone());
+                        self.ids.len() - 1
+                    }
+                };
                 self.tag(0xC1);
-                self.num(name);
+                self.num(name as u64);
             }
         }
     }
@@ -421,12 +425,12 @@ fn fold_of(e: &mut Canon, old: &[Message], rest: &[Message], pinned: usize, medi
         e.bool(turn);
     }
     let old_ids = call_ids(old);
-    let valid = check_pairing(old).is_ok() && call_ids(rest).is_disjoint(&old_ids);
+    let valid = check_pairing(old).is_ok() && !shares_an_id(&old_ids, rest);
     e.bool(valid);
     let mut spelled: Vec<&CallId> = e
         .spelled
         .iter()
-        .filter(|id| old_ids.contains(*id))
+        .filter(|id| old_ids.contains(id))
         .collect::<Vec<_>>();
     spelled.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     let spelled: Vec<CallId> = spelled.into_iter().cloned().collect();
@@ -464,12 +468,7 @@ fn batch_of(e: &mut Canon, batch: &ToolBatch) {
 }
 
 fn round_of(e: &mut Canon, round: &HookRound) {
-    e.num(
-        Hook::ALL
-            .iter()
-            .position(|h| *h == round.hook)
-            .unwrap_or(usize::MAX) as u64,
-    );
+    e.num(round.hook.index() as u64);
     e.num(round.servers.len() as u64);
     for server in &round.servers {
         e.str(server.as_str());
@@ -640,8 +639,8 @@ fn segment_of(e: &mut Canon, segment: &[Message], later: &[Message]) {
     e.tag(0xA1);
     e.bool(segment.is_empty());
     let ids = call_ids(segment);
-    e.bool(check_pairing(segment).is_ok() && ids.is_disjoint(&call_ids(later)));
-    let mut spelled: Vec<&CallId> = e.spelled.iter().filter(|id| ids.contains(*id)).collect();
+    e.bool(check_pairing(segment).is_ok() && !shares_an_id(&ids, later));
+    let mut spelled: Vec<&CallId> = e.spelled.iter().filter(|id| ids.contains(id)).collect();
     spelled.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     let spelled: Vec<String> = spelled.iter().map(|id| id.as_str().to_owned()).collect();
     e.num(spelled.len() as u64);
@@ -650,16 +649,32 @@ fn segment_of(e: &mut Canon, segment: &[Message], later: &[Message]) {
     }
 }
 
-/// Every call id the messages make or answer.
-fn call_ids(messages: &[Message]) -> HashSet<CallId> {
+/// Every call id the messages make or answer, each once. A list, not a set: a state's
+/// history holds a handful of ids, and the explorer encodes millions of states.
+fn call_ids(messages: &[Message]) -> Vec<&CallId> {
+    let mut ids: Vec<&CallId> = Vec::new();
+    for id in messages.iter().flat_map(message_ids) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// Whether any message of `messages` makes or answers one of `ids`.
+fn shares_an_id(ids: &[&CallId], messages: &[Message]) -> bool {
     messages
         .iter()
-        .flat_map(|message| match message {
-            Message::Assistant { tool_calls, .. } => {
-                tool_calls.iter().map(|call| call.id.clone()).collect()
-            }
-            Message::ToolResult { call_id, .. } => vec![call_id.clone()],
-            Message::User { .. } => Vec::new(),
-        })
-        .collect()
+        .flat_map(message_ids)
+        .any(|id| ids.contains(&id))
+}
+
+/// The call ids one message makes or answers.
+fn message_ids(message: &Message) -> impl Iterator<Item = &CallId> {
+    let (calls, result) = match message {
+        Message::Assistant { tool_calls, .. } => (tool_calls.as_slice(), None),
+        Message::ToolResult { call_id, .. } => (&[][..], Some(call_id)),
+        Message::User { .. } => (&[][..], None),
+    };
+    calls.iter().map(|call| &call.id).chain(result)
 }

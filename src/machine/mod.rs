@@ -64,6 +64,7 @@ mod turn;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 
 use statig::prelude::*;
 
@@ -120,7 +121,7 @@ impl Machine {
             history: History::new(policy.media.clone()),
             policy,
             system_prompt,
-            tools: Tools::default(),
+            tools: Arc::default(),
             counters: Counters::default(),
             turn: Turn::default(),
             post_compact_owed: false,
@@ -242,7 +243,9 @@ pub(crate) struct Core {
     policy: Policy,
     system_prompt: Option<String>,
     history: History,
-    tools: Tools,
+    /// Replaced whole when the catalog changes, never edited: shared between clones of the
+    /// machine (an explorer clones it at every branch).
+    tools: Arc<Tools>,
     counters: Counters,
     turn: Turn,
     /// A `_PostCompact` round was cut short by a cancel: the compacted context still lacks its
@@ -339,7 +342,7 @@ impl Core {
                 self.start_prompt(context, PromptStage::SessionStart)
             }
             Input::CatalogChanged { catalog } => {
-                self.tools = Tools::new(catalog, &self.policy.hook_servers);
+                self.tools = Arc::new(Tools::new(catalog, &self.policy.hook_servers));
                 Handled
             }
             Input::PermissionSettingChanged { ask } => {
@@ -567,7 +570,7 @@ impl Core {
                 self.end_session(context)
             }
             Input::CatalogChanged { catalog } => {
-                self.tools = Tools::new(catalog, &self.policy.hook_servers);
+                self.tools = Arc::new(Tools::new(catalog, &self.policy.hook_servers));
                 Handled
             }
             Input::Prompted { .. }

@@ -74,37 +74,46 @@
 //! Run by hand (ignored): each hook alone to depth 12 (628,477 states, about 210 s), and
 //! `explore_deep`, a representative set (no hooks; every hook with budget 1; two servers with
 //! every hook and budget 3; every hook with permission) to `HOOKLOOP_EXPLORE_DEPTH`, 12 by
-//! default (3,736, 112,232, 182,528 and 290,114 states; 3 min 11 s). With hooks, the size
-//! region holds for any 13 facts (a hook's injection is the largest step, 62 tokens), so
-//! depth 12 is within it.
+//! default (3,736, 112,232, 182,528 and 290,114 states; 3,169,399 transitions; 53 s of CPU in
+//! a release build, the setups shared out over the cores). With hooks, the size region holds
+//! for any 13 facts (a hook's injection is the largest step, 62 tokens), so depth 12 is within
+//! it.
 //!
 //! Not verified: depth 12 for configurations with hooks on every `cargo test`. Even at the
 //! abstract grain, with hooks the distinct states still grow about 1.5 times per fact (every
 //! hook with budget 1: 47,688 states at depth 10, 112,232 at 12) and have not been seen to
-//! exhaust; the one-server classes and the families stop at depth 5 and 6. Servers are not
-//! sorted for symmetry. Most two-server hook subsets (65,536 pairs) are not explored, nor
-//! permission with two servers. The alphabet has one text per kind, so no rule that reads
-//! words (the hook body cap, trimming) is covered here; neither are a hook call that fails or
-//! is skipped, `content_filter`, the round cap, media, nor the supervisor.
+//! exhaust; the one-server classes and the families stop at depth 5 and 6. In the debug build
+//! `cargo test` makes, the test binary spends 7 to 9 min of CPU on them, 6 to 12 min wall on
+//! the shared 2-core machine under load (the 1,025 classes 3,705,567 transitions, the
+//! two-server family 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs
+//! a transition, where a release build spends about 13 µs. Servers are not sorted for symmetry. Most two-server hook
+//! subsets (65,536 pairs) are not explored, nor permission with two servers. The alphabet has
+//! one text per kind, so no rule that reads words (the hook body cap, trimming) is covered
+//! here; neither are a hook call that fails or is skipped, `content_filter`, the round cap,
+//! media, nor the supervisor.
 //!
 //! # Counterexamples
 //!
 //! Breadth first, the first violation found is reached by a shortest sequence of facts. It is
 //! returned as a [`Counterexample`] whose [`transcript`](Counterexample::transcript) (format
 //! version 2) `hookloop replay` reads: the facts, and the orders the explored machine gave.
+//! The search keeps, per visited state, only its parent and the index of the fact that led
+//! there among those its parent accepts; the machine is deterministic, so replaying the
+//! indices from the start spells the facts again.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::mem::{Discriminant, discriminant};
 
 use serde_json::json;
 
 use super::invariants::{Invariants, Violation};
 use crate::hooks::{Hook, HookServers, ServerName};
 use crate::machine::{
-    CallId, Canon, Catalog, Effect, Grain, HookReply, Input, LlmReply, Machine, MachineError,
-    PermissionDecision, Phase, Policy, Purpose, ServerTools, SizeRegion, StopReason, ToolCall,
-    ToolHints, ToolInfo, ToolOutput, Usage,
+    CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply, Machine,
+    MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools, SizeRegion,
+    StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -232,7 +241,7 @@ impl Setup {
                 (true, false) => *bits,
             })
             .collect();
-        let stop_bit = 1 << hook_bit(Hook::Stop);
+        let stop_bit = 1 << Hook::Stop.index();
         let has_stop = reachable.iter().any(|bits| bits & stop_bit != 0);
         let any_hook = reachable.iter().any(|bits| *bits != 0);
         let allow = match self.allow {
@@ -262,9 +271,8 @@ impl Setup {
             .map(|(i, bits)| {
                 let hooks: Vec<&str> = Hook::ALL
                     .iter()
-                    .enumerate()
-                    .filter(|(bit, _)| bits & (1 << bit) != 0)
-                    .map(|(_, hook)| hook.tool_name())
+                    .filter(|hook| bits & (1 << hook.index()) != 0)
+                    .map(|hook| hook.tool_name())
                     .collect();
                 format!("s{i}=[{}]", hooks.join(" "))
             })
@@ -320,6 +328,13 @@ impl Setup {
         machine
     }
 
+    /// Explores this setup's machine to `max_depth` facts ([`explore`] from [`Self::machine`]).
+    /// Not generic, so it is compiled once, in this crate and at its optimization level,
+    /// whatever crate calls it.
+    pub fn explore(&self, max_depth: usize) -> Result<Report, Box<Counterexample>> {
+        explore(self, self.machine(), max_depth)
+    }
+
     /// The header of a transcript of this setup.
     fn header(&self) -> Header {
         Header::from_parts(self.policy(), Some(SYSTEM.to_owned())).with_catalog(self.catalog())
@@ -333,10 +348,6 @@ const DESTRUCTIVE: &str = "rm";
 
 /// The call ids the alphabet's replies spell; the refused probe's.
 const SPELLED: [&str; 3] = ["c1", "c2", "never_made"];
-
-fn hook_bit(hook: Hook) -> usize {
-    Hook::ALL.iter().position(|h| *h == hook).unwrap_or(0)
-}
 
 fn server(i: usize) -> ServerName {
     // "s0", "s1": valid names by construction.
@@ -366,9 +377,8 @@ pub fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
                     .chain(
                         Hook::ALL
                             .iter()
-                            .enumerate()
-                            .filter(|(bit, _)| bits & (1 << bit) != 0)
-                            .map(|(_, hook)| info(hook.tool_name())),
+                            .filter(|hook| bits & (1 << hook.index()) != 0)
+                            .map(|hook| info(hook.tool_name())),
                     )
                     .collect(),
             })
@@ -470,10 +480,19 @@ enum Pending {
     Permission(CallId),
 }
 
+/// One visited state: the state it was first reached from, and the fact that led there, as its
+/// index among the facts the parent accepts ([`Alphabet::facts`]); the path is replayed to
+/// spell the facts out only when a counterexample needs them.
+#[derive(Clone, Copy)]
 struct Node {
     parent: u32,
-    fact: Option<Input>,
+    fact: u16,
 }
+
+const ROOT: Node = Node {
+    parent: u32::MAX,
+    fact: u16::MAX,
+};
 
 struct Frontier<S> {
     node: u32,
@@ -513,11 +532,13 @@ pub fn explore_at<S: Subject>(
         transitions: 0,
         depth: 0,
         exhausted: false,
-        phases: BTreeSet::from([start.machine().phase().to_string()]),
+        phases: BTreeSet::new(),
         orders: BTreeSet::new(),
         region: start.machine().size_region(),
         region_step: 0,
     };
+    let mut phases = HashSet::from([start.machine().phase()]);
+    let mut orders = HashMap::new();
     let mut invariants = Invariants::new(start.machine().policy());
     if grain == Grain::Abstract {
         let budget = i64::from(start.machine().policy().stop_max_rejections);
@@ -528,11 +549,12 @@ pub fn explore_at<S: Subject>(
     let mut buffer = Canon::new(grain).spelling(&spelled);
     // A refused fact must change nothing at all: compared at the exact grain.
     let mut exact = Canon::new(Grain::Exact);
+    let mut unrefused = Vec::new();
     seen.insert(key(&start, &invariants, &mut buffer));
-    let mut nodes = vec![Node {
-        parent: u32::MAX,
-        fact: None,
-    }];
+    let mut nodes = vec![ROOT];
+    let fail = |nodes: &[Node], node: u32, fact: Input, violation: Violation| {
+        counterexample(setup, &start, &alphabet, nodes, node, fact, violation)
+    };
     let mut layer = vec![Frontier {
         node: 0,
         subject: start.clone(),
@@ -543,35 +565,40 @@ pub fn explore_at<S: Subject>(
     while !layer.is_empty() && depth < max_depth {
         depth += 1;
         let mut next = Vec::new();
-        for item in &layer {
+        for mut item in layer {
             let before = item.subject.machine().phase();
+            // The probe goes to the state itself: refused, it must leave it as it was, which
+            // the exact encodings before and after show (a change the exact grain cannot see
+            // changes no future, as the `fingerprint` module argues).
             let probe = refused_probe(before);
-            let mut refused = item.subject.clone();
-            if refused.handle(probe.clone()).is_ok() {
+            encode(&item.subject, &item.invariants, &mut exact);
+            unrefused.clear();
+            unrefused.extend_from_slice(exact.bytes());
+            if item.subject.handle(probe.clone()).is_ok() {
                 let violation = Violation {
                     rule: "a fact nobody asked for is refused",
                     detail: format!("{} accepted while {before}", probe.kind()),
                 };
-                return Err(counterexample(
-                    setup, &start, &nodes, item.node, &probe, violation,
-                ));
+                return Err(fail(&nodes, item.node, probe, violation));
             }
-            if refused.poll_effect().is_some()
-                || key(&refused, &item.invariants, &mut exact)
-                    != key(&item.subject, &item.invariants, &mut exact)
-            {
+            let mut changed = item.subject.poll_effect().is_some();
+            encode(&item.subject, &item.invariants, &mut exact);
+            changed |= exact.bytes() != unrefused.as_slice();
+            if changed {
                 let violation = Violation {
                     rule: "a refused fact changes nothing",
                     detail: format!("{} while {before}", probe.kind()),
                 };
-                return Err(counterexample(
-                    setup, &start, &nodes, item.node, &probe, violation,
-                ));
+                return Err(fail(&nodes, item.node, probe, violation));
             }
             let small_before = item.subject.machine().size_region().small;
-            for fact in alphabet.facts(before, &item.pending) {
+            let history_before = item.subject.machine().history();
+            for (index, fact) in alphabet
+                .facts(before, &item.pending)
+                .into_iter()
+                .enumerate()
+            {
                 let mut subject = item.subject.clone();
-                let history_before = item.subject.machine().history();
                 if let Err(error) = subject.handle(fact.clone()) {
                     if before == Phase::Done && !matches!(fact, Input::Closed) {
                         continue;
@@ -580,24 +607,20 @@ pub fn explore_at<S: Subject>(
                         rule: "no refused fact in a state that claims to accept it",
                         detail: format!("{error}"),
                     };
-                    return Err(counterexample(
-                        setup, &start, &nodes, item.node, &fact, violation,
-                    ));
+                    return Err(fail(&nodes, item.node, fact, violation));
                 }
                 report.transitions += 1;
                 let effects: Vec<Effect> = std::iter::from_fn(|| subject.poll_effect()).collect();
                 for effect in &effects {
-                    if !report.orders.contains(order_kind(effect).as_str()) {
-                        report.orders.insert(order_kind(effect));
-                    }
+                    orders
+                        .entry(OrderKey::of(effect))
+                        .or_insert_with(|| order_kind(effect));
                 }
                 let mut invariants = item.invariants.clone();
                 if let Err(violation) =
                     invariants.check(before, &fact, subject.machine(), &effects, history_before)
                 {
-                    return Err(counterexample(
-                        setup, &start, &nodes, item.node, &fact, violation,
-                    ));
+                    return Err(fail(&nodes, item.node, fact, violation));
                 }
                 let region = subject.machine().size_region();
                 let step = region.small.saturating_sub(small_before);
@@ -614,29 +637,23 @@ pub fn explore_at<S: Subject>(
                             region.limit
                         ),
                     };
-                    return Err(counterexample(
-                        setup, &start, &nodes, item.node, &fact, violation,
-                    ));
+                    return Err(fail(&nodes, item.node, fact, violation));
                 }
                 let pending =
                     next_pending(&item.pending, &fact, &effects, subject.machine().phase());
                 if let Err(violation) = no_stall(subject.machine().phase(), &pending) {
-                    return Err(counterexample(
-                        setup, &start, &nodes, item.node, &fact, violation,
-                    ));
+                    return Err(fail(&nodes, item.node, fact, violation));
                 }
                 if !seen.insert(key(&subject, &invariants, &mut buffer)) {
                     continue;
                 }
-                let phase = subject.machine().phase();
-                if !report.phases.contains(phase.to_string().as_str()) {
-                    report.phases.insert(phase.to_string());
-                }
-                // Memory runs out long before four billion states.
+                phases.insert(subject.machine().phase());
+                // Memory runs out long before four billion states; the alphabet offers a state
+                // a few dozen facts.
                 let node = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
                 nodes.push(Node {
                     parent: item.node,
-                    fact: Some(fact),
+                    fact: u16::try_from(index).unwrap_or(u16::MAX),
                 });
                 report.states += 1;
                 report.depth = depth;
@@ -651,15 +668,23 @@ pub fn explore_at<S: Subject>(
         layer = next;
     }
     report.exhausted = layer.is_empty();
+    report.phases = phases.iter().map(ToString::to_string).collect();
+    report.orders = orders.into_values().collect();
     Ok(report)
 }
 
-/// The state's key: the subject's encoding and what the invariants remember, hashed to 128 bits.
-fn key<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Canon) -> u128 {
+/// Appends the state's encoding to `buffer`, emptied first: the subject's, then what the
+/// invariants remember.
+fn encode<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Canon) {
     buffer.clear();
     subject.fingerprint(buffer);
     buffer.tag(0xFE);
     invariants.fingerprint(buffer);
+}
+
+/// The state's key: its encoding hashed to 128 bits.
+fn key<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Canon) -> u128 {
+    encode(subject, invariants, buffer);
     let half = |salt: u8| {
         let mut hasher = DefaultHasher::new();
         salt.hash(&mut hasher);
@@ -667,6 +692,31 @@ fn key<S: Subject>(subject: &S, invariants: &Invariants, buffer: &mut Canon) -> 
         hasher.finish()
     };
     (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+/// What decides an order's kind ([`order_kind`]): the effect's variant and the variant of its
+/// purpose, notice or reason, or its hook; cheap to take on every transition.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum OrderKey {
+    Plain(Discriminant<Effect>),
+    Purpose(Discriminant<Purpose>),
+    Hook(Hook),
+    Notice(Discriminant<Notice>),
+    Finish(Discriminant<FinishReason>),
+}
+
+impl OrderKey {
+    fn of(effect: &Effect) -> Self {
+        match effect {
+            Effect::CallLlm { purpose, .. } => Self::Purpose(discriminant(purpose)),
+            Effect::CallHooks { hook, .. } => Self::Hook(*hook),
+            Effect::Notify { notice } => Self::Notice(discriminant(notice)),
+            Effect::Finish { reason } => Self::Finish(discriminant(reason)),
+            Effect::CallTools { .. } | Effect::AskPermission { .. } | Effect::KillServer { .. } => {
+                Self::Plain(discriminant(effect))
+            }
+        }
+    }
 }
 
 /// The kind of an order, without its data: the effect, and the hook, purpose, notice or reason.
@@ -777,24 +827,46 @@ fn next_pending(owed: &Pending, fact: &Input, effects: &[Effect], phase: Phase) 
     }
 }
 
-/// Rebuilds the path to `node`, adds `fact`, and replays it to write the transcript.
+/// Rebuilds the path to `node` by replaying the fact indices from `start` (the machine is
+/// deterministic, so each index names the fact it named when the node was first reached), adds
+/// `fact`, and writes the transcript.
 fn counterexample<S: Subject>(
     setup: &Setup,
     start: &S,
+    alphabet: &Alphabet,
     nodes: &[Node],
     node: u32,
-    fact: &Input,
+    fact: Input,
     violation: Violation,
 ) -> Box<Counterexample> {
-    let mut facts = vec![fact.clone()];
+    let mut path = Vec::new();
     let mut at = node;
     while let Some(n) = nodes.get(at as usize) {
-        if let Some(fact) = &n.fact {
-            facts.push(fact.clone());
+        if n.parent != u32::MAX {
+            path.push(n.fact);
         }
         at = n.parent;
     }
-    facts.reverse();
+    path.reverse();
+    let mut facts = Vec::with_capacity(path.len() + 1);
+    let mut subject = start.clone();
+    let mut pending = Pending::Nothing;
+    for index in path {
+        let phase = subject.machine().phase();
+        let Some(step) = alphabet
+            .facts(phase, &pending)
+            .into_iter()
+            .nth(usize::from(index))
+        else {
+            unreachable!("a node's fact index is one its parent's state offered");
+        };
+        // Accepted when the node was reached, so accepted again.
+        let _ = subject.handle(step.clone());
+        let effects: Vec<Effect> = std::iter::from_fn(|| subject.poll_effect()).collect();
+        pending = next_pending(&pending, &step, &effects, subject.machine().phase());
+        facts.push(step);
+    }
+    facts.push(fact);
     Box::new(Counterexample {
         setup: setup.clone(),
         violation,
