@@ -22,6 +22,8 @@ use crate::machine::{
 };
 use crate::mcp::{HookCall, ToolHost};
 
+mod floor;
+
 /// How long past the hook timeout the driver waits for a host that failed to enforce it.
 const HOOK_GRACE: Duration = Duration::from_millis(250);
 
@@ -241,7 +243,8 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// Runs one prompt to its end. Session-wide counters carry over to the next prompt.
     pub async fn prompt(&mut self, text: impl Into<String>) -> Result<PromptStop, SessionError> {
         let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
-        self.run_prompt(text.into()).instrument(span).await
+        let lead = Duration::from_millis(self.boundary.machine.policy().hook_timeout_ms);
+        floor::with_timer_floor(lead, self.run_prompt(text.into()).instrument(span)).await
     }
 
     /// Ends the session: a prompt still running (its future dropped) ends as cancelled,

@@ -131,11 +131,10 @@ pub(super) struct Notifier {
 
 impl Notifier {
     pub(super) fn send(&self, update: SessionUpdate) {
-        self.outflow.sent();
         // A failed send means the connection is gone; the prompt is being cancelled.
         let _ = self
-            .cx
-            .send_notification(SessionNotification::new(self.id.clone(), update));
+            .outflow
+            .send_update(&self.cx, SessionNotification::new(self.id.clone(), update));
     }
 }
 

@@ -1,12 +1,27 @@
 //! The connection's lines: frames in for the protocol crate (oversized or non-UTF-8 ones
-//! answered here), frames out in batches, and the count that holds sessions back while a client
-//! does not read.
+//! answered here), frames out in batches, the session updates the agent encodes itself, and the
+//! count that holds sessions back while a client does not read.
+//!
+//! # Session updates
+//!
+//! The protocol crate turns every notification's parameters into a `serde_json::Value` and
+//! serialises that, several times the cost of writing the frame, and a session sends several
+//! updates per round. So the agent writes each `session/update` frame itself, in the bytes the
+//! crate would have written, and hands the crate a small stand-in notification instead
+//! ([`STAND_IN`], whose parameters hold the frame's number). The writer swaps each stand-in for
+//! its frame: the crate still orders every frame of the connection, and still refuses a
+//! notification it would refuse (before `initialize`), so nothing but the cost changes.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::SessionNotification;
+use agent_client_protocol::{Client, UntypedMessage};
 use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -29,7 +44,37 @@ pub(super) struct Outflow {
     /// The writer ended: nothing will make room any more, so nobody waits.
     pub(super) closed: AtomicBool,
     waiters: Mutex<Vec<Waker>>,
+    /// Session update frames encoded here, waiting for their stand-ins to reach the writer.
+    encoded: Mutex<Encoded>,
 }
+
+/// Frames whose stand-ins are on their way through the protocol crate, oldest first.
+#[derive(Default)]
+struct Encoded {
+    frames: VecDeque<(u64, String)>,
+    /// The number of the next frame.
+    next: u64,
+}
+
+/// The method of the stand-in notification the protocol crate carries in place of a
+/// `session/update` frame the agent encoded. An extension method (ACP's `_` prefix), never
+/// written out: the writer replaces it.
+pub(super) const STAND_IN: &str = "_hookloop/encoded";
+
+/// A stand-in's parameters.
+#[derive(Deserialize)]
+struct StandIn {
+    method: String,
+    params: StandInParams,
+}
+
+#[derive(Deserialize)]
+struct StandInParams {
+    n: u64,
+}
+
+/// Longer lines are never stand-ins: a stand-in is a few dozen bytes.
+const MAX_STAND_IN: usize = 128;
 
 impl Outflow {
     pub(super) fn new(cap: usize) -> Self {
@@ -38,12 +83,59 @@ impl Outflow {
             cap: cap.max(1),
             closed: AtomicBool::new(false),
             waiters: Mutex::new(Vec::new()),
+            encoded: Mutex::new(Encoded::default()),
         }
     }
 
-    /// A session update was handed to the protocol crate.
-    pub(super) fn sent(&self) {
+    /// Sends a session update: encoded here, its stand-in through the protocol crate.
+    ///
+    /// Fails when the connection is gone.
+    pub(super) fn send_update(
+        &self,
+        cx: &ConnectionTo<Client>,
+        notification: SessionNotification,
+    ) -> Result<(), agent_client_protocol::Error> {
         self.queued.fetch_add(1, Ordering::AcqRel);
+        let Some(frame) = encode_update(&notification) else {
+            // Not encodable here (it cannot happen with the schema's types): the crate's own
+            // path says what is wrong with it.
+            return cx.send_notification(notification);
+        };
+        self.enqueue(frame, |n| {
+            cx.send_notification(UntypedMessage::new(STAND_IN, json!({ "n": n }))?)
+        })
+    }
+
+    /// Queues `frame` under the next number and has `send` hand its stand-in to the crate.
+    fn enqueue<E>(&self, frame: String, send: impl FnOnce(u64) -> Result<(), E>) -> Result<(), E> {
+        // Numbered and handed to the crate under one lock, so that the numbers follow the
+        // order of the crate's queue even when sessions on several threads send at once.
+        let mut encoded = lock(&self.encoded);
+        let n = encoded.next;
+        send(n)?;
+        encoded.next += 1;
+        encoded.frames.push_back((n, frame));
+        Ok(())
+    }
+
+    /// The frame that `line` stands in for, if it is a stand-in; `Some(None)` for a stand-in
+    /// whose frame is gone (which does not happen: each is queued with its stand-in).
+    fn swap(&self, line: &str) -> Option<Option<String>> {
+        let n = stand_in_number(line)?;
+        let mut encoded = lock(&self.encoded);
+        // Stand-ins reach the writer in the order they were numbered; an older frame still
+        // queued is one whose stand-in the crate dropped (a notification it refused).
+        while encoded.frames.front().is_some_and(|(m, _)| *m < n) {
+            encoded.frames.pop_front();
+            tracing::debug!("a session update the protocol crate refused was dropped");
+        }
+        match encoded.frames.front() {
+            Some((m, _)) if *m == n => Some(encoded.frames.pop_front().map(|(_, frame)| frame)),
+            Some(_) | None => {
+                tracing::error!(n, "a session update's frame was lost");
+                Some(None)
+            }
+        }
     }
 
     /// A line was written to the client.
@@ -91,6 +183,32 @@ impl Outflow {
             waker.wake();
         }
     }
+}
+
+/// The `session/update` frame of `notification`, as the protocol crate writes it: the same
+/// keys in the same order (its JSON values keep the order of insertion), without a newline.
+pub(super) fn encode_update(notification: &SessionNotification) -> Option<String> {
+    #[derive(Serialize)]
+    struct Frame<'a> {
+        jsonrpc: &'static str,
+        method: &'static str,
+        params: &'a SessionNotification,
+    }
+    serde_json::to_string(&Frame {
+        jsonrpc: "2.0",
+        method: "session/update",
+        params: notification,
+    })
+    .ok()
+}
+
+/// The number of the stand-in on `line`, if it is one.
+fn stand_in_number(line: &str) -> Option<u64> {
+    if line.len() > MAX_STAND_IN || !line.contains(STAND_IN) {
+        return None;
+    }
+    let stand_in: StandIn = serde_json::from_str(line).ok()?;
+    (stand_in.method == STAND_IN).then_some(stand_in.params.n)
 }
 
 /// The incoming side: frames as lines for the protocol crate, oversized frames answered here.
@@ -179,7 +297,11 @@ async fn write_each(
     while lines.recv_many(&mut batch, FRAMES_PER_WRITE).await > 0 {
         bytes.clear();
         for line in &batch {
-            bytes.extend_from_slice(line.as_bytes());
+            match outflow.swap(line) {
+                None => bytes.extend_from_slice(line.as_bytes()),
+                Some(Some(frame)) => bytes.extend_from_slice(frame.as_bytes()),
+                Some(None) => continue,
+            }
             bytes.push(b'\n');
         }
         output.write_all(&bytes).await?;
@@ -197,3 +319,115 @@ async fn write_each(
 
 /// The largest write buffer kept between batches.
 const MAX_KEPT_BUFFER: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use agent_client_protocol::v1::schema::{
+        ContentBlock, ContentChunk, SessionId, SessionUpdate, ToolCall, ToolCallStatus, ToolKind,
+    };
+
+    use super::*;
+
+    fn stand_in(n: u64) -> String {
+        // The frame the protocol crate writes for a stand-in.
+        json!({"jsonrpc": "2.0", "method": STAND_IN, "params": {"n": n}}).to_string()
+    }
+
+    async fn written(outflow: &Arc<Outflow>, lines: Vec<String>) -> String {
+        let (tx, rx) = mpsc::channel(lines.len().max(1));
+        for line in lines {
+            tx.send(line).await.unwrap();
+        }
+        drop(tx);
+        let mut out = Vec::new();
+        write_lines(&mut out, rx, Arc::clone(outflow))
+            .await
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn an_update_is_encoded_in_the_bytes_the_protocol_crate_writes() {
+        let updates = [
+            SessionUpdate::ToolCall(
+                ToolCall::new("call_1", "todo__list")
+                    .kind(ToolKind::Read)
+                    .status(ToolCallStatus::Pending)
+                    .raw_input(json!({"b": 1, "a": [true, null], "q": "\"é\n"})),
+            ),
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(
+                "some \u{1F600} text".to_owned(),
+            ))),
+        ];
+        for update in updates {
+            let notification = SessionNotification::new(SessionId::new("hl-1"), update);
+            // The crate's way: the parameters as a JSON value (its values keep their keys'
+            // order), in a JSON-RPC notification.
+            let theirs = json!({
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": serde_json::to_value(&notification).unwrap(),
+            })
+            .to_string();
+            assert_eq!(encode_update(&notification).unwrap(), theirs);
+        }
+    }
+
+    #[tokio::test]
+    async fn each_stand_in_is_written_as_its_frame_in_the_order_of_the_lines() {
+        let outflow = Arc::new(Outflow::new(8));
+        for frame in ["first", "second"] {
+            outflow
+                .enqueue(frame.to_owned(), |_| Ok::<_, ()>(()))
+                .unwrap();
+        }
+        let out = written(
+            &outflow,
+            vec![
+                r#"{"id":1}"#.to_owned(),
+                stand_in(0),
+                r#"{"id":2}"#.to_owned(),
+                stand_in(1),
+            ],
+        )
+        .await;
+        assert_eq!(out, "{\"id\":1}\nfirst\n{\"id\":2}\nsecond\n");
+        assert!(lock(&outflow.encoded).frames.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_frame_whose_stand_in_the_crate_dropped_is_not_written() {
+        let outflow = Arc::new(Outflow::new(8));
+        for frame in ["refused", "kept"] {
+            outflow
+                .enqueue(frame.to_owned(), |_| Ok::<_, ()>(()))
+                .unwrap();
+        }
+        let out = written(&outflow, vec![stand_in(1)]).await;
+        assert_eq!(out, "kept\n");
+        assert!(lock(&outflow.encoded).frames.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_hand_off_queues_no_frame_and_takes_no_number() {
+        let outflow = Arc::new(Outflow::new(8));
+        assert!(outflow.enqueue("lost".to_owned(), |_| Err(())).is_err());
+        outflow
+            .enqueue("sent".to_owned(), |n| {
+                assert_eq!(n, 0);
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+        assert_eq!(written(&outflow, vec![stand_in(0)]).await, "sent\n");
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_only_mentions_the_stand_in_method_is_written_as_it_is() {
+        let outflow = Arc::new(Outflow::new(8));
+        let reply = json!({"jsonrpc": "2.0", "id": 3, "result": {"text": stand_in(0)}}).to_string();
+        let other =
+            json!({"jsonrpc": "2.0", "method": "_other", "params": {"m": STAND_IN}}).to_string();
+        let out = written(&outflow, vec![reply.clone(), other.clone()]).await;
+        assert_eq!(out, format!("{reply}\n{other}\n"));
+    }
+}

@@ -12,6 +12,8 @@
 //! rmcp would have made of it.
 //!
 //! Writes are batched: messages sent while a write is under way go out together in the next.
+//! A `tools/call` request is written by [`encode`], in the bytes rmcp would write, without
+//! rmcp's detour through a JSON value.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,8 +21,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolResult, ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, JsonRpcResponse,
-    JsonRpcVersion2_0, ListToolsResult, RequestId, ServerResult,
+    CallToolResult, ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, JsonRpcRequest,
+    JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, RequestId, ServerResult,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -346,7 +348,15 @@ impl<W: AsyncWrite + Send + Unpin> Outbox<W> {
     fn push(&self, message: &TxJsonRpcMessage<RoleClient>) -> io::Result<u64> {
         let mut queue = lock(&self.queue);
         let before = queue.bytes.len();
-        if let Err(error) = serde_json::to_writer(&mut queue.bytes, message) {
+        let direct = match message {
+            JsonRpcMessage::Request(JsonRpcRequest {
+                id,
+                request: ClientRequest::CallToolRequest(call),
+                ..
+            }) => encode::write_call_tool(&mut queue.bytes, id, call),
+            _ => false,
+        };
+        if !direct && let Err(error) = serde_json::to_writer(&mut queue.bytes, message) {
             queue.bytes.truncate(before);
             return Err(error.into());
         }
@@ -644,5 +654,6 @@ fn is_mcp_notification(method: &str) -> bool {
     )
 }
 
+mod encode;
 #[cfg(test)]
 mod tests;

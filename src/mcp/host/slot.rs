@@ -228,7 +228,10 @@ impl Slot {
         kind: CallKind,
     ) -> Result<CallToolResult, McpError> {
         let _in_flight = self.in_flight.enter(kind);
-        match client::in_call(kind, conn.service.call_tool(params)).await {
+        // Boxed where it is made: rmcp's call is a large future, copied whole at every move
+        // (into the task-local scope, the timeout, the host's call) unboxed.
+        let call = Box::pin(conn.service.call_tool(params));
+        match client::in_call(kind, call).await {
             Ok(result) => {
                 conn.answered.store(true, Ordering::Release);
                 Ok(result)
