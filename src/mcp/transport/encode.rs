@@ -183,6 +183,70 @@ mod tests {
         assert_same(NumberOrString::Number(1), request(params));
     }
 
+    /// The fields serde knows `CallToolRequestParams` by, read off its `Deserialize`: a field
+    /// rmcp adds is one `write` does not write, so a new one must fail here first.
+    fn params_fields() -> &'static [&'static str] {
+        use serde::de::{self, Deserialize, Visitor};
+
+        struct Fields(Option<&'static [&'static str]>);
+
+        #[derive(Debug)]
+        struct Stop;
+        impl std::fmt::Display for Stop {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("stop")
+            }
+        }
+        impl std::error::Error for Stop {}
+        impl de::Error for Stop {
+            fn custom<T: std::fmt::Display>(_: T) -> Self {
+                Stop
+            }
+        }
+
+        impl<'de> de::Deserializer<'de> for &mut Fields {
+            type Error = Stop;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+                Err(Stop)
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Stop> {
+                self.0 = Some(fields);
+                Err(Stop)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+
+        let mut fields = Fields(None);
+        let _ = CallToolRequestParams::deserialize(&mut fields);
+        fields.0.expect("a struct's fields")
+    }
+
+    #[test]
+    fn every_field_of_the_parameters_is_one_the_direct_writer_knows() {
+        let mut fields = params_fields().to_vec();
+        fields.sort_unstable();
+        assert_eq!(
+            fields,
+            [
+                "_meta",
+                "arguments",
+                "inputResponses",
+                "name",
+                "requestState"
+            ],
+            "rmcp's tools/call parameters changed: teach `write` the new field, or leave it to rmcp"
+        );
+    }
+
     #[test]
     fn a_retry_with_input_responses_or_state_is_left_to_rmcp() {
         let params = CallToolRequestParams::new("ask")
