@@ -83,14 +83,14 @@
 //! abstract grain, with hooks the distinct states still grow about 1.5 times per fact (every
 //! hook with budget 1: 47,688 states at depth 10, 112,232 at 12) and have not been seen to
 //! exhaust; the one-server classes and the families stop at depth 5 and 6. In the debug build
-//! `cargo test` makes, the test binary spends 7 to 9 min of CPU on them, 6 to 12 min wall on
-//! the shared 2-core machine under load (the 1,025 classes 3,705,567 transitions, the
-//! two-server family 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs
-//! a transition, where a release build spends about 13 µs. Servers are not sorted for symmetry. Most two-server hook
-//! subsets (65,536 pairs) are not explored, nor permission with two servers. The alphabet has
-//! one text per kind, so no rule that reads words (the hook body cap, trimming) is covered
-//! here; neither are a hook call that fails or is skipped, `content_filter`, the round cap,
-//! media, nor the supervisor.
+//! `cargo test` makes, the test binary takes 293 s wall on an otherwise idle 2-core machine,
+//! and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server family
+//! 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs of CPU a
+//! transition, where a release build spends about 13 µs. Servers are not sorted for symmetry.
+//! Most two-server hook subsets (65,536 pairs) are not explored, nor permission with two
+//! servers. The alphabet has one text per kind, so no rule that reads words (the hook body
+//! cap, trimming) is covered here; neither are a hook call that fails or is skipped,
+//! `content_filter`, the round cap, media, nor the supervisor.
 //!
 //! # Counterexamples
 //!
