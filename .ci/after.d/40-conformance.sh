@@ -11,8 +11,10 @@ suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 sets="${CONFORMANCE_SETS:-2025-11-25 2026-07-28}"
 known=".ci/conformance-known-failures"
 
-cargo build --release --quiet --example conformance_client
-client="$(realpath "${CARGO_TARGET_DIR:-target}")/release/examples/conformance_client"
+# The debug build `cargo test` made already (examples are built with the tests): a release build
+# of an example compiles every dependency again with the dev-dependencies' features.
+cargo build --quiet --example conformance_client
+client="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/examples/conformance_client"
 
 conformance() {
   npx -y -p node@22 -p "$suite" -c "conformance $*"
