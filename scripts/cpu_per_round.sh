@@ -16,8 +16,14 @@
 # depend on how the ACP front end is built.
 #
 # Usage: scripts/cpu_per_round.sh [ROUNDS...]
-#   HOOKLOOP_BIN   the binary to measure (default: target/release/hookloop under
-#                  CARGO_TARGET_DIR, built with `cargo build --release` if missing)
+#   HOOKLOOP_BIN       the binary to measure (default: target/release/hookloop under
+#                      CARGO_TARGET_DIR, built with `cargo build --release` if missing)
+#   HOOKLOOP_TODO_BIN  the binary whose `todo-server` command serves the session's MCP server
+#                      (default: HOOKLOOP_BIN). To measure the floor, the least a one-thread
+#                      agent with blocking I/O can spend on the same rounds (examples/round_floor.rs):
+#                        cargo build --release --example round_floor --bin hookloop
+#                        HOOKLOOP_BIN=target/release/examples/round_floor \
+#                          HOOKLOOP_TODO_BIN=target/release/hookloop scripts/cpu_per_round.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +36,10 @@ fi
 rounds=("$@")
 [[ ${#rounds[@]} -gt 0 ]] || rounds=(1000 200)
 
-exec python3 - "$bin" "${rounds[@]}" <<'PY'
+todo_bin="${HOOKLOOP_TODO_BIN:-$bin}"
+[[ -x "$todo_bin" ]] || { echo "cpu_per_round: no binary at $todo_bin" >&2; exit 2; }
+
+exec python3 - "$bin" "$todo_bin" "${rounds[@]}" <<'PY'
 import http.server
 import json
 import os
@@ -39,7 +48,8 @@ import sys
 import threading
 
 BIN = sys.argv[1]
-ROUNDS = [int(r) for r in sys.argv[2:]]
+TODO_BIN = sys.argv[2]
+ROUNDS = [int(r) for r in sys.argv[3:]]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -77,10 +87,11 @@ class Model(http.server.BaseHTTPRequestHandler):
 
 
 def cpu_ticks(pid):
+    """(user, system) clock ticks of the process, all its threads."""
     with open(f"/proc/{pid}/stat") as f:
         # Fields after the command name, which may hold spaces, start at field 3.
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    return int(fields[11]), int(fields[12])  # utime, stime
 
 
 def cpu_ns(pid):
@@ -139,22 +150,24 @@ def measure(rounds):
                 return frame["result"]
 
     call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-    todo = {"name": "todo", "command": BIN, "args": ["todo-server"], "env": []}
+    todo = {"name": "todo", "command": TODO_BIN, "args": ["todo-server"], "env": []}
     session = call("session/new", {"cwd": os.getcwd(), "mcpServers": [todo]})["sessionId"]
     ticks, ns, sw = cpu_ticks(agent.pid), cpu_ns(agent.pid), switches(agent.pid)
     threads = len(os.listdir(f"/proc/{agent.pid}/task"))
     result = call("session/prompt", {"sessionId": session,
                                      "prompt": [{"type": "text", "text": "work"}]})
-    ticks, ns = cpu_ticks(agent.pid) - ticks, cpu_ns(agent.pid) - ns
+    (user, system), ns = cpu_ticks(agent.pid), cpu_ns(agent.pid) - ns
+    user, system = user - ticks[0], system - ticks[1]
     sw = switches(agent.pid) - sw
     agent.stdin.close()
     agent.wait(timeout=30)
     server.shutdown()
     if result.get("stopReason") != "end_turn" or Model.served != rounds + 1:
         sys.exit(f"cpu_per_round: the prompt ended {result} after {Model.served} requests")
-    cpu_ms = ticks * 1000 / TICK
+    cpu_ms = (user + system) * 1000 / TICK
+    user_share = user / max(user + system, 1)
     print(f"{rounds:>6} rounds: agent CPU {cpu_ms:8.1f} ms, {cpu_ms / rounds:.3f} ms per round "
-          f"(/proc/pid/stat); threads' schedstat {ns / 1e6:8.1f} ms, "
+          f"(/proc/pid/stat; {user_share:.0%} user mode, tick-sampled); threads' schedstat {ns / 1e6:8.1f} ms, "
           f"{ns / 1e6 / rounds:.3f} ms per round; {threads} threads, "
           f"{sw / rounds:.1f} context switches per round")
 
