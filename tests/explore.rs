@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hookloop::hooks::{Hook, ServerName};
 use hookloop::machine::{
@@ -321,6 +321,60 @@ fn explore_deep() {
         Ok(report)
     };
     explore_each(&setups, depth, explore);
+}
+
+/// What the whole one-server family would cost at a depth, run by hand: every
+/// `HOOKLOOP_EXPLORE_STEP`-th class (default 32) to `HOOKLOOP_EXPLORE_DEPTH` (default 12), each
+/// with its states and CPU time, and the family's totals scaled up from the sample.
+#[test]
+#[ignore]
+fn single_server_class_sample() {
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (depth, step) = (
+        env("HOOKLOOP_EXPLORE_DEPTH", 12),
+        env("HOOKLOOP_EXPLORE_STEP", 32).max(1),
+    );
+    let classes = single_server_classes();
+    let sample: Vec<Setup> = classes.iter().step_by(step).cloned().collect();
+    let started = cpu_time();
+    let reports = explore_each(&sample, depth, |setup| {
+        let report = setup.explore(depth)?;
+        eprintln!("{report}");
+        Ok(report)
+    });
+    let cpu = cpu_time() - started;
+    let states: usize = reports.iter().map(|r| r.states).sum();
+    let scale = classes.len() as f64 / sample.len() as f64;
+    eprintln!(
+        "{} of {} classes to depth {depth}: {states} states, {:.1} s CPU; the family scaled up: \
+         {:.0} states, {:.0} s CPU",
+        sample.len(),
+        classes.len(),
+        cpu.as_secs_f64(),
+        states as f64 * scale,
+        cpu.as_secs_f64() * scale,
+    );
+}
+
+/// The CPU time this process has spent, all threads.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|f| f.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default();
+    // utime and stime, fields 14 and 15, in clock ticks (100 a second on Linux).
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
 }
 
 #[test]
