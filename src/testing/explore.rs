@@ -82,9 +82,13 @@
 //! Not verified: depth 12 for configurations with hooks on every `cargo test`. Even at the
 //! abstract grain, with hooks the distinct states still grow about 1.5 times per fact (every
 //! hook with budget 1: 47,688 states at depth 10, 112,232 at 12) and have not been seen to
-//! exhaust; the one-server classes and the families stop at depth 5 and 6. In the debug build
-//! `cargo test` makes, the test binary takes 293 s wall on an otherwise idle 2-core machine,
-//! and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server family
+//! exhaust; the one-server classes and the families stop at depth 5 and 6. A sample says what
+//! depth 12 would take (`single_server_class_sample` in tests/explore.rs, run by hand): every
+//! 32nd one-server class to depth 12, 33 classes, 3,876,527 states in 302 s of CPU in a release
+//! build, so the 1,025 classes alone hold about 120 million distinct states at depth 12, some
+//! 2.6 hours of CPU, against the 6 minutes of CPU three minutes on two cores give. In the debug
+//! build `cargo test` makes, the test binary takes 293 s wall on an otherwise idle 2-core
+//! machine, and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server family
 //! 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs of CPU a
 //! transition, where a release build spends about 13 µs. Servers are not sorted for symmetry.
 //! Most two-server hook subsets (65,536 pairs) are not explored, nor permission with two
