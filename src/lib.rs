@@ -97,6 +97,7 @@ pub mod supervisor;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod text;
+mod tls;
 pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};

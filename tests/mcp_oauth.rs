@@ -167,7 +167,9 @@ async fn login_showing_the_url(dir: &Scratch, mcp_json: &str) -> (String, String
     });
     assert!(url.contains("code_challenge_method=S256"), "{url}");
     assert!(url.contains("resource="), "the resource indicator: {url}");
-    // The browser: follows the authorization page's redirect to the loopback listener.
+    // The browser: follows the authorization page's redirect to the loopback listener. reqwest
+    // has no TLS provider of its own here (hookloop builds it without one).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let page = reqwest::get(&url).await.unwrap();
     assert_eq!(page.status(), 200);
     let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())

@@ -249,6 +249,7 @@ impl Transport {
             headers.insert(name, value);
         }
 
+        crate::tls::install_provider();
         let client = reqwest::Client::builder()
             // A redirect to another host would carry the key along; providers do not redirect.
             .redirect(reqwest::redirect::Policy::none())

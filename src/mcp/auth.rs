@@ -373,6 +373,8 @@ impl ServerAuth {
 /// A fresh rmcp manager for `url`. Its metadata may name hosts at private addresses (an
 /// authorization server inside a company network); loopback ones only when `url` is loopback.
 async fn new_manager(url: &str) -> Result<AuthorizationManager, AuthError> {
+    // rmcp builds its own clients for discovery and tokens.
+    crate::tls::install_provider();
     AuthorizationManager::new_allowing_private_addresses(url).await
 }
 
@@ -394,6 +396,7 @@ impl OAuthHttp {
     /// A client for the server whose authorization is `auth`.
     pub(crate) fn new(auth: Arc<ServerAuth>) -> Result<Self, String> {
         // Redirects are not followed: a redirect elsewhere would carry the bearer token there.
+        crate::tls::install_provider();
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())

@@ -107,6 +107,7 @@ pub(crate) enum Client {
 impl Client {
     /// A client without OAuth.
     pub(crate) fn plain() -> Result<Self, String> {
+        crate::tls::install_provider();
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()

@@ -186,6 +186,7 @@ async fn follow_redirects(
     port: u16,
     url: &str,
 ) -> Result<String, FlowError> {
+    crate::tls::install_provider();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::limited(10))
         .timeout(HEADLESS_WAIT)
@@ -296,6 +297,7 @@ mod tests {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let client = tokio::spawn(async move {
+            crate::tls::install_provider();
             let http = reqwest::Client::new();
             let favicon = http
                 .get(format!("http://127.0.0.1:{port}/favicon.ico"))

@@ -491,6 +491,8 @@ impl Slot {
         // A configured `Authorization` header is the operator's choice of credentials;
         // otherwise the server may ask for OAuth, and the OAuth client answers.
         if config.has_authorization() {
+            // rmcp builds this transport's client.
+            crate::tls::install_provider();
             let transport = StreamableHttpClientTransport::from_config(transport_config);
             let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                 .await
