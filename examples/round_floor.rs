@@ -242,7 +242,8 @@ impl Session {
                 line.clear();
                 line.extend_from_slice(
                     b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":\
-                      {\"sessionId\":\"floor\",\"update\":{\"sessionUpdate\":\"tool_call\",\"toolCallId\":",
+                      {\"sessionId\":\"floor\",\"update\":{\"sessionUpdate\":\"tool_call\",\
+                      \"toolCallId\":",
                 );
                 serde_json::to_writer(&mut line, id)?;
                 line.extend_from_slice(b",\"title\":");

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hookloop::hooks::{Hook, ServerName};
 use hookloop::machine::{
@@ -19,6 +19,12 @@ use hookloop::testing::explore::{
     Allow, Counterexample, Report, Setup, Subject, explore, explore_at, fingerprint,
 };
 use hookloop::transcript::{DivergenceKind, replay_str};
+
+// The benches' CPU clock: the class sample reports the CPU it spent.
+#[path = "../benches/support/cpu_time.rs"]
+mod cpu_time;
+
+use cpu_time::CpuTime;
 
 fn bits(hooks: &[Hook]) -> u8 {
     hooks.iter().map(|hook| 1 << hook.index()).sum()
@@ -341,13 +347,13 @@ fn single_server_class_sample() {
     );
     let classes = single_server_classes();
     let sample: Vec<Setup> = classes.iter().step_by(step).cloned().collect();
-    let started = cpu_time();
+    let started = CpuTime::PROCESS.now();
     let reports = explore_each(&sample, depth, |setup| {
         let report = setup.explore(depth)?;
         eprintln!("{report}");
         Ok(report)
     });
-    let cpu = cpu_time() - started;
+    let cpu = CpuTime::PROCESS.now() - started;
     let states: usize = reports.iter().map(|r| r.states).sum();
     let scale = classes.len() as f64 / sample.len() as f64;
     eprintln!(
@@ -359,22 +365,6 @@ fn single_server_class_sample() {
         states as f64 * scale,
         cpu.as_secs_f64() * scale,
     );
-}
-
-/// The CPU time this process has spent, all threads.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| {
-            rest.split_whitespace()
-                .map(|f| f.parse().unwrap_or(0))
-                .collect()
-        })
-        .unwrap_or_default();
-    // utime and stime, fields 14 and 15, in clock ticks (100 a second on Linux).
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
 }
 
 #[test]

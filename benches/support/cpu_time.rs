@@ -25,7 +25,8 @@ impl CpuTime {
         clock: libc::CLOCK_PROCESS_CPUTIME_ID,
     };
 
-    fn now(&self) -> Duration {
+    /// The clock's reading now.
+    pub fn now(&self) -> Duration {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,

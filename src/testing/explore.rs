@@ -88,8 +88,8 @@
 //! build, so the 1,025 classes alone hold about 120 million distinct states at depth 12, some
 //! 2.6 hours of CPU, against the 6 minutes of CPU three minutes on two cores give. In the debug
 //! build `cargo test` makes, the test binary takes 293 s wall on an otherwise idle 2-core
-//! machine, and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server family
-//! 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs of CPU a
+//! machine, and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server
+//! family 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs of CPU a
 //! transition, where a release build spends about 13 µs. Servers are not sorted for symmetry.
 //! Most two-server hook subsets (65,536 pairs) are not explored, nor permission with two
 //! servers. The alphabet has one text per kind, so no rule that reads words (the hook body
