@@ -239,13 +239,7 @@ impl Session {
             for call in &message.tool_calls {
                 let (id, name) = (&*call.id, &*call.function.name);
                 let arguments: &RawValue = serde_json::from_str(&call.function.arguments)?;
-                line.clear();
-                line.extend_from_slice(
-                    b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":\
-                      {\"sessionId\":\"floor\",\"update\":{\"sessionUpdate\":\"tool_call\",\
-                      \"toolCallId\":",
-                );
-                serde_json::to_writer(&mut line, id)?;
+                start_update(&mut line, "tool_call", id)?;
                 line.extend_from_slice(b",\"title\":");
                 serde_json::to_writer(&mut line, name)?;
                 line.extend_from_slice(b",\"status\":\"pending\"}}}\n");
@@ -296,13 +290,7 @@ impl Session {
                     .into_iter()
                     .find_map(|c| c.text)
                     .unwrap_or_default();
-                line.clear();
-                line.extend_from_slice(
-                    b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":\
-                      {\"sessionId\":\"floor\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\
-                      \"toolCallId\":",
-                );
-                serde_json::to_writer(&mut line, id)?;
+                start_update(&mut line, "tool_call_update", id)?;
                 line.extend_from_slice(
                     b",\"status\":\"completed\",\"content\":[{\"type\":\"content\",\
                       \"content\":{\"type\":\"text\",\"text\":",
@@ -369,4 +357,17 @@ impl Session {
         self.model_in.read_exact(&mut body)?;
         Ok(body)
     }
+}
+
+/// Starts a `session/update` line of `kind` for the tool call `id` in `line`, cleared first; the
+/// caller writes the update's other fields and closes it.
+fn start_update(line: &mut Vec<u8>, kind: &str, id: &str) -> serde_json::Result<()> {
+    line.clear();
+    line.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":\
+          {\"sessionId\":\"floor\",\"update\":{\"sessionUpdate\":",
+    );
+    serde_json::to_writer(&mut *line, kind)?;
+    line.extend_from_slice(b",\"toolCallId\":");
+    serde_json::to_writer(line, id)
 }
