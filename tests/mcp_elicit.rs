@@ -295,12 +295,12 @@ async fn a_tools_question_reaches_the_person_while_a_hook_of_its_server_runs() {
 }
 
 #[tokio::test]
-async fn an_accepted_form_left_empty_still_carries_its_empty_content() {
+async fn an_accepted_form_left_empty_carries_the_forms_defaults() {
     let host = host_with(
         &[("TS_LEGACY", "1")],
         Some(Scripted::new(accept(json!({})))),
     )
     .await;
     let output = host.call_tool(&call("srv__ask")).await;
-    assert_eq!(output.joined_text(), "accept {}");
+    assert_eq!(output.joined_text(), r#"accept {"name":"Ada"}"#);
 }

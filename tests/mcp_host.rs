@@ -84,7 +84,7 @@ async fn start_up_is_bounded_by_its_timeout() {
 }
 
 #[tokio::test]
-async fn limits_on_servers_and_tools_are_errors() {
+async fn too_many_servers_is_an_error() {
     let too_many = HostOptions {
         max_servers: 1,
         ..fast_options()
@@ -94,12 +94,6 @@ async fn limits_on_servers_and_tools_are_errors() {
         McpHost::connect(two, too_many).await,
         Err(McpError::Config(_))
     ));
-    let many_tools = servers(vec![("a", test_server(&[("TS_TOOL_COUNT", "300")]))]);
-    match McpHost::connect(many_tools, fast_options()).await {
-        Err(McpError::TooManyTools { count, max: 256 }) => assert!(count > 300),
-        Err(other) => panic!("unexpected error {other}"),
-        Ok(_) => panic!("over the tool limit"),
-    }
 }
 
 #[tokio::test]

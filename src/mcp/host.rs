@@ -7,6 +7,9 @@
 
 mod client;
 mod legacy;
+mod listing;
+mod refresh;
+mod shared;
 mod slot;
 
 use std::collections::HashMap;
@@ -20,9 +23,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use self::client::CallKind;
+use self::shared::Shared;
 #[cfg(test)]
 use self::slot::MakeDuplex;
-use self::slot::{Launch, Life, Shared, Slot};
+use self::slot::{Launch, Life, Slot};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
 use crate::mcp::config::{HostOptions, McpServers};
@@ -99,7 +103,27 @@ impl McpHost {
         let started = join_all(slots.iter().map(|slot| slot.first_life())).await;
         let mut failures = Vec::new();
         let mut live = Vec::new();
+        // Servers are counted in the order they are configured; one whose tools would bring
+        // the session past its limit is left out like one that failed to start.
+        let mut count = 0;
+        let max = shared.options.max_tools;
         for (slot, result) in slots.into_iter().zip(started) {
+            let result = result.and_then(|()| {
+                let tools = slot.lock().tools.len();
+                if count + tools > max {
+                    slot.shut_down();
+                    return Err(McpError::Startup {
+                        server: slot.name.clone(),
+                        reason: format!(
+                            "its {tools} tools would bring the session to {}, more than the \
+                             limit of {max}",
+                            count + tools
+                        ),
+                    });
+                }
+                count += tools;
+                Ok(())
+            });
             match result {
                 Ok(()) => live.push(slot),
                 Err(error) => {
@@ -122,13 +146,6 @@ impl McpHost {
         };
         if host.shared.options.all_or_nothing && !failures.is_empty() {
             return Err(McpError::NotAllStarted { failures });
-        }
-        let count: usize = host.slots.iter().map(|s| s.lock().tools.len()).sum();
-        if count > host.shared.options.max_tools {
-            return Err(McpError::TooManyTools {
-                count,
-                max: host.shared.options.max_tools,
-            });
         }
         *lock(&host.shared.tool_count) = count;
         // Only the servers that started are supervised; the others are left out for good.

@@ -21,6 +21,7 @@
 //! | `TS_SSE` | serve HTTP+SSE on this address (a GET of `/sse` opens a session's stream, whose first event names `/messages?session=N`; a POST of `/sse` is refused with 405, as servers of that transport do); print `http://<addr>/sse` first; list `flood` and `drop_stream` too |
 //! | `TS_SSE_ENDPOINT` | over HTTP+SSE, the `endpoint` event's data instead (`never`: send none) |
 //! | `TS_SSE_REFUSE` | over HTTP+SSE, how a POST of `/sse` is refused: `405` (default), `404`, `400`, or `400-jsonrpc` (with a JSON-RPC error body, as a modern server refuses) |
+//! | `TS_HOSTILE` | be the hostile server of [`hostile`] instead (raw JSON-RPC on stdio, misbehaving as named) |
 //! | `TS_PARAM_HEADERS` | also list `param_headers` (properties marked `x-mcp-header`) and `bad_header` (an invalid mark); over HTTP, log `params <json>` (the `Mcp-Param-*` headers, names lowercased) for each `tools/call` |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
@@ -525,6 +526,8 @@ fn log_param_headers<B>(request: &hyper::Request<B>) {
     log(&format!("params {}", Value::Object(params)));
 }
 
+mod hostile;
+
 fn main() {
     if let Some(path) = env("TS_PID_FILE") {
         append(&path, &std::process::id().to_string());
@@ -541,6 +544,10 @@ fn main() {
             .spawn()
             .expect("spawn sleep");
         append(&path, &child.id().to_string());
+    }
+    if let Some(behaviour) = env("TS_HOSTILE") {
+        hostile::run(&behaviour);
+        return;
     }
     match env("TS_STARTUP").as_deref() {
         Some("fail") => {

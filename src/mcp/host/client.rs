@@ -17,11 +17,18 @@ use rmcp::model::{
     ProtocolVersion, Root, RootsCapabilities, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
-use serde_json::Value;
+use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
 
-use super::slot::{Slot, refresh_tools};
-use crate::mcp::elicit::{ElicitAnswer, Elicitation, ElicitationMode};
+use super::refresh::ListChanged;
+use super::shared::Shared;
+use crate::hooks::ServerName;
+use crate::mcp::elicit::{self, ElicitAnswer, Elicitation, ElicitationMode};
 use crate::text::lock;
+
+/// Questions one server may have open with the person at once; one more is declined. A
+/// person answers one question at a time: a server that asks faster gains nothing.
+pub(crate) const MAX_OPEN_QUESTIONS: usize = 2;
 
 tokio::task_local! {
     /// The kind of call running in this task. rmcp answers a server's `input_required`
@@ -43,12 +50,24 @@ pub(super) enum CallKind {
     Hook,
 }
 
-/// Tool and hook calls in flight on one server. On the older protocols a server asks in a
-/// request of its own, which names no call: these counts are all that says where it came from.
-#[derive(Debug, Default)]
+/// Tool and hook calls in flight on one server, and its open questions. On the older
+/// protocols a server asks in a request of its own, which names no call: these counts are all
+/// that says where it came from.
+#[derive(Debug)]
 pub(super) struct InFlight {
     tools: AtomicUsize,
     hooks: AtomicUsize,
+    questions: Semaphore,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self {
+            tools: AtomicUsize::new(0),
+            hooks: AtomicUsize::new(0),
+            questions: Semaphore::new(MAX_OPEN_QUESTIONS),
+        }
+    }
 }
 
 impl InFlight {
@@ -71,6 +90,12 @@ impl InFlight {
     fn hook_may_ask(&self) -> bool {
         self.hooks.load(Ordering::Acquire) > 0
     }
+
+    /// Whether a tool call is in flight: a question outside every call is the server's own
+    /// idea, and no one asked it to ask.
+    fn tool_running(&self) -> bool {
+        self.tools.load(Ordering::Acquire) > 0
+    }
 }
 
 /// Uncounts a call when dropped (the call ended, or its future was dropped).
@@ -87,8 +112,12 @@ impl Drop for InFlightGuard<'_> {
 
 /// The client side of one life.
 pub(super) struct Handler {
-    pub(super) slot: Weak<Slot>,
-    pub(super) life: u64,
+    pub(super) server: ServerName,
+    pub(super) shared: Weak<Shared>,
+    /// The server's calls in flight (its slot's, shared by all its lives).
+    pub(super) calls: Arc<InFlight>,
+    /// Set on every `tools/list_changed` of this life.
+    pub(super) list_changed: ListChanged,
 }
 
 impl ClientHandler for Handler {
@@ -100,23 +129,19 @@ impl ClientHandler for Handler {
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
-    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        let Some(slot) = self.slot.upgrade() else {
-            return;
-        };
-        // Listing needs the connection's reader, which is busy delivering this notification:
-        // list from a task of its own.
-        tokio::spawn(refresh_tools(slot, context.peer, self.life));
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // The life's listing task lists again; a flood of these sets one flag.
+        self.list_changed.set();
     }
 
     async fn list_roots(
         &self,
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        let Some(slot) = self.slot.upgrade() else {
+        let Some(shared) = self.shared.upgrade() else {
             return Ok(ListRootsResult::default());
         };
-        let roots = lock(&slot.shared.roots).iter().map(|p| root(p)).collect();
+        let roots = lock(&shared.roots).iter().map(|p| root(p)).collect();
         Ok(ListRootsResult::new(roots))
     }
 
@@ -125,42 +150,87 @@ impl ClientHandler for Handler {
         request: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let Some(slot) = self.slot.upgrade() else {
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        let decline = || Ok(ElicitResult::new(ElicitationAction::Decline));
+        let Some(shared) = self.shared.upgrade() else {
+            return decline();
         };
+        let server = &self.server;
         // A question outside the task of a call (a server request of its own, before
-        // 2026-07-28) names no call: the calls in flight say whether a hook may have asked.
-        let from_hook = CALL
-            .try_with(|kind| *kind == CallKind::Hook)
-            .unwrap_or_else(|_| slot.in_flight.hook_may_ask());
-        if from_hook {
-            tracing::info!(
-                server = %slot.name,
-                "declining a question from the server during a hook call: hooks must not wait \
-                 on a person"
-            );
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        // 2026-07-28) names no call: the calls in flight say whether a hook may have asked,
+        // and whether any call may have.
+        match CALL.try_with(|kind| *kind).ok() {
+            Some(CallKind::Hook) => return decline_for_hook(server),
+            None if self.calls.hook_may_ask() => return decline_for_hook(server),
+            None if !self.calls.tool_running() => {
+                tracing::warn!(
+                    %server,
+                    "declining a question the server asked while none of its calls was running"
+                );
+                return decline();
+            }
+            Some(CallKind::Tool) | None => {}
         }
-        let Some(question) = question(&slot, request) else {
-            tracing::info!(server = %slot.name, "declining a question of a kind hookloop does not know");
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        let Ok(_open) = self.calls.questions.try_acquire() else {
+            tracing::warn!(
+                %server,
+                "declining a question: the server already has {MAX_OPEN_QUESTIONS} open"
+            );
+            return decline();
         };
-        // A URL question's acceptance carries no content; a form's always does.
-        let url = matches!(question.mode, ElicitationMode::Url { .. });
-        let person = Arc::clone(&*lock(&slot.shared.person));
+        let Some(question) = question(server, request) else {
+            tracing::info!(%server, "declining a question of a kind hookloop does not know");
+            return decline();
+        };
+        // A URL question's acceptance carries no content; a form's always does, and must fit
+        // the form.
+        let schema = match &question.mode {
+            ElicitationMode::Url { .. } => None,
+            ElicitationMode::Form { schema } => Some(schema.clone()),
+        };
+        let person = Arc::clone(&*lock(&shared.person));
+        drop(shared);
         // The server may give up on its question (it cancels the request).
         let answer = tokio::select! {
             answer = person.elicit(question) => answer,
             () = context.ct.cancelled() => ElicitAnswer::Cancel,
         };
         Ok(match answer {
-            ElicitAnswer::Accept(_) if url => ElicitResult::new(ElicitationAction::Accept),
-            ElicitAnswer::Accept(content) => {
-                ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
-            }
+            ElicitAnswer::Accept(content) => match schema {
+                None => ElicitResult::new(ElicitationAction::Accept),
+                Some(schema) => accepted_form(server, &schema, content),
+            },
             ElicitAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
             ElicitAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
         })
+    }
+}
+
+fn decline_for_hook(server: &ServerName) -> Result<ElicitResult, ErrorData> {
+    tracing::info!(
+        %server,
+        "declining a question from the server during a hook call: hooks must not wait on a \
+         person"
+    );
+    Ok(ElicitResult::new(ElicitationAction::Decline))
+}
+
+/// The answer to a form: its content, with the form's defaults where the person left a field
+/// as it was shown, if it fits the requested schema; else a decline, since the server asked
+/// for exactly that shape and must never get another.
+fn accepted_form(
+    server: &ServerName,
+    schema: &Map<String, Value>,
+    mut content: Map<String, Value>,
+) -> ElicitResult {
+    for (name, default) in elicit::schema_defaults(schema) {
+        content.entry(name).or_insert(default);
+    }
+    match elicit::check_answer(schema, &content) {
+        Ok(()) => ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content)),
+        Err(problem) => {
+            tracing::warn!(%server, %problem, "declining an answer that does not fit the server's form");
+            ElicitResult::new(ElicitationAction::Decline)
+        }
     }
 }
 
@@ -180,7 +250,7 @@ fn capabilities() -> ClientCapabilities {
 }
 
 /// A server's request in the engine's terms; `None` for a mode this version does not know.
-fn question(slot: &Slot, request: ElicitRequestParams) -> Option<Elicitation> {
+fn question(server: &ServerName, request: ElicitRequestParams) -> Option<Elicitation> {
     let (message, mode) = match request {
         ElicitRequestParams::FormElicitationParams {
             message,
@@ -209,7 +279,7 @@ fn question(slot: &Slot, request: ElicitRequestParams) -> Option<Elicitation> {
         _ => return None,
     };
     Some(Elicitation {
-        server: slot.name.clone(),
+        server: server.clone(),
         message,
         mode,
     })

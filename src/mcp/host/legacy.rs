@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, serve_client_with_lifecycle};
 
-use super::client::Handler;
+use super::refresh::ListChanged;
 use super::slot::{Connected, Handshake, Slot};
 use crate::mcp::TransportKind;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
@@ -19,7 +19,7 @@ impl Slot {
     /// Connects and negotiates one life over HTTP+SSE.
     pub(super) async fn sse(
         self: &Arc<Self>,
-        life: u64,
+        changed: &ListChanged,
         config: &HttpConfig,
     ) -> Result<Connected, Handshake> {
         let (client, auth) = self.sse_client(config).map_err(Handshake::Spawn)?;
@@ -31,10 +31,7 @@ impl Slot {
         let transport = SseTransport::connect(&self.name, config, client, wait)
             .await
             .map_err(|e| stopped(e.to_string()))?;
-        let handler = Handler {
-            slot: Arc::downgrade(self),
-            life,
-        };
+        let handler = self.handler(changed);
         // The transport's servers predate `server/discover` (2026-07-28): they negotiate with
         // `initialize`, and asking them to discover first costs a round trip for nothing.
         match serve_client_with_lifecycle(handler, transport, ClientLifecycleMode::Initialize).await
@@ -51,7 +48,7 @@ impl Slot {
     /// HTTP+SSE if the server's answer calls for it, else `error`.
     pub(super) async fn fall_back_to_sse(
         self: &Arc<Self>,
-        life: u64,
+        changed: &ListChanged,
         config: &HttpConfig,
         error: Box<ClientInitializeError>,
     ) -> Result<Connected, Handshake> {
@@ -78,7 +75,7 @@ impl Slot {
             status,
             "the server refused streamable HTTP as servers of the HTTP+SSE transport do; trying that"
         );
-        match self.sse(life, config).await {
+        match self.sse(changed, config).await {
             Ok(connected) => {
                 tracing::info!(server = %self.name, url = %config.url, "the server speaks the HTTP+SSE transport of 2024-11-05; using it");
                 Ok(connected)

@@ -3,80 +3,36 @@
 //! [`Supervisor`]'s orders — start a life after a wait, retire the server — and reports what
 //! happened to its lives as facts; every decision about restarts is the supervisor's.
 
-use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ProtocolVersion, ServerNotification, SubscriptionFilter,
+    CallToolRequestParams, CallToolResult, PaginatedRequestParams, ProtocolVersion,
+    ServerNotification, SubscriptionFilter, Tool,
 };
 use rmcp::service::{
-    ClientInitializeError, ClientLifecycleMode, Peer, RoleClient, RunningService, ServiceError,
-    Subscription, serve_client_with_lifecycle,
+    ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, Peer, RoleClient,
+    RunningService, ServiceError, Subscription, serve_client_with_lifecycle,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::client::{self, CallKind, Handler, InFlight};
+use super::listing::{self, ListError};
+use super::refresh::{self, Changes, ListChanged};
+use super::shared::Shared;
 use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::child::ChildGroup;
-use crate::mcp::config::{HostOptions, HttpConfig, ServerConfig};
+use crate::mcp::config::{HttpConfig, ServerConfig};
 use crate::mcp::transport::LineTransport;
-use crate::mcp::{McpError, Person, TransportKind, convert};
-use crate::supervisor::{self, Fact, HookTurn, Jitter, Order, Supervisor};
+use crate::mcp::{McpError, TransportKind, convert};
+use crate::supervisor::{self, Fact, HookTurn, Jitter, Order};
 use crate::text::lock;
-
-/// Supervision records kept for [`ToolHost::take_supervision`](crate::mcp::ToolHost) before the
-/// oldest are dropped: a host nobody drains must not grow without bound.
-const MAX_PENDING_RECORDS: usize = 1024;
-
-/// What every slot of one host shares.
-pub(super) struct Shared {
-    pub(super) options: HostOptions,
-    /// Bumped on every change of what the catalog returns.
-    pub(super) generation: AtomicU64,
-    /// Tools across all servers, kept under [`HostOptions::max_tools`].
-    pub(super) tool_count: Mutex<usize>,
-    /// Every restart decision. Never locked while a slot's state is.
-    pub(super) supervisor: Mutex<Supervisor>,
-    /// The supervisor's clock: its facts carry milliseconds since this instant.
-    pub(super) clock: Instant,
-    /// Set when the host is dropped: no life starts after it.
-    pub(super) closed: AtomicBool,
-    /// Facts and orders not yet taken by the driver.
-    pub(super) records: Mutex<VecDeque<supervisor::Event>>,
-    /// Who answers the servers' questions.
-    pub(super) person: Mutex<Arc<dyn Person>>,
-    /// The directories offered to servers as roots.
-    pub(super) roots: Mutex<Vec<PathBuf>>,
-    /// Sent to hook servers as `_meta["hookloop/session"]`: [`HostOptions::session_id`] until
-    /// the front end names the session.
-    pub(super) session_id: Mutex<Arc<str>>,
-}
-
-impl Shared {
-    pub(super) fn catalog_changed(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(super) fn now_ms(&self) -> u64 {
-        u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn record(&self, event: supervisor::Event) {
-        let mut records = lock(&self.records);
-        if records.len() == MAX_PENDING_RECORDS {
-            records.pop_front();
-        }
-        records.push_back(event);
-    }
-}
 
 /// How a server is reached.
 pub(super) enum Launch {
@@ -99,7 +55,7 @@ pub(super) struct Slot {
     /// Woken whenever the life changes, for tool calls waiting on a restart.
     changed: Notify,
     /// Calls in flight, to tell a hook's question from a tool's.
-    pub(super) in_flight: InFlight,
+    pub(super) in_flight: Arc<InFlight>,
 }
 
 pub(super) struct SlotState {
@@ -165,7 +121,7 @@ impl Slot {
                 next_life: 0,
             }),
             changed: Notify::new(),
-            in_flight: InFlight::default(),
+            in_flight: Arc::default(),
         })
     }
 
@@ -175,11 +131,20 @@ impl Slot {
 
     /// Starts the first life; the supervisor learns of it once the host has its servers.
     pub(super) async fn first_life(self: &Arc<Self>) -> Result<(), McpError> {
-        let (conn, tools) = self.open().await?;
+        let opened = self.open().await?;
         let mut state = self.lock();
-        state.tools = tools;
-        state.life = Life::Live(conn);
+        state.tools = opened.tools;
+        state.life = Life::Live(Arc::clone(&opened.conn));
+        drop(state);
+        self.refresh_on_change(&opened.conn, opened.changes);
         Ok(())
+    }
+
+    /// Ends the current life for good, if there is one (a server left out after it started).
+    pub(super) fn shut_down(&self) {
+        if let Life::Live(conn) = std::mem::replace(&mut self.lock().life, Life::Retired) {
+            conn.shut_down();
+        }
     }
 
     /// The current life for a tool call, waiting for a restart under way.
@@ -357,7 +322,7 @@ impl Slot {
     }
 
     /// Starts a life: connect, negotiate, list the tools; all within the start-up timeout.
-    async fn open(self: &Arc<Self>) -> Result<(Arc<Conn>, Vec<ToolInfo>), McpError> {
+    async fn open(self: &Arc<Self>) -> Result<Opened, McpError> {
         let life = {
             let mut state = self.lock();
             state.next_life += 1;
@@ -374,26 +339,22 @@ impl Slot {
             })
     }
 
-    async fn open_inner(
-        self: &Arc<Self>,
-        life: u64,
-    ) -> Result<(Arc<Conn>, Vec<ToolInfo>), McpError> {
-        let failed = |reason: String| McpError::Startup {
-            server: self.name.clone(),
-            reason,
-        };
+    async fn open_inner(self: &Arc<Self>, life: u64) -> Result<Opened, McpError> {
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::LATEST],
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         };
-        let (service, child, transport) = match self.handshake(life, lifecycle).await {
+        // Changes said from the handshake on are kept for the listing task, which starts
+        // once the life is in place.
+        let (changed, changes) = ListChanged::new();
+        let (service, child, transport) = match self.handshake(&changed, lifecycle).await {
             Ok(connected) => connected,
             // A server that answers `server/discover` with something other than a discovery
             // result or a "legacy" error is still often a good `initialize` server: try that
             // once. A broken transport (a dead process, an auth refusal) is not retried.
             Err(Handshake::Init(error)) if falls_back(&error) => {
                 tracing::debug!(server = %self.name, %error, "discovery failed; trying initialize");
-                self.handshake(life, ClientLifecycleMode::Initialize)
+                self.handshake(&changed, ClientLifecycleMode::Initialize)
                     .await
                     .map_err(|e| e.into_error(&self.name))?
             }
@@ -406,47 +367,114 @@ impl Slot {
             transport,
             answered: AtomicBool::new(false),
         });
-        let tools = match conn.service.peer().list_all_tools().await {
+        let peer = conn.peer();
+        // rmcp keeps list pages a server marks cacheable, one per cursor: a server that pages
+        // with fresh cursors would fill it. Every listing here asks the server.
+        peer.set_response_cache_config(ClientCacheConfig::disabled())
+            .await;
+        let tools = self
+            .list_tools(&peer)
+            .await
+            .and_then(|tools| convert::tools_from_server(&self.name, tools, &self.shared.options));
+        let tools = match tools {
             Ok(tools) => tools,
-            Err(e) => {
-                conn.shut_down();
-                return Err(failed(format!("tools/list failed: {e}")));
-            }
-        };
-        match convert::tools_from_server(&self.name, tools, &self.shared.options) {
-            Ok(tools) => {
-                let peer = conn.service.peer().clone();
-                let version = peer.peer_info().map(|i| i.protocol_version.to_string());
-                tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, %transport, "server started");
-                if let Some(subscription) = subscribe_tool_list(&peer).await {
-                    tokio::spawn(watch_tool_list(
-                        Arc::downgrade(self),
-                        peer,
-                        life,
-                        subscription,
-                    ));
-                }
-                Ok((conn, tools))
-            }
             Err(error) => {
                 conn.shut_down();
-                Err(error)
+                return Err(error);
+            }
+        };
+        let version = peer.peer_info().map(|i| i.protocol_version.to_string());
+        tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, %transport, "server started");
+        if let Some(subscription) = subscribe_tool_list(&peer).await {
+            tokio::spawn(watch_tool_list(subscription, changed));
+        }
+        Ok(Opened {
+            conn,
+            tools,
+            changes,
+        })
+    }
+
+    /// Lists the server's tools within the caps of [`listing`] and the start-up timeout.
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<Vec<Tool>, McpError> {
+        let options = &self.shared.options;
+        let page =
+            |cursor| peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)));
+        listing::list_tools(page, options.max_tools, options.startup_timeout)
+            .await
+            .map_err(|error: ListError| McpError::Startup {
+                server: self.name.clone(),
+                reason: error.to_string(),
+            })
+    }
+
+    /// Starts the task that lists `conn`'s tools again whenever the server says they changed,
+    /// merged and paced by [`refresh`], until the life ends.
+    fn refresh_on_change(self: &Arc<Self>, conn: &Conn, changes: Changes) {
+        let slot = Arc::downgrade(self);
+        let peer = conn.peer();
+        let life = conn.life;
+        tokio::spawn(refresh::refresh_on_change(changes, move || {
+            let slot = slot.clone();
+            let peer = peer.clone();
+            async move {
+                match slot.upgrade() {
+                    Some(slot) => slot.refresh_tools(&peer, life).await,
+                    None => false,
+                }
+            }
+        }));
+    }
+
+    /// Lists the server's tools again and replaces its catalog entry; keeps the old entry if
+    /// the listing fails or breaks a cap. False once `life` is no longer the current life.
+    async fn refresh_tools(&self, peer: &Peer<RoleClient>, life: u64) -> bool {
+        let current = |slot: &Self| matches!(&slot.lock().life, Life::Live(c) if c.life == life);
+        if !current(self) {
+            return false;
+        }
+        let listed = self
+            .list_tools(peer)
+            .await
+            .and_then(|tools| convert::tools_from_server(&self.name, tools, &self.shared.options));
+        if !current(self) {
+            return false;
+        }
+        match listed {
+            Ok(tools) => self.set_tools(tools),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "keeping the server's old tool list")
             }
         }
+        true
     }
+
+    /// The client side of a life that notes its tool-list changes in `changed`.
+    pub(super) fn handler(self: &Arc<Self>, changed: &ListChanged) -> Handler {
+        Handler {
+            server: self.name.clone(),
+            shared: Arc::downgrade(&self.shared),
+            calls: Arc::clone(&self.in_flight),
+            list_changed: changed.clone(),
+        }
+    }
+}
+
+/// A life just started: its connection, its tools, and the changes said since it connected.
+struct Opened {
+    conn: Arc<Conn>,
+    tools: Vec<ToolInfo>,
+    changes: Changes,
 }
 
 impl Slot {
     /// Connects and negotiates one life with `lifecycle`.
     async fn handshake(
         self: &Arc<Self>,
-        life: u64,
+        changed: &ListChanged,
         lifecycle: ClientLifecycleMode,
     ) -> Result<Connected, Handshake> {
-        let handler = Handler {
-            slot: Arc::downgrade(self),
-            life,
-        };
+        let handler = self.handler(changed);
         match &self.launch {
             Launch::Config(ServerConfig::Stdio(config)) => {
                 let (child, stdout, stdin) =
@@ -463,11 +491,13 @@ impl Slot {
             Launch::Config(ServerConfig::Http(config)) => {
                 match self.streamable(handler, config, lifecycle).await {
                     // A server of the older transport refuses the POST in its own way.
-                    Err(Handshake::Init(error)) => self.fall_back_to_sse(life, config, error).await,
+                    Err(Handshake::Init(error)) => {
+                        self.fall_back_to_sse(changed, config, error).await
+                    }
                     other => other,
                 }
             }
-            Launch::Config(ServerConfig::Sse(config)) => self.sse(life, config).await,
+            Launch::Config(ServerConfig::Sse(config)) => self.sse(changed, config).await,
             #[cfg(test)]
             Launch::Duplex(make) => {
                 let (read, write) = tokio::io::split(make());
@@ -570,7 +600,11 @@ async fn restart(slot: Weak<Slot>, after: Duration) {
         return;
     }
     match slot.open().await {
-        Ok((conn, tools)) => {
+        Ok(Opened {
+            conn,
+            tools,
+            changes,
+        }) => {
             if slot.shared.closed.load(Ordering::Acquire) {
                 conn.shut_down();
                 return;
@@ -582,7 +616,8 @@ async fn restart(slot: Weak<Slot>, after: Duration) {
                 at_ms: slot.shared.now_ms(),
             });
             slot.set_tools(tools);
-            slot.lock().life = Life::Live(conn);
+            slot.lock().life = Life::Live(Arc::clone(&conn));
+            slot.refresh_on_change(&conn, changes);
             slot.changed.notify_waiters();
         }
         Err(error) => {
@@ -640,28 +675,6 @@ fn breaks_transport(error: &ServiceError) -> bool {
     )
 }
 
-/// Lists a server's tools again after it said they changed, and replaces its catalog entry,
-/// unless the life that said so has ended since.
-pub(super) async fn refresh_tools(slot: Arc<Slot>, peer: Peer<RoleClient>, life: u64) {
-    match peer.list_all_tools().await {
-        Ok(tools) => {
-            let current = matches!(&slot.lock().life, Life::Live(c) if c.life == life);
-            if !current {
-                return;
-            }
-            match convert::tools_from_server(&slot.name, tools, &slot.shared.options) {
-                Ok(tools) => slot.set_tools(tools),
-                Err(error) => {
-                    tracing::warn!(server = %slot.name, %error, "keeping the old tool list")
-                }
-            }
-        }
-        Err(error) => {
-            tracing::warn!(server = %slot.name, %error, "tools/list after list_changed failed")
-        }
-    }
-}
-
 /// On the stateless protocol (2026-07-28 on), a server sends `list_changed` only on a
 /// subscription the client opened. Opens one when the server offers the notification; the
 /// subscription is open once this returns, so no change after start-up is missed.
@@ -686,20 +699,14 @@ async fn subscribe_tool_list(peer: &Peer<RoleClient>) -> Option<Subscription> {
     }
 }
 
-/// Refreshes the catalog from a `list_changed` subscription until the life ends.
-async fn watch_tool_list(
-    slot: Weak<Slot>,
-    peer: Peer<RoleClient>,
-    life: u64,
-    mut subscription: Subscription,
-) {
+/// Notes each `list_changed` of a subscription in `changed` until the life ends.
+async fn watch_tool_list(mut subscription: Subscription, changed: ListChanged) {
     while let Ok(Some(notification)) = subscription.next().await {
         if matches!(
             notification,
             ServerNotification::ToolListChangedNotification(_)
         ) {
-            let Some(slot) = slot.upgrade() else { return };
-            refresh_tools(slot, peer.clone(), life).await;
+            changed.set();
         }
     }
 }
