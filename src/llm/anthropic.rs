@@ -153,7 +153,7 @@ impl LlmClient for Anthropic {
                 .await;
         }
         let body = self.encoded(&request, Some(stream::ANTHROPIC_STREAM_FIELDS))?;
-        let decoder = || -> Box<dyn Decoder> { Box::<AnthropicDecoder>::default() };
+        let decoder = |limits| -> Box<dyn Decoder> { Box::new(AnthropicDecoder::new(limits)) };
         self.transport
             .exchange_stream(
                 &self.model,

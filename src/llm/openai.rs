@@ -123,7 +123,7 @@ impl LlmClient for OpenAi {
                 .await;
         }
         let body = self.encoded(&request, Some(stream::OPENAI_STREAM_FIELDS))?;
-        let decoder = || -> Box<dyn Decoder> { Box::<OpenAiDecoder>::default() };
+        let decoder = |limits| -> Box<dyn Decoder> { Box::new(OpenAiDecoder::new(limits)) };
         self.transport
             .exchange_stream(
                 &self.model,

@@ -8,10 +8,16 @@
 //! whole would give, and transcripts do not depend on the mode. Tool-call arguments are parsed
 //! there, once complete; partial ones are only accumulated.
 //!
-//! Events are untrusted: a malformed one is an error naming the problem, never a panic.
+//! Events are untrusted: a malformed one is an error naming the problem, never a panic. Each
+//! call and block is found by its index in a map, so decoding costs time linear in the bytes,
+//! and the counts and sizes a reply may reach are capped ([`ReplyLimits`]): past a cap the reply
+//! is refused whole, at the event that went past it.
+
+use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
 use crate::llm::sse::{SseEvent, SseParser};
 use crate::llm::{LlmError, Provider, anthropic, openai};
 use crate::machine::LlmReply;
@@ -54,16 +60,26 @@ pub(crate) trait Decoder: Send {
 }
 
 /// Parses a whole streamed answer of `provider`'s dialect, arriving in `chunks`, as a client
-/// would: for tests and fuzzing. The same code reads streams off the network.
+/// would, with the default [`ReplyLimits`]: for tests and fuzzing. The same code reads streams
+/// off the network.
 pub fn parse_stream<'a>(
     provider: Provider,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<LlmReply, LlmError> {
+    parse_stream_with(provider, ReplyLimits::default(), chunks)
+}
+
+/// [`parse_stream`] with these limits.
+pub fn parse_stream_with<'a>(
+    provider: Provider,
+    limits: ReplyLimits,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<LlmReply, LlmError> {
     let decoder: Box<dyn Decoder> = match provider {
-        Provider::OpenAi => Box::<OpenAiDecoder>::default(),
-        Provider::Anthropic => Box::<AnthropicDecoder>::default(),
+        Provider::OpenAi => Box::new(OpenAiDecoder::new(limits)),
+        Provider::Anthropic => Box::new(AnthropicDecoder::new(limits)),
     };
-    let mut assembler = Assembler::new(decoder);
+    let mut assembler = Assembler::new(decoder, limits);
     for chunk in chunks {
         if assembler.complete() {
             break;
@@ -83,14 +99,19 @@ pub(crate) struct Assembler {
     parser: SseParser,
     events: Vec<SseEvent>,
     decoder: Box<dyn Decoder>,
+    /// Events decoded so far, against [`ReplyLimits::max_events`].
+    decoded: usize,
+    max_events: usize,
 }
 
 impl Assembler {
-    pub(crate) fn new(decoder: Box<dyn Decoder>) -> Self {
+    pub(crate) fn new(decoder: Box<dyn Decoder>, limits: ReplyLimits) -> Self {
         Self {
             parser: SseParser::new(),
             events: Vec::new(),
             decoder,
+            decoded: 0,
+            max_events: limits.max_events,
         }
     }
 
@@ -104,6 +125,8 @@ impl Assembler {
             .push(chunk, &mut self.events)
             .map_err(|e| LlmError::InvalidResponse(e.to_string()))?;
         for event in self.events.drain(..) {
+            self.decoded += 1;
+            refuse_past(self.decoded, self.max_events, "stream events")?;
             self.decoder.event(&event.event, &event.data, on_delta)?;
         }
         Ok(())
@@ -145,16 +168,59 @@ pub(crate) const OPENAI_STREAM_FIELDS: &str =
 pub(crate) const ANTHROPIC_STREAM_FIELDS: &str = r#""stream":true"#;
 
 /// Chat Completions chunks (`chat.completion.chunk`), ended by `data: [DONE]`.
-#[derive(Default)]
 pub(crate) struct OpenAiDecoder {
     text: String,
     refusal: String,
-    /// Tool calls by their `index`, in order of first appearance.
-    calls: Vec<(u64, PartialCall)>,
+    /// Tool calls in order of first appearance.
+    calls: Vec<PartialCall>,
+    /// Where each tool-call `index` is in `calls`.
+    call_at: HashMap<u64, usize>,
     finish_reason: Option<String>,
     usage: Option<Value>,
     done: bool,
     content: bool,
+    limits: ReplyLimits,
+    /// Text, reasoning and refusal bytes so far.
+    text_bytes: Budget,
+    /// Tool-call name and argument bytes so far.
+    argument_bytes: Budget,
+}
+
+impl OpenAiDecoder {
+    pub(crate) fn new(limits: ReplyLimits) -> Self {
+        Self {
+            text: String::new(),
+            refusal: String::new(),
+            calls: Vec::new(),
+            call_at: HashMap::new(),
+            finish_reason: None,
+            usage: None,
+            done: false,
+            content: false,
+            limits,
+            text_bytes: Budget::new(limits.max_text_bytes, "bytes of text"),
+            argument_bytes: Budget::new(limits.max_argument_bytes, "bytes of tool-call arguments"),
+        }
+    }
+
+    /// The call at `index`, started if new: past the cap on calls, the reply is refused.
+    fn call(&mut self, index: u64) -> Result<&mut PartialCall, LlmError> {
+        let pos = match self.call_at.get(&index) {
+            Some(&pos) => pos,
+            None => {
+                refuse_past(
+                    self.calls.len() + 1,
+                    self.limits.max_tool_calls,
+                    "tool calls",
+                )?;
+                self.calls.push(PartialCall::default());
+                self.call_at.insert(index, self.calls.len() - 1);
+                self.calls.len() - 1
+            }
+        };
+        // `pos` came from the map, which only holds positions of `calls`.
+        Ok(&mut self.calls[pos])
+    }
 }
 
 #[derive(Default)]
@@ -207,6 +273,7 @@ impl Decoder for OpenAiDecoder {
                 && !text.is_empty()
             {
                 self.content = true;
+                self.text_bytes.spend(text.len())?;
                 self.text.push_str(text);
                 on_delta(Delta::Text(text.to_owned()));
             }
@@ -215,37 +282,38 @@ impl Decoder for OpenAiDecoder {
                     && !text.is_empty()
                 {
                     self.content = true;
+                    self.text_bytes.spend(text.len())?;
                     on_delta(Delta::Thinking(text.to_owned()));
                 }
             }
             if let Some(text) = delta.get("refusal").and_then(Value::as_str) {
                 self.content = true;
+                self.text_bytes.spend(text.len())?;
                 self.refusal.push_str(text);
             }
             let calls = delta.get("tool_calls").and_then(Value::as_array);
             for call in calls.into_iter().flatten() {
                 self.content = true;
                 let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let pos = match self.calls.iter().position(|(i, _)| *i == index) {
-                    Some(pos) => pos,
-                    None => {
-                        self.calls.push((index, PartialCall::default()));
-                        self.calls.len() - 1
-                    }
+                let function = call.get("function");
+                let name = function.and_then(|f| f.get("name")).and_then(Value::as_str);
+                let arguments = match function.and_then(|f| f.get("arguments")) {
+                    Some(Value::String(piece)) => Some(std::borrow::Cow::Borrowed(piece.as_str())),
+                    // Servers that send an object at once: kept as its text.
+                    Some(other @ Value::Object(_)) => Some(other.to_string().into()),
+                    _ => None,
                 };
-                let slot = &mut self.calls[pos].1;
+                let added = name.map_or(0, str::len) + arguments.as_ref().map_or(0, |a| a.len());
+                self.argument_bytes.spend(added)?;
+                let slot = self.call(index)?;
                 if let Some(id) = call.get("id").and_then(Value::as_str) {
                     slot.id = Some(id.to_owned());
                 }
-                let function = call.get("function");
-                if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                if let Some(name) = name {
                     slot.name.push_str(name);
                 }
-                match function.and_then(|f| f.get("arguments")) {
-                    Some(Value::String(piece)) => slot.arguments.push_str(piece),
-                    // Servers that send an object at once: kept as its text.
-                    Some(other @ Value::Object(_)) => slot.arguments.push_str(&other.to_string()),
-                    _ => {}
+                if let Some(arguments) = arguments {
+                    slot.arguments.push_str(&arguments);
                 }
             }
         }
@@ -269,7 +337,7 @@ impl Decoder for OpenAiDecoder {
         let calls: Vec<Value> = self
             .calls
             .into_iter()
-            .map(|(_, call)| {
+            .map(|call| {
                 let mut wire = json!({
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments},
@@ -309,14 +377,45 @@ impl Decoder for OpenAiDecoder {
 
 /// Messages events: `message_start`, `content_block_start` / `_delta` / `_stop`,
 /// `message_delta`, `message_stop`, `ping`, `error`.
-#[derive(Default)]
 pub(crate) struct AnthropicDecoder {
     /// The message of `message_start`, its content filled as blocks complete.
     message: Option<Map<String, Value>>,
-    /// Blocks by index, with the partial JSON of a `tool_use` block's input.
+    /// Blocks in order of start, with their index and the partial JSON of a `tool_use` block's
+    /// input.
     blocks: Vec<(u64, Value, String)>,
+    /// Where each block `index` is in `blocks`.
+    block_at: HashMap<u64, usize>,
+    /// `tool_use` blocks so far.
+    tool_calls: usize,
     stopped: bool,
     content: bool,
+    limits: ReplyLimits,
+    /// Text, thinking and signature bytes so far.
+    text_bytes: Budget,
+    /// Tool input bytes so far.
+    argument_bytes: Budget,
+}
+
+impl AnthropicDecoder {
+    pub(crate) fn new(limits: ReplyLimits) -> Self {
+        Self {
+            message: None,
+            blocks: Vec::new(),
+            block_at: HashMap::new(),
+            tool_calls: 0,
+            stopped: false,
+            content: false,
+            limits,
+            text_bytes: Budget::new(limits.max_text_bytes, "bytes of text"),
+            argument_bytes: Budget::new(limits.max_argument_bytes, "bytes of tool-call arguments"),
+        }
+    }
+
+    /// The block started at `index`, if one was.
+    fn block(&mut self, index: u64) -> Option<&mut (u64, Value, String)> {
+        let pos = *self.block_at.get(&index)?;
+        self.blocks.get_mut(pos)
+    }
 }
 
 impl Decoder for AnthropicDecoder {
@@ -346,11 +445,29 @@ impl Decoder for AnthropicDecoder {
                 let Some(block) = event.get("content_block").filter(|b| b.is_object()) else {
                     return Err(invalid_event("content_block_start", data, "no block"));
                 };
+                if self.block_at.contains_key(&index) {
+                    return Err(invalid_event(
+                        "content_block_start",
+                        data,
+                        "a block was already started at its index",
+                    ));
+                }
+                refuse_past(
+                    self.blocks.len() + 1,
+                    self.limits.max_blocks,
+                    "content blocks",
+                )?;
                 let mut block = block.clone();
                 if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    self.tool_calls += 1;
+                    refuse_past(self.tool_calls, self.limits.max_tool_calls, "tool calls")?;
                     self.content = true;
                     // The input arrives as `input_json_delta` pieces; the start holds `{}`.
                     block["input"] = Value::Null;
+                }
+                for field in ["text", "thinking"] {
+                    let size = block.get(field).and_then(Value::as_str).map_or(0, str::len);
+                    self.text_bytes.spend(size)?;
                 }
                 if let Some(text) = block.get("text").and_then(Value::as_str)
                     && !text.is_empty()
@@ -358,21 +475,40 @@ impl Decoder for AnthropicDecoder {
                     self.content = true;
                     on_delta(Delta::Text(text.to_owned()));
                 }
+                self.block_at.insert(index, self.blocks.len());
                 self.blocks.push((index, block, String::new()));
             }
             "content_block_delta" => {
                 let index = index_of(&event, data)?;
-                let Some((_, block, partial)) = self.blocks.iter_mut().find(|b| b.0 == index)
-                else {
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                let piece = |field: &str| delta.get(field).and_then(Value::as_str);
+                let kind = delta.get("type").and_then(Value::as_str);
+                match kind {
+                    Some("text_delta") => self.text_bytes.spend(piece("text").map_or(0, str::len)),
+                    Some("thinking_delta") => {
+                        self.text_bytes.spend(piece("thinking").map_or(0, str::len))
+                    }
+                    Some("signature_delta") => self
+                        .text_bytes
+                        .spend(piece("signature").map_or(0, str::len)),
+                    Some("input_json_delta") => self
+                        .argument_bytes
+                        .spend(piece("partial_json").map_or(0, str::len)),
+                    _ => Ok(()),
+                }?;
+                // Fields apart, not through `block()`: `content` is set while the block is held.
+                let found = self
+                    .block_at
+                    .get(&index)
+                    .and_then(|&pos| self.blocks.get_mut(pos));
+                let Some((_, block, partial)) = found else {
                     return Err(invalid_event(
                         "content_block_delta",
                         data,
                         "no block was started at its index",
                     ));
                 };
-                let delta = event.get("delta").unwrap_or(&Value::Null);
-                let piece = |field: &str| delta.get(field).and_then(Value::as_str);
-                match delta.get("type").and_then(Value::as_str) {
+                match kind {
                     Some("text_delta") => {
                         let text = piece("text").unwrap_or_default();
                         append(block, "text", text);
@@ -402,7 +538,7 @@ impl Decoder for AnthropicDecoder {
             }
             "content_block_stop" => {
                 let index = index_of(&event, data)?;
-                if let Some((_, block, partial)) = self.blocks.iter_mut().find(|b| b.0 == index)
+                if let Some((_, block, partial)) = self.block(index)
                     && block.get("type").and_then(Value::as_str) == Some("tool_use")
                 {
                     block["input"] = tool_input(std::mem::take(partial));
@@ -462,6 +598,8 @@ impl Decoder for AnthropicDecoder {
             ));
         };
         let mut blocks = self.blocks;
+        // Stable: blocks keep their order of start where indexes tie (they cannot: a repeated
+        // start is an error).
         blocks.sort_by_key(|b| b.0);
         let content = blocks
             .into_iter()
@@ -531,7 +669,7 @@ mod tests {
             )
         };
         let (reply, deltas) = run(
-            OpenAiDecoder::default(),
+            OpenAiDecoder::new(ReplyLimits::default()),
             &[
                 chunk(json!({"role": "assistant", "content": ""}), Value::Null),
                 chunk(json!({"reasoning_content": "hmm"}), Value::Null),
@@ -577,7 +715,7 @@ mod tests {
     #[test]
     fn messages_events_assemble_text_thinking_tool_input_and_usage() {
         let (reply, deltas) = run(
-            AnthropicDecoder::default(),
+            AnthropicDecoder::new(ReplyLimits::default()),
             &[
                 (
                     "message_start",
@@ -671,7 +809,7 @@ mod tests {
 
     #[test]
     fn errors_mid_stream_and_damaged_events_are_errors() {
-        let mut decoder = AnthropicDecoder::default();
+        let mut decoder = AnthropicDecoder::new(ReplyLimits::default());
         let err = decoder
             .event(
                 "error",
@@ -688,12 +826,89 @@ mod tests {
             )
             .unwrap_err();
         assert!(err.to_string().contains("no block was started"), "{err}");
-        let mut decoder = OpenAiDecoder::default();
+        let mut decoder = OpenAiDecoder::new(ReplyLimits::default());
         assert!(decoder.event("", "{oops", &mut |_| {}).is_err());
         let err = decoder
             .event("", r#"{"error":{"message":"upstream died"}}"#, &mut |_| {})
             .unwrap_err();
         assert!(err.to_string().contains("upstream died"), "{err}");
+    }
+
+    #[test]
+    fn caps_on_text_and_arguments_refuse_the_reply() {
+        let limits = ReplyLimits {
+            max_text_bytes: 4,
+            max_argument_bytes: 4,
+            ..ReplyLimits::default()
+        };
+        let chat = |delta: Value| json!({"choices": [{"index": 0, "delta": delta}]}).to_string();
+        let refused = |result: Result<(), LlmError>, what: &str| {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains(&format!("more than 4 {what}")), "{err}");
+        };
+        let mut decoder = OpenAiDecoder::new(limits);
+        decoder
+            .event("", &chat(json!({"content": "abcd"})), &mut |_| {})
+            .unwrap();
+        refused(
+            decoder.event("", &chat(json!({"reasoning_content": "e"})), &mut |_| {}),
+            "bytes of text",
+        );
+        let mut decoder = OpenAiDecoder::new(limits);
+        let call =
+            json!({"tool_calls": [{"index": 0, "function": {"name": "ab", "arguments": "{}x"}}]});
+        refused(
+            decoder.event("", &chat(call), &mut |_| {}),
+            "bytes of tool-call arguments",
+        );
+
+        let mut decoder = AnthropicDecoder::new(limits);
+        let start = |index: u64, block: Value| {
+            json!({"type": "content_block_start", "index": index, "content_block": block})
+                .to_string()
+        };
+        let delta = |index: u64, delta: Value| {
+            json!({"type": "content_block_delta", "index": index, "delta": delta}).to_string()
+        };
+        decoder
+            .event(
+                "",
+                &start(0, json!({"type": "text", "text": "abc"})),
+                &mut |_| {},
+            )
+            .unwrap();
+        refused(
+            decoder.event(
+                "",
+                &delta(0, json!({"type": "text_delta", "text": "de"})),
+                &mut |_| {},
+            ),
+            "bytes of text",
+        );
+        let mut decoder = AnthropicDecoder::new(limits);
+        let tool = json!({"type": "tool_use", "id": "t", "name": "n", "input": {}});
+        decoder.event("", &start(0, tool), &mut |_| {}).unwrap();
+        refused(
+            decoder.event(
+                "",
+                &delta(
+                    0,
+                    json!({"type": "input_json_delta", "partial_json": "{\"a\":1}"}),
+                ),
+                &mut |_| {},
+            ),
+            "bytes of tool-call arguments",
+        );
+    }
+
+    #[test]
+    fn a_block_started_twice_at_one_index_is_an_error() {
+        let mut decoder = AnthropicDecoder::new(ReplyLimits::default());
+        let start =
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}"#;
+        decoder.event("", start, &mut |_| {}).unwrap();
+        let err = decoder.event("", start, &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("already started"), "{err}");
     }
 
     #[test]
