@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
+use crate::llm::assemble::{Assembler, Decoder, OnDelta};
 use crate::llm::body::RequestBody;
 use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
-use crate::llm::stream::{Assembler, Decoder, OnDelta};
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
@@ -196,6 +196,16 @@ impl Endpoint {
     }
 }
 
+/// What a dialect gives the transport to read its replies.
+pub(crate) struct Wire {
+    /// The fields a request streams with, first in its body.
+    pub(crate) stream_fields: &'static str,
+    /// Parses a whole answer.
+    pub(crate) parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+    /// Makes the decoder of one streamed reply.
+    pub(crate) decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
+}
+
 /// Parses a base URL: absolute, `http` or `https`, without query or fragment.
 pub(crate) fn parse_base_url(text: &str) -> Result<Url, LlmError> {
     let url = Url::parse(text.trim())
@@ -305,20 +315,35 @@ impl Transport {
         })
     }
 
-    /// Whether replies are streamed.
-    pub(crate) fn streams(&self) -> bool {
-        self.stream
-    }
-
     /// The URL requests go to, as errors show it.
     pub(crate) fn url(&self) -> &str {
         &self.shown_url
     }
 
+    /// One reply to `request`, in the dialect `wire` reads: streamed when the endpoint
+    /// streams (the body `encode` makes with the dialect's stream fields), else whole. The one
+    /// way both providers ask.
+    pub(crate) async fn reply(
+        &self,
+        model: &str,
+        request: &LlmRequest<'_>,
+        wire: &Wire,
+        encode: impl FnOnce(Option<&str>) -> Result<RequestBody, LlmError>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
+        if !self.stream {
+            let body = encode(None)?;
+            return self.exchange(model, request, body, wire.parse).await;
+        }
+        let body = encode(Some(wire.stream_fields))?;
+        self.exchange_stream(model, request, body, wire.parse, wire.decoder, on_delta)
+            .await
+    }
+
     /// POSTs `body` and returns the answer's bytes, retrying per the policy.
     /// Sends one request body and parses the answer: the exchange both dialects share, with
     /// the bodies logged only at `trace`.
-    pub(crate) async fn exchange(
+    async fn exchange(
         &self,
         model: &str,
         request: &LlmRequest<'_>,
@@ -340,7 +365,7 @@ impl Transport {
         Ok(reply)
     }
 
-    pub(crate) async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
+    async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
         let mut retries = 0;
         loop {
             let failure = match self.attempt(body.to_reqwest()).await {
@@ -358,7 +383,7 @@ impl Transport {
     ///
     /// A stream that breaks before any of the reply arrived is retried like a failed request;
     /// one that breaks after is a failure: a half-reply is never taken as complete.
-    pub(crate) async fn exchange_stream(
+    async fn exchange_stream(
         &self,
         model: &str,
         request: &LlmRequest<'_>,

@@ -3,6 +3,7 @@
 //! wrapped in [`AnyLlm`] when the provider is chosen at run time.
 
 pub mod anthropic;
+mod assemble;
 mod body;
 pub mod config;
 mod encode;
@@ -16,11 +17,11 @@ mod turns;
 use std::future::Future;
 
 pub use self::anthropic::Anthropic;
+pub use self::assemble::{Delta, OnDelta};
 pub use self::config::{LlmConfig, Provider};
 pub use self::http::{ApiKey, Endpoint, RetryPolicy};
 pub use self::limits::ReplyLimits;
 pub use self::openai::OpenAi;
-pub use self::stream::{Delta, OnDelta};
 pub use self::turns::HISTORY_CUT_NOTE;
 pub use crate::machine::LlmRequest;
 use crate::machine::{LlmReply, Media};
