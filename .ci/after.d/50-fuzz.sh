@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Fuzzing: builds every cargo-fuzz target in fuzz/ and runs each for FUZZ_SECONDS (30 by
-# default). A crash fails CI; its input is left in fuzz/artifacts/<target>/ and must become a
+# default). One input may take at most FUZZ_TIMEOUT seconds (10 by default, libFuzzer's
+# `-timeout`): an input slow to handle (a decoder gone quadratic) fails like a crash. A crash
+# fails CI; its input is left in fuzz/artifacts/<target>/ and must become a
 # regression test. cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 allows them on stable.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export RUSTC_BOOTSTRAP=1
 seconds="${FUZZ_SECONDS:-30}"
+timeout="${FUZZ_TIMEOUT:-10}"
 
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
@@ -28,10 +31,10 @@ for target in "${targets[@]}"; do
   [ -d "seeds/$target" ] && seeds+=("seeds/$target")
   log="target/fuzz-$target.log"
   echo "fuzzing $target for ${seconds}s"
-  if ! cargo fuzz run -a "$target" "$corpus" "${seeds[@]}" -- \
+  if ! cargo fuzz run -a "$target" "$corpus" "${seeds[@]}" -- -timeout="$timeout" \
       -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 2>"$log"; then
     tail -n 60 "$log" >&2
-    echo "fuzz target $target crashed; the input is in fuzz/artifacts/$target/" >&2
+    echo "fuzz target $target crashed or timed out; the input is in fuzz/artifacts/$target/" >&2
     exit 1
   fi
   grep -E "^stat::number_of_executed_units" "$log" || true

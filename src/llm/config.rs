@@ -33,6 +33,8 @@ pub mod vars {
     pub const MAX_RETRIES: &str = "HOOKLOOP_LLM_MAX_RETRIES";
     pub const STREAM: &str = "HOOKLOOP_STREAM";
     pub const IDLE_TIMEOUT_SECS: &str = "HOOKLOOP_LLM_IDLE_TIMEOUT_SECS";
+    pub const REPLY_TIMEOUT_SECS: &str = "HOOKLOOP_LLM_REPLY_TIMEOUT_SECS";
+    pub const MAX_TOOL_CALLS: &str = "HOOKLOOP_LLM_MAX_TOOL_CALLS";
 }
 
 /// A model provider's dialect.
@@ -146,6 +148,11 @@ impl LlmConfig {
     /// | `HOOKLOOP_LLM_MAX_RETRIES` | 3 | retries on 408, 429, 5xx and connection failures, at most 10 |
     /// | `HOOKLOOP_STREAM` | `1` | `0` asks for whole replies instead of streamed ones |
     /// | `HOOKLOOP_LLM_IDLE_TIMEOUT_SECS` | 60 | streamed: the longest silence between two pieces, at least 1 |
+    /// | `HOOKLOOP_LLM_REPLY_TIMEOUT_SECS` | 1800 | streamed: from sending to the reply's end, keep-alives included, at least 1 |
+    /// | `HOOKLOOP_LLM_MAX_TOOL_CALLS` | 64 | tool calls one reply may hold; a reply with more is refused, at least 1 |
+    ///
+    /// The other caps on one reply ([`ReplyLimits`](crate::llm::ReplyLimits)) are set through
+    /// [`Endpoint::limits`].
     ///
     /// A key is optional when the base URL is not the provider's own, since local servers
     /// (Ollama, llama.cpp, vLLM) usually need none; an empty key counts as unset.
@@ -231,6 +238,15 @@ impl LlmConfig {
         {
             config.endpoint.idle_timeout = Duration::from_secs(secs);
         }
+        if let Some(secs) =
+            crate::config::parse_number::<u64>(&lookup, vars::REPLY_TIMEOUT_SECS, 1)?
+        {
+            config.endpoint.reply_timeout = Duration::from_secs(secs);
+        }
+        if let Some(calls) = crate::config::parse_number::<usize>(&lookup, vars::MAX_TOOL_CALLS, 1)?
+        {
+            config.endpoint.limits.max_tool_calls = calls;
+        }
         // Both are checked whatever the provider, like every other variable: a typo must not
         // wait for the day the provider changes to be found.
         if let Some(value) = lookup(vars::OPENAI_MAX_TOKENS_FIELD)? {
@@ -313,8 +329,33 @@ mod tests {
         assert!(config.endpoint.stream);
         assert_eq!(config.endpoint.first_byte_timeout, Duration::from_secs(60));
         assert_eq!(config.endpoint.idle_timeout, Duration::from_secs(60));
+        assert_eq!(config.endpoint.reply_timeout, Duration::from_secs(1800));
+        assert_eq!(config.endpoint.limits.max_tool_calls, 64);
         let client = config.client().unwrap();
         assert!(matches!(client, AnyLlm::OpenAi(_)));
+    }
+
+    #[test]
+    fn the_reply_deadline_and_the_cap_on_tool_calls_can_be_set_but_not_to_zero() {
+        let base = [("HOOKLOOP_MODEL", "m"), ("OPENAI_API_KEY", "k")];
+        let config = from(&[
+            base[0],
+            base[1],
+            ("HOOKLOOP_LLM_REPLY_TIMEOUT_SECS", "90"),
+            ("HOOKLOOP_LLM_MAX_TOOL_CALLS", "500"),
+        ])
+        .unwrap();
+        assert_eq!(config.endpoint.reply_timeout, Duration::from_secs(90));
+        assert_eq!(config.endpoint.limits.max_tool_calls, 500);
+        for var in [
+            "HOOKLOOP_LLM_REPLY_TIMEOUT_SECS",
+            "HOOKLOOP_LLM_MAX_TOOL_CALLS",
+        ] {
+            let err = from(&[base[0], base[1], (var, "0")])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var) && err.contains("at least 1"), "{err}");
+        }
     }
 
     #[test]

@@ -335,7 +335,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::{Anthropic, Endpoint, OpenAi, anthropic, openai, stream};
+    use crate::llm::{Anthropic, Endpoint, OpenAi, anthropic, openai};
     use crate::machine::{CallId, Lineage, Purpose, ToolCall, ToolOutput};
 
     /// One step of a session's history, as the tests grow it.
@@ -471,11 +471,11 @@ mod tests {
                     scratch.clone()
                 );
                 let streamed = chat
-                    .encoded(&request, Some(stream::OPENAI_STREAM_FIELDS))
+                    .encoded(&request, Some(crate::llm::openai::stream::STREAM_FIELDS))
                     .unwrap();
                 prop_assert_eq!(
                     String::from_utf8(streamed.to_vec()).unwrap(),
-                    with_fields(stream::OPENAI_STREAM_FIELDS, &scratch)
+                    with_fields(crate::llm::openai::stream::STREAM_FIELDS, &scratch)
                 );
                 for (client, caching) in [(&messages_api, true), (&uncached_api, false)] {
                     let scratch =
@@ -486,11 +486,11 @@ mod tests {
                         scratch.clone()
                     );
                     let streamed = client
-                        .encoded(&request, Some(stream::ANTHROPIC_STREAM_FIELDS))
+                        .encoded(&request, Some(crate::llm::anthropic::stream::STREAM_FIELDS))
                         .unwrap();
                     prop_assert_eq!(
                         String::from_utf8(streamed.to_vec()).unwrap(),
-                        with_fields(stream::ANTHROPIC_STREAM_FIELDS, &scratch)
+                        with_fields(crate::llm::anthropic::stream::STREAM_FIELDS, &scratch)
                     );
                 }
             }

@@ -1,6 +1,7 @@
 //! The HTTP side both providers share: one POST of a JSON body, bounded in time and size, with
 //! retries on the failures that retrying can fix; the answer read whole, or streamed as
-//! server-sent events with a first-byte and an idle timeout instead of a whole-body one.
+//! server-sent events with a first-byte and an idle timeout and a generous whole-reply
+//! deadline, decoded a slice at a time so other tasks on the thread keep running.
 
 use std::error::Error as _;
 use std::fmt;
@@ -9,8 +10,9 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
+use crate::llm::assemble::{Assembler, Decoder, OnDelta};
 use crate::llm::body::RequestBody;
-use crate::llm::stream::{Assembler, Decoder, OnDelta};
+use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
 use crate::llm::{LlmError, LlmRequest};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
@@ -103,9 +105,14 @@ pub struct Endpoint {
     /// A streamed attempt: from sending to the answer's first byte. Default: 60 s.
     pub first_byte_timeout: Duration,
     /// A streamed attempt: the longest silence between two pieces of the answer, after the
-    /// first. A stream has no whole-body limit: a long reply that keeps coming completes.
-    /// Default: 60 s.
+    /// first. Default: 60 s.
     pub idle_timeout: Duration,
+    /// A streamed attempt: from sending to the reply's end. Generous, so a long reply that
+    /// keeps coming completes, while one that sends keep-alives or trickles bytes forever
+    /// ends with [`LlmError::ReplyDeadline`]. Default: 30 min.
+    pub reply_timeout: Duration,
+    /// What one reply may hold; past a cap it is refused whole.
+    pub limits: ReplyLimits,
 }
 
 impl Endpoint {
@@ -114,6 +121,9 @@ impl Endpoint {
 
     /// The default first-byte and idle timeouts of a streamed request.
     pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// The default whole-reply deadline of a streamed request.
+    pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
     /// An endpoint at `base_url` with no key and the default timeout and retries.
     pub fn new(base_url: Url) -> Self {
@@ -125,6 +135,8 @@ impl Endpoint {
             stream: true,
             first_byte_timeout: Self::DEFAULT_STREAM_TIMEOUT,
             idle_timeout: Self::DEFAULT_STREAM_TIMEOUT,
+            reply_timeout: Self::DEFAULT_REPLY_TIMEOUT,
+            limits: ReplyLimits::default(),
         }
     }
 
@@ -168,6 +180,30 @@ impl Endpoint {
         self.idle_timeout = idle;
         self
     }
+
+    /// The same endpoint with this whole-reply deadline for streamed replies.
+    #[must_use]
+    pub fn reply_timeout(mut self, timeout: Duration) -> Self {
+        self.reply_timeout = timeout;
+        self
+    }
+
+    /// The same endpoint with these caps on one reply.
+    #[must_use]
+    pub fn limits(mut self, limits: ReplyLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// What a dialect gives the transport to read its replies.
+pub(crate) struct Wire {
+    /// The fields a request streams with, first in its body.
+    pub(crate) stream_fields: &'static str,
+    /// Parses a whole answer.
+    pub(crate) parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+    /// Makes the decoder of one streamed reply.
+    pub(crate) decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
 }
 
 /// Parses a base URL: absolute, `http` or `https`, without query or fragment.
@@ -201,6 +237,8 @@ pub(crate) struct Transport {
     stream: bool,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
+    reply_timeout: Duration,
+    limits: ReplyLimits,
 }
 
 impl fmt::Debug for Transport {
@@ -272,12 +310,9 @@ impl Transport {
             stream: endpoint.stream,
             first_byte_timeout: endpoint.first_byte_timeout,
             idle_timeout: endpoint.idle_timeout,
+            reply_timeout: endpoint.reply_timeout,
+            limits: endpoint.limits,
         })
-    }
-
-    /// Whether replies are streamed.
-    pub(crate) fn streams(&self) -> bool {
-        self.stream
     }
 
     /// The URL requests go to, as errors show it.
@@ -285,10 +320,30 @@ impl Transport {
         &self.shown_url
     }
 
+    /// One reply to `request`, in the dialect `wire` reads: streamed when the endpoint
+    /// streams (the body `encode` makes with the dialect's stream fields), else whole. The one
+    /// way both providers ask.
+    pub(crate) async fn reply(
+        &self,
+        model: &str,
+        request: &LlmRequest<'_>,
+        wire: &Wire,
+        encode: impl FnOnce(Option<&str>) -> Result<RequestBody, LlmError>,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<LlmReply, LlmError> {
+        if !self.stream {
+            let body = encode(None)?;
+            return self.exchange(model, request, body, wire.parse).await;
+        }
+        let body = encode(Some(wire.stream_fields))?;
+        self.exchange_stream(model, request, body, wire.parse, wire.decoder, on_delta)
+            .await
+    }
+
     /// POSTs `body` and returns the answer's bytes, retrying per the policy.
     /// Sends one request body and parses the answer: the exchange both dialects share, with
     /// the bodies logged only at `trace`.
-    pub(crate) async fn exchange(
+    async fn exchange(
         &self,
         model: &str,
         request: &LlmRequest<'_>,
@@ -305,10 +360,12 @@ impl Transport {
         tracing::trace!(body = %body, "request body");
         let answer = self.post(body).await?;
         tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
-        parse(&answer)
+        let reply = parse(&answer)?;
+        self.limits.check(&reply)?;
+        Ok(reply)
     }
 
-    pub(crate) async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
+    async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
         let mut retries = 0;
         loop {
             let failure = match self.attempt(body.to_reqwest()).await {
@@ -326,13 +383,13 @@ impl Transport {
     ///
     /// A stream that breaks before any of the reply arrived is retried like a failed request;
     /// one that breaks after is a failure: a half-reply is never taken as complete.
-    pub(crate) async fn exchange_stream(
+    async fn exchange_stream(
         &self,
         model: &str,
         request: &LlmRequest<'_>,
         body: RequestBody,
         parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
-        decoder: fn() -> Box<dyn Decoder>,
+        decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
     ) -> Result<LlmReply, LlmError> {
         tracing::debug!(
@@ -346,7 +403,7 @@ impl Transport {
         let mut retries = 0;
         loop {
             let failure = match self
-                .attempt_stream(body.to_reqwest(), parse, decoder(), on_delta)
+                .attempt_stream(body.to_reqwest(), parse, decoder(self.limits), on_delta)
                 .await
             {
                 Ok(reply) => return Ok(reply),
@@ -398,7 +455,9 @@ impl Transport {
             error,
             retry: Retry::No,
         };
-        let first_byte = tokio::time::Instant::now() + self.first_byte_timeout;
+        let sent_at = tokio::time::Instant::now();
+        let first_byte = sent_at + self.first_byte_timeout;
+        let reply_deadline = sent_at + self.reply_timeout;
         let timed_out = |limit: Duration| {
             fail(LlmError::Timeout {
                 secs: limit.as_secs_f64().ceil() as u64,
@@ -431,19 +490,29 @@ impl Transport {
                     .await
                     .map_err(|_| timed_out(self.timeout))??;
             tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
-            return parse(&answer).map_err(fail);
+            let reply = parse(&answer).map_err(fail)?;
+            self.limits.check(&reply).map_err(fail)?;
+            return Ok(reply);
         }
-        let mut decoder = Assembler::new(decoder);
+        let mut decoder = Assembler::new(decoder, self.limits);
         let mut read = 0usize;
         let mut first = true;
         while !decoder.complete() {
-            let next = if first {
-                tokio::time::timeout_at(first_byte, response.chunk()).await
+            let (wait_until, idle) = if first {
+                (first_byte, false)
             } else {
-                tokio::time::timeout(self.idle_timeout, response.chunk()).await
+                (tokio::time::Instant::now() + self.idle_timeout, true)
             };
+            let past_deadline = wait_until >= reply_deadline;
+            let next =
+                tokio::time::timeout_at(wait_until.min(reply_deadline), response.chunk()).await;
             let chunk = match next {
-                Err(_) if first => return Err(timed_out(self.first_byte_timeout)),
+                Err(_) if past_deadline => {
+                    return Err(fail(LlmError::ReplyDeadline {
+                        secs: self.reply_timeout.as_secs_f64().ceil() as u64,
+                    }));
+                }
+                Err(_) if !idle => return Err(timed_out(self.first_byte_timeout)),
                 Err(_) => return Err(timed_out(self.idle_timeout)),
                 Ok(Err(e)) if decoder.has_content() => {
                     return Err(fail(LlmError::Transport(format!(
@@ -465,7 +534,17 @@ impl Transport {
                 ))));
             }
             tracing::trace!(chunk = %String::from_utf8_lossy(&chunk), "answer chunk");
-            decoder.feed(&chunk, on_delta).map_err(fail)?;
+            // One slice is decoded per poll: the runtime's other tasks (the other sessions of
+            // `hookloop acp`, which share one thread) run between slices, however much a
+            // chunk holds. A slice completes at most one event larger than itself, and an
+            // event's size is capped, so the longest stretch without a yield is bounded.
+            for slice in chunk.chunks(DECODE_SLICE_BYTES) {
+                decoder.feed(slice, on_delta).map_err(fail)?;
+                if decoder.complete() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
         }
         if !decoder.complete() && !decoder.ended_complete() {
             let error = LlmError::Transport(format!(

@@ -3,10 +3,12 @@
 //! wrapped in [`AnyLlm`] when the provider is chosen at run time.
 
 pub mod anthropic;
+mod assemble;
 mod body;
 pub mod config;
 mod encode;
 pub mod http;
+pub mod limits;
 pub mod openai;
 pub mod sse;
 pub mod stream;
@@ -15,10 +17,11 @@ mod turns;
 use std::future::Future;
 
 pub use self::anthropic::Anthropic;
+pub use self::assemble::{Delta, OnDelta};
 pub use self::config::{LlmConfig, Provider};
 pub use self::http::{ApiKey, Endpoint, RetryPolicy};
+pub use self::limits::ReplyLimits;
 pub use self::openai::OpenAi;
-pub use self::stream::{Delta, OnDelta};
 pub use self::turns::HISTORY_CUT_NOTE;
 pub use crate::machine::LlmRequest;
 use crate::machine::{LlmReply, Media};
@@ -72,6 +75,26 @@ pub enum LlmError {
     /// The provider answered something that is not a valid response.
     #[error("the provider's answer is not valid: {0}")]
     InvalidResponse(String),
+    /// The reply went past a cap of [`ReplyLimits`] and is refused whole.
+    #[error(
+        "the provider's reply is refused: it has more than {cap} {what}, the cap for one reply"
+    )]
+    ReplyTooLarge {
+        /// What was counted: "tool calls", "content blocks", "stream events", "bytes of text"…
+        what: &'static str,
+        /// The cap it went past.
+        cap: usize,
+    },
+    /// A streamed reply was still coming (keep-alives or slow pieces) at the whole-reply
+    /// deadline; the partial reply is not used.
+    #[error(
+        "the provider's streamed reply did not complete within {secs} s, the deadline for a \
+         whole reply; the partial reply is not used"
+    )]
+    ReplyDeadline {
+        /// The deadline, in seconds.
+        secs: u64,
+    },
     /// Anything else, said plainly.
     #[error("{0}")]
     Other(String),

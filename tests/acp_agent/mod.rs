@@ -76,6 +76,11 @@ impl Agent {
         }
     }
 
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the agent is running")
+    }
+
     /// Writes `line` (a frame, or anything else) to the agent's stdin.
     pub async fn send_raw(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("the client is still connected");

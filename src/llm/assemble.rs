@@ -1,0 +1,119 @@
+//! The shared assembler of streamed replies: server-sent events in, a dialect's decoder
+//! turning them into [`Delta`]s for people watching and, at the end, the reply.
+//!
+//! The machine sees one reply either way. A decoder does not map stop reasons, usage or
+//! arguments itself: once the stream is complete it hands the assembled answer to the same
+//! parser a non-streamed answer of its dialect goes through, so a streamed reply is the very
+//! reply the same answer sent whole would give, and transcripts do not depend on the mode.
+//!
+//! Events are untrusted: a malformed one is an error naming the problem, never a panic. The
+//! number of events a reply may have is capped ([`ReplyLimits::max_events`]).
+
+use crate::llm::LlmError;
+use crate::llm::limits::{ReplyLimits, refuse_past};
+use crate::llm::sse::{SseEvent, SseParser};
+use crate::machine::LlmReply;
+use crate::text::{Cut, cut};
+
+/// A piece of a reply as it arrives: progress for observers, never a fact for the machine.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "text", rename_all = "snake_case")]
+pub enum Delta {
+    /// Text of the model's answer.
+    Text(String),
+    /// Reasoning the provider marks as such (Anthropic `thinking`, `reasoning_content` of the
+    /// Chat Completions servers that stream it).
+    Thinking(String),
+}
+
+/// Receives the deltas of one request, in order.
+pub type OnDelta<'a> = dyn FnMut(Delta) + Send + 'a;
+
+/// Turns one dialect's events into deltas and, at the end, the reply.
+pub(crate) trait Decoder: Send {
+    /// Takes one event's data (and its `event:` name, which Chat Completions does not send).
+    fn event(&mut self, name: &str, data: &str, on_delta: &mut OnDelta<'_>)
+    -> Result<(), LlmError>;
+
+    /// Whether the stream said it is complete (`[DONE]`, `message_stop`).
+    fn complete(&self) -> bool;
+
+    /// Whether the body ending now leaves a complete reply although the stream did not say so
+    /// (a server that ends a finished reply without `[DONE]`).
+    fn ended_complete(&self) -> bool {
+        false
+    }
+
+    /// Whether any of the reply has arrived: after that, a broken stream cannot be retried.
+    fn has_content(&self) -> bool;
+
+    /// The reply, once [`complete`](Self::complete).
+    fn finish(self: Box<Self>) -> Result<LlmReply, LlmError>;
+}
+
+/// Bytes in, deltas out, and the reply at the end: the parser and a dialect's decoder.
+pub(crate) struct Assembler {
+    parser: SseParser,
+    events: Vec<SseEvent>,
+    decoder: Box<dyn Decoder>,
+    /// Events decoded so far, against [`ReplyLimits::max_events`].
+    decoded: usize,
+    max_events: usize,
+}
+
+impl Assembler {
+    pub(crate) fn new(decoder: Box<dyn Decoder>, limits: ReplyLimits) -> Self {
+        Self {
+            parser: SseParser::new(),
+            events: Vec::new(),
+            decoder,
+            decoded: 0,
+            max_events: limits.max_events,
+        }
+    }
+
+    /// Takes the next chunk of the body.
+    pub(crate) fn feed(
+        &mut self,
+        chunk: &[u8],
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<(), LlmError> {
+        self.parser
+            .push(chunk, &mut self.events)
+            .map_err(|e| LlmError::InvalidResponse(e.to_string()))?;
+        for event in self.events.drain(..) {
+            self.decoded += 1;
+            refuse_past(self.decoded, self.max_events, "stream events")?;
+            self.decoder.event(&event.event, &event.data, on_delta)?;
+        }
+        Ok(())
+    }
+
+    /// See [`Decoder::complete`].
+    pub(crate) fn complete(&self) -> bool {
+        self.decoder.complete()
+    }
+
+    /// See [`Decoder::ended_complete`].
+    pub(crate) fn ended_complete(&self) -> bool {
+        self.decoder.ended_complete()
+    }
+
+    /// See [`Decoder::has_content`].
+    pub(crate) fn has_content(&self) -> bool {
+        self.decoder.has_content()
+    }
+
+    /// The reply; only once complete.
+    pub(crate) fn finish(self) -> Result<LlmReply, LlmError> {
+        self.decoder.finish()
+    }
+}
+
+/// The error for an event that is not what its dialect says it must be.
+pub(crate) fn invalid_event(what: &str, data: &str, error: impl std::fmt::Display) -> LlmError {
+    LlmError::InvalidResponse(format!(
+        "{what} is not valid: {error}; it began: {:?}",
+        cut(data, 200, Cut::Chars { total: true })
+    ))
+}
