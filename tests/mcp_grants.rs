@@ -43,6 +43,11 @@ impl Protected {
     /// Starts the server; its token endpoint takes `secret` and quotes what it got when
     /// refusing.
     fn start(secret: &'static str) -> Self {
+        Self::lasting(secret, 3600)
+    }
+
+    /// The same, issuing tokens that last `lasts` seconds.
+    fn lasting(secret: &'static str, lasts: u64) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Seen::default());
@@ -50,7 +55,7 @@ impl Protected {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (b, s) = (b.clone(), Arc::clone(&s));
-                std::thread::spawn(move || serve(stream, &b, &s, secret));
+                std::thread::spawn(move || serve(stream, &b, &s, secret, lasts));
             }
         });
         Self { base, seen }
@@ -61,7 +66,7 @@ impl Protected {
     }
 }
 
-fn serve(stream: TcpStream, base: &str, seen: &Seen, secret: &str) {
+fn serve(stream: TcpStream, base: &str, seen: &Seen, secret: &str, lasts: u64) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
     if reader.read_line(&mut line).is_err() {
@@ -127,7 +132,7 @@ fn serve(stream: TcpStream, base: &str, seen: &Seen, secret: &str) {
                 (
                     200,
                     String::new(),
-                    json!({"access_token": token, "token_type": "Bearer", "expires_in": 3600}),
+                    json!({"access_token": token, "token_type": "Bearer", "expires_in": lasts}),
                 )
             } else {
                 // A careless server: its refusal quotes the credentials it got.
@@ -299,6 +304,20 @@ fn run_reaches_a_client_credentials_server_and_the_secret_stays_out() {
     // The token is kept for the next run, in the store and nowhere else.
     let store = std::fs::read_to_string(dir.join("config/hookloop/mcp-oauth.json")).unwrap();
     assert!(store.contains("tok-1") && !store.contains(SECRET));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_short_lived_token_is_used_until_its_renewal_time() {
+    // A 20 s token is renewed 5 s before its end, not obtained again for every request of the
+    // session (initialize, the tool list, the call, ...).
+    let dir = scratch("short");
+    let server = Protected::lasting(SECRET, 20);
+    let (output, _provider) = run(&dir, &server, SECRET);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(*server.seen.calls.lock().unwrap(), ["hi"]);
+    assert_eq!(server.seen.granted.load(Ordering::SeqCst), 1, "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

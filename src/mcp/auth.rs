@@ -14,7 +14,7 @@
 //!   session, fails the server with a message naming `hookloop mcp login <server>`;
 //! - for a server whose configuration has an `oauth` block ([`OAuthGrant`]), the grant instead
 //!   of a login: client credentials, JWT bearer, enterprise-managed (`grant`), its token kept
-//!   in the store and obtained again a minute before it expires.
+//!   in the store and obtained again before it expires.
 
 mod flow;
 mod grant;
@@ -215,9 +215,6 @@ struct State {
     grant_metadata: Option<rmcp::transport::auth::AuthorizationMetadata>,
 }
 
-/// A grant's token is obtained again when it has less than this left (seconds).
-const GRANT_MARGIN_SECS: u64 = 60;
-
 impl ServerAuth {
     /// The authorization of the server `server` configured as `config`.
     pub(crate) fn new(
@@ -334,7 +331,7 @@ impl ServerAuth {
             }
         }
         if let Some(token) = &state.grant_token
-            && token.fresh(GRANT_MARGIN_SECS)
+            && token.fresh()
         {
             return Ok(Some(token.access_token.clone()));
         }

@@ -272,6 +272,10 @@ pub struct GrantToken {
     /// When it expires (seconds since the epoch), if the server said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<u64>,
+    /// When to obtain the next one: a minute before it expires, or a quarter of its lifetime
+    /// for a token that lasts less than four minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_at: Option<u64>,
     /// The scopes granted, if the server said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
@@ -282,18 +286,34 @@ impl std::fmt::Debug for GrantToken {
         f.debug_struct("GrantToken")
             .field("token_type", &self.token_type)
             .field("expires_at", &self.expires_at)
+            .field("renew_at", &self.renew_at)
             .field("scope", &self.scope)
             .finish_non_exhaustive()
     }
 }
 
 impl GrantToken {
-    /// Whether it is still good `margin` seconds from now.
-    pub fn fresh(&self, margin: u64) -> bool {
-        self.expires_at
-            .is_none_or(|at| jose::now_secs() + margin < at)
+    /// Whether it is still to be used (before its renewal time).
+    pub fn fresh(&self) -> bool {
+        self.renew_at
+            .or(self.expires_at)
+            .is_none_or(|at| jose::now_secs() < at)
+    }
+
+    /// The renewal time of a token obtained `now` that lasts `lasts` seconds.
+    fn renewal(now: u64, lasts: Option<u64>) -> (Option<u64>, Option<u64>) {
+        match lasts {
+            Some(lasts) => (
+                Some(now + lasts),
+                Some(now + lasts - (lasts / 4).min(GRANT_MARGIN_SECS)),
+            ),
+            None => (None, None),
+        }
     }
 }
+
+/// A token is renewed this long before it expires, at most.
+const GRANT_MARGIN_SECS: u64 = 60;
 
 /// The authorization server a grant talks to, from discovery.
 pub(crate) struct Endpoint<'a> {
@@ -400,10 +420,13 @@ impl OAuthGrant {
         .map_err(|e| GrantError::Enterprise(e.to_string()))?;
         let mut granted: Vec<String> = token.scopes.into_iter().collect();
         granted.sort();
+        let (expires_at, renew_at) =
+            GrantToken::renewal(jose::now_secs(), token.expires_in.map(|d| d.as_secs()));
         Ok(GrantToken {
             access_token: token.access_token.secret().clone(),
             token_type: "Bearer".into(),
-            expires_at: token.expires_in.map(|d| jose::now_secs() + d.as_secs()),
+            expires_at,
+            renew_at,
             scope: (!granted.is_empty()).then(|| granted.join(" ")),
         })
     }
@@ -516,12 +539,12 @@ async fn post(
         .as_str()
         .filter(|t| !t.is_empty())
         .ok_or_else(|| failed("the response has no access_token".into()))?;
+    let (expires_at, renew_at) = GrantToken::renewal(jose::now_secs(), json["expires_in"].as_u64());
     Ok(GrantToken {
         access_token: access_token.to_owned(),
         token_type: json["token_type"].as_str().unwrap_or("Bearer").to_owned(),
-        expires_at: json["expires_in"]
-            .as_u64()
-            .map(|lasts| jose::now_secs() + lasts),
+        expires_at,
+        renew_at,
         scope: json["scope"].as_str().map(str::to_owned),
     })
 }
@@ -534,4 +557,76 @@ fn scrub(text: &str, secrets: &[String]) -> String {
         .fold(text.to_owned(), |text, secret| {
             text.replace(secret.as_str(), "<redacted>")
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_renewed_before_they_expire_and_short_ones_are_still_used() {
+        // An hour's token: renewed a minute before its end.
+        assert_eq!(
+            GrantToken::renewal(1000, Some(3600)),
+            (Some(4600), Some(4540))
+        );
+        // A 20 s token: used for 15 s, not obtained again for every request.
+        assert_eq!(
+            GrantToken::renewal(1000, Some(20)),
+            (Some(1020), Some(1015))
+        );
+        assert_eq!(GrantToken::renewal(1000, None), (None, None));
+        let token = |renew_at: Option<u64>, expires_at: Option<u64>| GrantToken {
+            access_token: "t".into(),
+            token_type: "Bearer".into(),
+            expires_at,
+            renew_at,
+            scope: None,
+        };
+        let now = jose::now_secs();
+        assert!(token(Some(now + 30), Some(now + 40)).fresh());
+        assert!(!token(Some(now - 1), Some(now + 40)).fresh());
+        // A token stored before renewal times were kept goes by its expiry.
+        assert!(!token(None, Some(now - 1)).fresh());
+        assert!(token(None, None).fresh());
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_and_not_debugged() {
+        let text = scrub("bad credentials c:hunter2 and hunter2", &["hunter2".into()]);
+        assert_eq!(text, "bad credentials c:<redacted> and <redacted>");
+        assert_eq!(format!("{:?}", Secret::new("hunter2")), "<redacted>");
+        let source = SecretSource::Value(Secret::new("hunter2"));
+        assert!(!format!("{source:?}").contains("hunter2"));
+    }
+
+    #[tokio::test]
+    async fn sources_are_read_and_their_errors_name_no_value() {
+        let dir = std::env::temp_dir().join(format!("hookloop-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("s");
+        std::fs::write(&file, "  from-file\n").unwrap();
+        let read = SecretSource::File(file).read().await.unwrap();
+        assert_eq!(read.expose(), "from-file");
+        let argv = vec![
+            "/bin/sh".to_owned(),
+            "-c".into(),
+            "echo from-command".into(),
+        ];
+        let read = SecretSource::Command(argv).read().await.unwrap();
+        assert_eq!(read.expose(), "from-command");
+        let failing = vec![
+            "/bin/sh".to_owned(),
+            "-c".into(),
+            "echo leaked; exit 3".into(),
+        ];
+        let error = SecretSource::Command(failing).read().await.unwrap_err();
+        assert!(!error.to_string().contains("leaked"), "{error}");
+        let error = SecretSource::File(dir.join("missing"))
+            .read()
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("cannot read"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
