@@ -10,13 +10,22 @@
 //! (elicitation) is accepted with the form's defaults. A server that asks for OAuth is logged
 //! in to headlessly, through the code `hookloop mcp login` runs, with the browser step replaced
 //! by following the authorization page's redirects (the suite's authorization server approves
-//! at once); the scenario's context may give a pre-registered client.
+//! at once); the scenario's context may give a pre-registered client. A scenario whose context
+//! gives a machine's credentials (a client secret, a private key, a workload's JWT, an
+//! enterprise ID token) gets the server's `oauth` grant instead, as `.mcp.json` would configure
+//! it, with the secrets held in memory.
+//!
+//! The JSON Schema scenario's echo tool (`json_schema_echo`) is called with the input schema the
+//! host offers the model for the scenario's other tool: what reaches the model, whole.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use hookloop::machine::{CallId, ToolCall};
-use hookloop::mcp::auth::{Authorize, OAuthClient, OAuthOptions, TokenStore};
+use hookloop::mcp::auth::{
+    Algorithm, Authorize, ClientAuth, Enterprise, GrantKind, OAuthClient, OAuthGrant, OAuthOptions,
+    Secret, SecretSource, TokenStore,
+};
 use hookloop::mcp::{
     Answer, ElicitAnswer, Elicitation, ElicitationMode, HostOptions, McpHost, McpServers, Person,
     ServerConfig, ToolHost, schema_defaults,
@@ -49,8 +58,12 @@ async fn main() -> ExitCode {
 
 async fn run(url: &str) -> Result<(), String> {
     let context = context();
+    let mut server = ServerConfig::http(url);
+    if let Some(grant) = grant(&context)? {
+        server = server.oauth(grant);
+    }
     let servers = McpServers::new()
-        .with("conformance", ServerConfig::http(url))
+        .with("conformance", server)
         .map_err(|e| e.to_string())?;
     let options = HostOptions {
         all_or_nothing: true,
@@ -68,10 +81,15 @@ async fn run(url: &str) -> Result<(), String> {
             if hookloop::hooks::is_hook(&tool.name) {
                 continue;
             }
+            let echoed = (tool.name == SCHEMA_ECHO_TOOL)
+                .then(|| server.tools.iter().find(|t| t.name != SCHEMA_ECHO_TOOL))
+                .flatten()
+                .map(|other| json!({"schema": other.input_schema}));
             let arguments = given
                 .iter()
                 .find(|(name, _)| *name == tool.name)
                 .map(|(_, arguments)| arguments.clone())
+                .or(echoed)
                 .unwrap_or_else(|| arguments_for(&tool.input_schema));
             let call = ToolCall {
                 id: CallId(format!("call-{}", tool.name)),
@@ -88,6 +106,55 @@ async fn run(url: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The JSON Schema scenario's tool that echoes the schema it is given.
+const SCHEMA_ECHO_TOOL: &str = "json_schema_echo";
+
+/// The grant a scenario's context configures, if it gives a machine's credentials.
+fn grant(context: &Value) -> Result<Option<OAuthGrant>, String> {
+    let field = |name: &str| context.get(name).and_then(Value::as_str).map(str::to_owned);
+    let secret = |name: &str| field(name).map(|v| SecretSource::Value(Secret::new(v)));
+    let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
+    let client_id = field("client_id").unwrap_or_default();
+    let (kind, auth) = if let Some(key) = secret("private_key_pem") {
+        let algorithm = match field("signing_algorithm").as_deref() {
+            Some("RS256") => Algorithm::RS256,
+            Some("ES256") | None => Algorithm::ES256,
+            Some(other) => return Err(format!("signing algorithm {other} is not supported")),
+        };
+        (
+            GrantKind::ClientCredentials,
+            ClientAuth::PrivateKeyJwt { key, algorithm },
+        )
+    } else if let Some(assertion) = secret("valid_jwt") {
+        (GrantKind::JwtBearer { assertion }, ClientAuth::None)
+    } else if let Some(id_token) = secret("idp_id_token") {
+        let enterprise = Enterprise {
+            idp_issuer: field("idp_issuer").unwrap_or_default(),
+            idp_token_endpoint: field("idp_token_endpoint").unwrap_or_default(),
+            idp_client_id: field("idp_client_id").unwrap_or_default(),
+            idp_auth: ClientAuth::None,
+            id_token,
+        };
+        let auth = secret("client_secret").map_or(ClientAuth::None, ClientAuth::SecretBasic);
+        (GrantKind::Enterprise(Box::new(enterprise)), auth)
+    } else if scenario.starts_with("auth/client-credentials")
+        && let Some(client_secret) = secret("client_secret")
+    {
+        (
+            GrantKind::ClientCredentials,
+            ClientAuth::SecretBasic(client_secret),
+        )
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(OAuthGrant {
+        kind,
+        client_id,
+        auth,
+        scope: None,
+    }))
 }
 
 /// The suite's person: accepts every question, with the form's defaults.

@@ -11,9 +11,15 @@
 //!   stored token, refreshes it when it expires or is refused, and on a `401` or a `403
 //!   insufficient_scope` either runs the flow again (a login, a step-up to the union of the
 //!   granted and the challenged scopes; at most [`MAX_AUTHORIZATIONS`] per connection) or, in a
-//!   session, fails the server with a message naming `hookloop mcp login <server>`.
+//!   session, fails the server with a message naming `hookloop mcp login <server>`;
+//! - for a server whose configuration has an `oauth` block ([`OAuthGrant`]), the grant instead
+//!   of a login: client credentials, JWT bearer, enterprise-managed (`grant`), its token kept
+//!   in the store and obtained again before it expires.
 
 mod flow;
+mod grant;
+mod grant_config;
+mod jose;
 mod store;
 
 use std::collections::HashMap;
@@ -31,6 +37,10 @@ use rmcp::transport::streamable_http_client::{
 use serde::{Deserialize, Serialize};
 
 pub use self::flow::FlowError;
+pub use self::grant::{
+    ClientAuth, Enterprise, GrantError, GrantKind, GrantToken, OAuthGrant, Secret, SecretSource,
+};
+pub use self::jose::{Algorithm, KeyError};
 pub use self::store::{ServerTokens, StoreError, TokenStore};
 use crate::text::lock;
 
@@ -183,6 +193,10 @@ pub(crate) struct ServerAuth {
     server: String,
     url: String,
     options: OAuthOptions,
+    /// The configured grant, which replaces the login.
+    grant: Option<OAuthGrant>,
+    /// The client of the grant's token requests.
+    grant_http: Option<reqwest::Client>,
     state: tokio::sync::Mutex<State>,
     problem: Mutex<Option<AuthProblem>>,
 }
@@ -195,15 +209,33 @@ struct State {
     restored: bool,
     /// Authorizations run so far.
     authorizations: u32,
+    /// The grant's token, once obtained or restored.
+    grant_token: Option<GrantToken>,
+    /// The grant's authorization server, once discovered or restored.
+    grant_metadata: Option<rmcp::transport::auth::AuthorizationMetadata>,
 }
 
 impl ServerAuth {
-    /// The authorization of the server `server` at `url`.
-    pub(crate) fn new(server: &str, url: &str, options: OAuthOptions) -> Arc<Self> {
+    /// The authorization of the server `server` configured as `config`.
+    pub(crate) fn new(
+        server: &str,
+        config: &crate::mcp::HttpConfig,
+        options: OAuthOptions,
+    ) -> Arc<Self> {
+        let grant_http = config.oauth.as_ref().and_then(|_| {
+            crate::tls::install_provider();
+            // Token requests follow no redirect: one elsewhere would carry the credentials.
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .ok()
+        });
         Arc::new(Self {
             server: server.to_owned(),
-            url: url.to_owned(),
+            url: config.url.clone(),
             options,
+            grant: config.oauth.clone(),
+            grant_http,
             state: tokio::sync::Mutex::new(State::default()),
             problem: Mutex::new(None),
         })
@@ -226,6 +258,9 @@ impl ServerAuth {
     /// The access token to send, refreshed first when it has expired; `None` when there is
     /// none (the request goes without, and the server's challenge decides).
     async fn token(&self) -> Result<Option<String>, AuthError> {
+        if self.grant.is_some() {
+            return self.grant_token().await;
+        }
         let mut state = self.state.lock().await;
         if !state.restored {
             state.restored = true;
@@ -278,8 +313,116 @@ impl ServerAuth {
         Ok(Some(manager))
     }
 
+    /// The grant's token: the one held or stored while it has a minute left, else a new one
+    /// when the authorization server is known; `None` lets the server's challenge start it.
+    async fn grant_token(&self) -> Result<Option<String>, AuthError> {
+        let mut state = self.state.lock().await;
+        if !state.restored {
+            state.restored = true;
+            match self.options.store.get(&self.url) {
+                Ok(Some(entry)) => {
+                    state.grant_token = entry.grant_token;
+                    state.grant_metadata = entry.metadata;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(server = %self.server, %error, "the stored token cannot be used; going on without it");
+                }
+            }
+        }
+        if let Some(token) = &state.grant_token
+            && token.fresh()
+        {
+            return Ok(Some(token.access_token.clone()));
+        }
+        if let Some(metadata) = state.grant_metadata.clone() {
+            self.run_grant(&mut state, &metadata).await?;
+            return Ok(state.grant_token.as_ref().map(|t| t.access_token.clone()));
+        }
+        Ok(None)
+    }
+
+    /// Obtains a token with the grant from the authorization server of `metadata`, and keeps
+    /// it. A refusal is final for this connection: the grant is not tried again and no other
+    /// grant is tried.
+    async fn run_grant(
+        &self,
+        state: &mut State,
+        metadata: &rmcp::transport::auth::AuthorizationMetadata,
+    ) -> Result<(), AuthError> {
+        let (Some(grant), Some(http)) = (&self.grant, &self.grant_http) else {
+            return Err(AuthError::InternalError("no grant is configured".into()));
+        };
+        if state.authorizations >= MAX_AUTHORIZATIONS {
+            let reason =
+                format!("the server still refuses after {MAX_AUTHORIZATIONS} authorizations");
+            self.note(AuthProblem::Failed(reason.clone()));
+            return Err(AuthError::AuthorizationFailed(reason));
+        }
+        state.authorizations += 1;
+        let endpoint = grant::Endpoint {
+            issuer: metadata
+                .issuer
+                .as_deref()
+                .unwrap_or(&metadata.token_endpoint),
+            token_endpoint: &metadata.token_endpoint,
+            resource: &self.url,
+        };
+        let token = match grant.obtain(http, &endpoint).await {
+            Ok(token) => token,
+            Err(error) => {
+                // Stops the server: the session does not retry a refused grant.
+                state.authorizations = MAX_AUTHORIZATIONS;
+                self.note(AuthProblem::Failed(error.to_string()));
+                return Err(AuthError::AuthorizationFailed(error.to_string()));
+            }
+        };
+        let stored = self.options.store.update(&self.url, |entry| {
+            let mut entry = entry.unwrap_or_default();
+            entry.grant_token = Some(token.clone());
+            entry.metadata = Some(metadata.clone());
+            Some(entry)
+        });
+        if let Err(error) = stored {
+            tracing::warn!(server = %self.server, %error, "cannot keep the token in the store");
+        }
+        state.grant_token = Some(token);
+        state.grant_metadata = Some(metadata.clone());
+        Ok(())
+    }
+
+    /// Discovers the authorization server from the server's challenge and runs the grant.
+    async fn authorize_with_grant(&self, challenge: &str) -> Result<(), AuthError> {
+        let mut state = self.state.lock().await;
+        if state.authorizations >= MAX_AUTHORIZATIONS {
+            let reason = lock(&self.problem)
+                .as_ref()
+                .map(|p| p.describe(&self.server))
+                .unwrap_or_else(|| {
+                    format!("the server still refuses after {MAX_AUTHORIZATIONS} authorizations")
+                });
+            return Err(AuthError::AuthorizationFailed(reason));
+        }
+        let manager = new_manager(&self.url).await?;
+        let metadata = match manager
+            .resolve_metadata_from_challenge(Some(challenge))
+            .await
+        {
+            Ok(resolution) => resolution.metadata,
+            Err(error) => {
+                self.note(AuthProblem::Failed(error.to_string()));
+                return Err(error);
+            }
+        };
+        self.run_grant(&mut state, &metadata).await
+    }
+
     /// Refreshes after the server refused a token; whether a new one came.
     async fn refresh(&self, refused: &str) -> Result<bool, AuthError> {
+        if self.grant.is_some() {
+            // A grant has no refresh token: the challenge runs the grant again.
+            return Ok(false);
+        }
         let state = self.state.lock().await;
         let Some(manager) = &state.manager else {
             return Ok(false);
@@ -302,6 +445,9 @@ impl ServerAuth {
         scopes: Option<Vec<String>>,
         problem: AuthProblem,
     ) -> Result<(), AuthError> {
+        if self.grant.is_some() {
+            return self.authorize_with_grant(challenge).await;
+        }
         let mut state = self.state.lock().await;
         // A step-up's scopes are kept even when this host cannot log in: the next login (of
         // `hookloop mcp login`) asks for them, rather than for the ones the server refused.

@@ -45,6 +45,8 @@ pub struct HttpConfig {
     pub url: String,
     /// Sent with every request (an `Authorization` header, for instance).
     pub headers: BTreeMap<String, String>,
+    /// How to authorize without a person (the `oauth` block): a grant in place of the login.
+    pub oauth: Option<crate::mcp::auth::OAuthGrant>,
 }
 
 impl HttpConfig {
@@ -93,6 +95,7 @@ impl ServerConfig {
         Self::Http(HttpConfig {
             url: url.into(),
             headers: BTreeMap::new(),
+            oauth: None,
         })
     }
 
@@ -101,6 +104,7 @@ impl ServerConfig {
         Self::Sse(HttpConfig {
             url: url.into(),
             headers: BTreeMap::new(),
+            oauth: None,
         })
     }
 
@@ -108,6 +112,15 @@ impl ServerConfig {
     pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         if let Self::Stdio(stdio) = &mut self {
             stdio.env.insert(name.into(), value.into());
+        }
+        self
+    }
+
+    /// The same server authorized by `grant` instead of a login (HTTP and SSE; ignored for
+    /// stdio).
+    pub fn oauth(mut self, grant: crate::mcp::auth::OAuthGrant) -> Self {
+        if let Self::Http(http) | Self::Sse(http) = &mut self {
+            http.oauth = Some(grant);
         }
         self
     }
@@ -296,6 +309,8 @@ struct RawServerConfig {
     url: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    oauth: Option<crate::mcp::auth::OAuthGrant>,
 }
 
 impl RawServerConfig {
@@ -391,8 +406,8 @@ impl TryFrom<RawServerConfig> for ServerConfig {
                     .command
                     .filter(|c| !c.trim().is_empty())
                     .ok_or("a stdio server needs a \"command\"")?;
-                if raw.url.is_some() || !raw.headers.is_empty() {
-                    return Err("a stdio server takes no \"url\" or \"headers\"".into());
+                if raw.url.is_some() || !raw.headers.is_empty() || raw.oauth.is_some() {
+                    return Err("a stdio server takes no \"url\", \"headers\" or \"oauth\"".into());
                 }
                 Ok(Self::Stdio(StdioConfig {
                     command,
@@ -427,6 +442,7 @@ impl RawServerConfig {
         Ok(HttpConfig {
             url,
             headers: self.headers,
+            oauth: self.oauth,
         })
     }
 }
@@ -445,12 +461,14 @@ impl From<ServerConfig> for RawServerConfig {
                 kind: Some("http".into()),
                 url: Some(h.url),
                 headers: h.headers,
+                oauth: h.oauth,
                 ..Self::default()
             },
             ServerConfig::Sse(h) => Self {
                 kind: Some("sse".into()),
                 url: Some(h.url),
                 headers: h.headers,
+                oauth: h.oauth,
                 ..Self::default()
             },
         }

@@ -402,6 +402,36 @@ mod tests {
     }
 
     #[test]
+    fn json_schema_2020_12_keywords_reach_the_model_whole() {
+        // The shape the conformance suite's preservation scenario offers.
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://example.com/schemas/order",
+            "type": "object",
+            "$defs": {"address": {"$anchor": "addr", "type": "object",
+                                  "properties": {"city": {"type": "string"}}}},
+            "properties": {
+                "ship_to": {"$ref": "#/$defs/address"},
+                "bill_to": {"$ref": "https://example.com/remote.json"},
+                "kind": {"enum": ["a", "b"]},
+            },
+            "allOf": [{"anyOf": [{"required": ["ship_to"]}, {"required": ["bill_to"]}]}],
+            "if": {"properties": {"kind": {"const": "a"}}},
+            "then": {"required": ["ship_to"]},
+            "else": {"required": ["bill_to"]},
+            "additionalProperties": false,
+            "unevaluatedProperties": false,
+        });
+        let out = tools_from_server(
+            &server(),
+            vec![tool("order", "d", schema.clone())],
+            &HostOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(out[0].input_schema, schema);
+    }
+
+    #[test]
     fn results_keep_images_resources_and_is_error_and_cap_text() {
         let mut result = CallToolResult::success(vec![
             ContentBlock::text("x".repeat(100_000)),

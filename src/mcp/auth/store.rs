@@ -57,6 +57,10 @@ pub struct ServerTokens {
     /// the server refused the last one for. Kept across logins; gone with a logout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requested_scopes: Vec<String>,
+    /// The token of the server's configured grant (client credentials and the like), which
+    /// has no login behind it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_token: Option<super::GrantToken>,
 }
 
 impl ServerTokens {
@@ -82,6 +86,7 @@ impl std::fmt::Debug for ServerTokens {
                 &self.metadata.as_ref().map(|m| &m.token_endpoint),
             )
             .field("requested_scopes", &self.requested_scopes)
+            .field("grant_token", &self.grant_token)
             .finish()
     }
 }

@@ -96,7 +96,7 @@ impl Slot {
             return Ok((Client::plain()?, None));
         }
         let options = self.shared.options.oauth.clone();
-        let auth = ServerAuth::new(self.name.as_str(), &config.url, options);
+        let auth = ServerAuth::new(self.name.as_str(), config, options);
         let client = OAuthHttp::new(Arc::clone(&auth))?;
         Ok((Client::OAuth(client), Some(auth)))
     }

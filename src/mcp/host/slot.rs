@@ -530,7 +530,7 @@ impl Slot {
             return Ok((service, None, TransportKind::StreamableHttp));
         }
         let options = self.shared.options.oauth.clone();
-        let auth = ServerAuth::new(self.name.as_str(), &config.url, options);
+        let auth = ServerAuth::new(self.name.as_str(), config, options);
         let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
         let transport = StreamableHttpClientTransport::with_client(client, transport_config);
         match serve_client_with_lifecycle(handler, transport, lifecycle).await {
