@@ -92,6 +92,7 @@ pub mod hooks;
 pub mod llm;
 pub mod machine;
 pub mod mcp;
+mod private;
 pub mod progress;
 pub mod supervisor;
 #[cfg(feature = "testing")]

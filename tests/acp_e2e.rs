@@ -904,3 +904,53 @@ async fn permissions_never_applies_to_a_loaded_session_recorded_while_asking() {
         agent.close().await;
     }
 }
+
+#[tokio::test]
+async fn two_loads_of_one_session_at_once_open_it_once_and_leak_no_slot() {
+    let provider = FakeProvider::start(|_| Reply::text("done"));
+    let scratch = common::Scratch::new("acp-double-load");
+    let records = scratch.file("records");
+    let env = [
+        ("HOOKLOOP_RECORD_DIR", records.as_str()),
+        ("HOOKLOOP_MAX_SESSIONS", "2"),
+    ];
+    let cwd = std::env::temp_dir();
+
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let session = agent.new_session(json!([])).await;
+    let (reply, _) = agent.prompt_to_end(&session, "hello").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    agent.close().await;
+
+    // A server slow to start keeps each load under way while the other arrives.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let slow = test_server("slow", &[("TS_STARTUP", "slow:500")]);
+    let params = json!({"sessionId": session, "cwd": cwd, "mcpServers": [slow]});
+    let first = agent.send("session/resume", params.clone()).await;
+    let second = agent.send("session/load", params).await;
+    let (a, _) = agent.reply(first).await;
+    let (b, _) = agent.reply(second).await;
+    let opened = [&a, &b]
+        .iter()
+        .filter(|r| r.get("result").is_some())
+        .count();
+    assert_eq!(opened, 1, "one load opens it:\n{a}\n{b}");
+    let refused = if a.get("error").is_some() { &a } else { &b };
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already open"),
+        "{refused}"
+    );
+    // The refused load gave its slot back: once the session is closed, both are free.
+    let (closed, _) = agent
+        .call("session/close", json!({"sessionId": session}))
+        .await;
+    assert!(closed.get("result").is_some(), "{closed}");
+    agent.new_session(json!([])).await;
+    agent.new_session(json!([])).await;
+    agent.close().await;
+}

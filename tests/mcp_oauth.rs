@@ -134,53 +134,117 @@ async fn login_with_the_binary(dir: &Scratch, mcp_json: &str) -> String {
 
 /// [`login_with_the_binary`], and the authorization URL it printed.
 async fn login_showing_the_url(dir: &Scratch, mcp_json: &str) -> (String, String) {
-    let mut child = tokio::process::Command::new(HOOKLOOP)
-        .args(["mcp", "login", "secure", "--mcp-config", mcp_json])
-        .env("XDG_CONFIG_HOME", dir.path())
-        .env_remove("DISPLAY")
-        .env_remove("WAYLAND_DISPLAY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
-            .await
-            .expect("login prints the authorization URL in time")
-            .unwrap()
-            .expect("login prints the authorization URL");
-        let line = line.trim();
-        if line.starts_with("http://") {
-            break line.to_owned();
-        }
-    };
-    // Keep reading what it says, so that it never writes into a closed pipe.
-    let said = tokio::spawn(async move {
-        let mut rest = Vec::new();
-        while let Ok(Some(line)) = stderr.next_line().await {
-            rest.push(line);
-        }
-        rest
-    });
-    assert!(url.contains("code_challenge_method=S256"), "{url}");
-    assert!(url.contains("resource="), "the resource indicator: {url}");
+    let login = Login::start(dir, mcp_json, &[]).await;
     // The browser: follows the authorization page's redirect to the loopback listener. reqwest
     // has no TLS provider of its own here (hookloop builds it without one).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let page = reqwest::get(&url).await.unwrap();
+    let page = reqwest::get(&login.url).await.unwrap();
     assert_eq!(page.status(), 200);
-    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let said = said.await.unwrap().join("\n");
-    assert!(output.status.success(), "login failed: {stdout}{said}");
+    let url = login.url.clone();
+    let (success, stdout, said) = login.finish().await;
+    assert!(success, "login failed: {stdout}{said}");
     (stdout, url)
 }
+
+/// `hookloop mcp login secure` running, waiting for its redirect.
+struct Login {
+    child: tokio::process::Child,
+    /// The authorization URL it printed.
+    url: String,
+    /// Everything it wrote on stderr, the URL's lines included.
+    said: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Login {
+    async fn start(dir: &Scratch, mcp_json: &str, env: &[(&str, &str)]) -> Self {
+        let mut child = tokio::process::Command::new(HOOKLOOP)
+            .args(["mcp", "login", "secure", "--mcp-config", mcp_json])
+            .env("XDG_CONFIG_HOME", dir.path())
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut before = Vec::new();
+        let url = loop {
+            let line = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+                .await
+                .expect("login prints the authorization URL in time")
+                .unwrap()
+                .expect("login prints the authorization URL");
+            before.push(line.clone());
+            let line = line.trim();
+            if line.starts_with("http://") {
+                break line.to_owned();
+            }
+        };
+        // Keep reading what it says, so that it never writes into a closed pipe.
+        let said = tokio::spawn(async move {
+            let mut rest = before;
+            while let Ok(Some(line)) = stderr.next_line().await {
+                rest.push(line);
+            }
+            rest
+        });
+        assert!(url.contains("code_challenge_method=S256"), "{url}");
+        assert!(url.contains("resource="), "the resource indicator: {url}");
+        Self { child, url, said }
+    }
+
+    /// A query parameter of the authorization URL.
+    fn param(&self, name: &str) -> String {
+        reqwest::Url::parse(&self.url)
+            .unwrap()
+            .query_pairs()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_else(|| panic!("no {name} in {}", self.url))
+    }
+
+    /// The port of its redirect listener.
+    fn port(&self) -> u16 {
+        reqwest::Url::parse(&self.param("redirect_uri"))
+            .unwrap()
+            .port()
+            .unwrap()
+    }
+
+    /// Waits for it to end: whether it succeeded, its stdout and its stderr.
+    async fn finish(self) -> (bool, String, String) {
+        let output = tokio::time::timeout(Duration::from_secs(30), self.child.wait_with_output())
+            .await
+            .expect("login ends in time")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let said = self.said.await.unwrap().join("\n");
+        (output.status.success(), stdout, said)
+    }
+}
+
+/// A GET of `target` on the loopback `port` from a local process, as raw as such a process
+/// may send it; the whole answer.
+async fn local_get(port: u16, target: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!("GET {target} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("the listener answers")
+        .unwrap();
+    answer
+}
+
+/// An OSC 52 sequence (it writes the clipboard in many terminals), percent-encoded.
+const OSC_52: &str = "%1b%5d52%3bc%3baGVsbG8%3d%07";
 
 /// The scopes an authorization URL asks for.
 fn asked_scopes(url: &str) -> Vec<String> {
@@ -551,4 +615,117 @@ async fn an_unreadable_token_store_does_not_stop_a_server_that_needs_no_login() 
         .unwrap();
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(host.catalog().servers.len(), 1);
+}
+
+#[tokio::test]
+async fn a_hostile_local_process_at_the_callback_neither_ends_nor_stalls_a_login() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &[]);
+    let dir = Scratch::new("oauth-hostile-callback");
+    let mcp_json = server.mcp_json(&dir);
+    login_with_the_binary(&dir, &mcp_json).await;
+    let store = TokenStore::file(store_path(&dir));
+    let old = stored_secrets(&store, &server.url);
+
+    // A second login, logging everything it may.
+    let login = Login::start(&dir, &mcp_json, &[("HOOKLOOP_LOG", "trace")]).await;
+    let port = login.port();
+    let state = login.param("state");
+    // Idle connections, held open while the rest happens.
+    let idle: Vec<_> = (0..8)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let refused = [
+        format!("/callback?error=access_denied&error_description={OSC_52}"),
+        format!("/callback?error={OSC_52}&state=wrong"),
+        "/callback?code=bogus&state=wrong".to_owned(),
+        "/callback?code=bogus".to_owned(),
+    ];
+    for target in &refused {
+        let answer = local_get(port, target).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{target}: {answer}");
+        assert!(!answer.contains("done"), "{target}: {answer}");
+    }
+    for target in [
+        format!("/callbackx?code=bogus&state={state}"),
+        format!("/callback/x?code=bogus&state={state}"),
+    ] {
+        let answer = local_get(port, &target).await;
+        assert!(answer.starts_with("HTTP/1.1 404"), "{target}: {answer}");
+    }
+    // The stored login is untouched while the new one runs.
+    assert_eq!(stored_secrets(&store, &server.url), old);
+
+    // The browser: the authorization page's redirect, then the listener.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let authorized = no_redirects.get(&login.url).send().await.unwrap();
+    let location = authorized.headers()["location"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let code = reqwest::Url::parse(&location)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .expect("the redirect carries a code");
+    let page = no_redirects.get(&location).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("The login is done"));
+    let (success, stdout, said) = login.finish().await;
+    assert!(success, "login failed: {stdout}{said}");
+    drop(idle);
+
+    let new = stored_secrets(&store, &server.url);
+    assert_ne!(new[0], old[0], "the new login replaced the old");
+    assert!(said.contains("TRACE"), "the capture saw the trace logs");
+    for secret in new.iter().chain([&code]) {
+        assert!(
+            !said.contains(secret.as_str()),
+            "a secret in the logs: {said}"
+        );
+    }
+    assert!(
+        !said.contains('\u{1b}') && !stdout.contains('\u{1b}'),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_login_keeps_the_stored_one_and_shows_no_terminal_escapes() {
+    let Some(python) = python() else { return };
+    let server = OAuthServer::start(&python, &[]);
+    let dir = Scratch::new("oauth-refused-login");
+    let mcp_json = server.mcp_json(&dir);
+    login_with_the_binary(&dir, &mcp_json).await;
+    let store = TokenStore::file(store_path(&dir));
+    let old = stored_secrets(&store, &server.url);
+
+    let login = Login::start(&dir, &mcp_json, &[]).await;
+    // The authorization server's refusal, with this login's state: the login fails.
+    let target = format!(
+        "/callback?error=access_denied&error_description={OSC_52}&state={}",
+        login.param("state")
+    );
+    let answer = local_get(login.port(), &target).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(!answer.contains("done"), "{answer}");
+    let (success, stdout, said) = login.finish().await;
+    assert!(!success, "{stdout}{said}");
+    assert!(said.contains("access_denied"), "{said}");
+    assert!(
+        !said.contains('\u{1b}') && !said.contains('\u{7}'),
+        "{said:?}"
+    );
+    // The old login is still there, and still works.
+    assert_eq!(stored_secrets(&store, &server.url), old);
+    let (host, failures) = McpHost::connect(servers(&server.url), options(store.clone()))
+        .await
+        .unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(!host.catalog().servers.is_empty());
 }

@@ -258,3 +258,49 @@ fn the_html_page_escapes_what_the_transcript_holds() {
     assert!(!page.contains("<script"), "{out:?}");
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }
+
+#[test]
+fn show_strips_terminal_escapes_from_recorded_text_as_run_does() {
+    let full = std::fs::read_to_string(golden("stop_objection_is_injected")).unwrap();
+    let path = tempdir("escapes").join("osc.jsonl");
+    // An OSC 52 sequence (it writes the clipboard in many terminals) and a C1 control in the
+    // prompt, as JSON escapes in the file.
+    std::fs::write(
+        &path,
+        full.replace(
+            "Finish the feature.",
+            "\\u001b]52;c;aGVsbG8=\\u0007Finish\\u009b the feature.",
+        ),
+    )
+    .unwrap();
+    let out = show(&[path.to_str().unwrap()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.contains("]52;c;aGVsbG8=Finish the feature."),
+        "{stdout}"
+    );
+    for shown in [&stdout, &stderr] {
+        assert!(!shown.contains(['\u{1b}', '\u{7}', '\u{9b}']), "{shown:?}");
+    }
+}
+
+#[test]
+fn a_divergence_message_names_its_own_record_not_record_zero() {
+    let full = std::fs::read_to_string(golden("stop_objection_is_injected")).unwrap();
+    let path = tempdir("diverged-where").join("tampered.jsonl");
+    std::fs::write(&path, full.replacen("1 open", "9 open", 1)).unwrap();
+    let out = show(&[path.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    let Some(End::Diverged { index, line, .. }) = Transcript::read(&path)
+        .ok()
+        .map(|t| SessionView::build(&t).end)
+    else {
+        panic!("the tampered transcript diverges");
+    };
+    assert!(index > 0, "{stdout}");
+    assert!(
+        stdout.contains(&format!("replay diverged at record {index} (line {line})")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("record 0 (line 0)"), "{stdout}");
+}

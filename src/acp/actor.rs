@@ -9,15 +9,14 @@ use std::task::Poll;
 use std::time::Duration;
 
 use agent_client_protocol::Client;
-use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     PromptResponse, SessionId, SessionNotification, SessionUpdate, StopReason, ToolKind,
     UsageUpdate,
 };
+use agent_client_protocol::v1::{ConnectionTo, Responder};
 use tokio::sync::mpsc;
 
 use super::lines::Outflow;
-use super::sessions::PromptJob;
 use super::translate::{thought, tool_kind};
 use super::{code, error};
 use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
@@ -26,6 +25,14 @@ use crate::machine::{Effect, Input, Purpose};
 use crate::mcp::ToolHost;
 use crate::text::lock;
 use crate::transcript::Recorder;
+
+/// One accepted `session/prompt`, on its way to the session's actor.
+pub(super) struct PromptJob {
+    pub(super) text: String,
+    pub(super) responder: Responder<PromptResponse>,
+    /// Set by `session/cancel` for this prompt, whenever it lands.
+    pub(super) cancelled: Arc<AtomicBool>,
+}
 
 /// Owns one session and runs its prompts, one at a time.
 pub(super) async fn run_session<L: LlmClient, H: ToolHost>(

@@ -8,6 +8,10 @@
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
+// The caps on what an ACP client sends (this frame cap, the session limit in `AgentOptions`,
+// the outgoing queue in `lines`) are listed, with what happens at each and the test behind it,
+// in the README's "Resource limits" table; a new cap goes there too.
+
 /// The default cap on one incoming frame: 4 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 

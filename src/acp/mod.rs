@@ -40,7 +40,7 @@ mod sessions;
 mod spec;
 mod translate;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -231,6 +231,7 @@ pub async fn serve<F: SessionFactory>(
         max_sessions: options.max_sessions,
         open: AtomicUsize::new(0),
         sessions: Mutex::new(HashMap::new()),
+        loading: Mutex::new(HashSet::new()),
         next_id: AtomicU64::new(1),
         outflow,
         elicitation: Mutex::new(None),

@@ -83,7 +83,8 @@ pub fn write_side_file(record: &Path, cwd: &Path, title: Option<&str>) -> std::i
         title: title.map(title_of),
     };
     let json = serde_json::to_vec(&side).map_err(std::io::Error::other)?;
-    std::fs::write(side_path(record), json)
+    // It holds the first prompt's first line.
+    crate::private::write_file(&side_path(record), json)
 }
 
 /// A prompt's first non-blank line, cut to 120 characters (`TITLE_CHARS`).
@@ -275,6 +276,26 @@ mod tests {
         session.prompt("go").await.unwrap();
         session.close().await.unwrap();
         recorder.check().unwrap();
+    }
+
+    #[tokio::test]
+    async fn records_and_side_files_are_the_users_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let base = scratch("modes");
+        let dir = crate::transcript::RecordDir::new(base.join("records")).unwrap();
+        assert_eq!(mode(dir.path()), 0o700);
+        let header = crate::transcript::Header::from_parts(crate::machine::Policy::default(), None);
+        let (recorder, path) = dir.create(&header).unwrap();
+        drop(recorder);
+        assert_eq!(mode(&path), 0o600);
+        write_side_file(&path, &base, Some("a prompt")).unwrap();
+        assert_eq!(mode(&side_path(&path)), 0o600);
+        // A file named by the caller (`--record`) too.
+        let named = base.join("named.jsonl");
+        record(&named).await;
+        assert_eq!(mode(&named), 0o600);
+        let _ = std::fs::remove_dir_all(base);
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! The agent's open sessions: opening them (new, load, resume), listing, prompting, cancelling
 //! and closing them. Each request is answered without blocking the protocol's dispatch loop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use tokio::sync::mpsc;
 
-use super::actor::{KindWatcher, Notifier, RecordWatcher, UsageReporter, run_session};
+use super::actor::{KindWatcher, Notifier, PromptJob, RecordWatcher, UsageReporter, run_session};
 use super::elicit::ClientPerson;
 use super::lines::Outflow;
 use super::permission::{ClientAsker, Permissions};
@@ -37,6 +37,10 @@ pub(super) struct AgentState<F> {
     /// Sessions open or being set up: what counts against `max_sessions`.
     pub(super) open: AtomicUsize,
     pub(super) sessions: Mutex<HashMap<SessionId, SessionHandle>>,
+    /// Ids of sessions being loaded or resumed. An id is reserved here in the same step that
+    /// checks it is not open (under the `sessions` lock), so two loads of one id cannot both
+    /// go ahead; taken before `sessions` is never locked.
+    pub(super) loading: Mutex<HashSet<SessionId>>,
     pub(super) next_id: AtomicU64,
     pub(super) outflow: Arc<Outflow>,
     /// The question modes the client advertised in `initialize`; none until it has.
@@ -104,14 +108,6 @@ impl SessionHandle {
             let _ = actor.await;
         }
     }
-}
-
-/// One accepted `session/prompt`, on its way to the session's actor.
-pub(super) struct PromptJob {
-    pub(super) text: String,
-    pub(super) responder: Responder<PromptResponse>,
-    /// Set by `session/cancel` for this prompt, whenever it lands.
-    pub(super) cancelled: Arc<AtomicBool>,
 }
 
 impl<F: SessionFactory> AgentState<F> {
@@ -248,10 +244,8 @@ impl<F: SessionFactory> AgentState<F> {
                 ),
             ));
         };
-        if lock(&self.sessions).contains_key(&id) {
-            let message = format!("session {id} is already open on this connection");
-            return Err(error(code::INVALID_REQUEST, message));
-        }
+        // Held until the session is installed, or the load fails.
+        let _reserved = self.reserve_id(&id)?;
         let spec = session_spec(cwd, servers, self.permissions)
             .map_err(|m| error(code::INVALID_PARAMS, m))?;
         let load_error = |e: records::LoadError| {
@@ -310,6 +304,23 @@ impl<F: SessionFactory> AgentState<F> {
         self.install(session, id.clone(), cx, Some(recorded), Some(recorder));
         tracing::info!(session = %id, history, "recorded session opened");
         Ok(())
+    }
+
+    /// Reserves `id` for a load, unless a session of that id is open or being opened.
+    fn reserve_id(
+        &self,
+        id: &SessionId,
+    ) -> Result<IdReserved<'_, F>, agent_client_protocol::Error> {
+        let sessions = lock(&self.sessions);
+        let mut loading = lock(&self.loading);
+        if sessions.contains_key(id) || !loading.insert(id.clone()) {
+            let message = format!("session {id} is already open on this connection");
+            return Err(error(code::INVALID_REQUEST, message));
+        }
+        Ok(IdReserved {
+            state: self,
+            id: id.clone(),
+        })
     }
 
     /// `session/list`: the recorded sessions, newest first.
@@ -502,6 +513,19 @@ impl<F: SessionFactory> AgentState<F> {
         self.outflow.close();
         let handles: Vec<SessionHandle> = lock(&self.sessions).drain().map(|(_, h)| h).collect();
         futures_util::future::join_all(handles.into_iter().map(SessionHandle::end)).await;
+    }
+}
+
+/// An id reserved for a load ([`AgentState::reserve_id`]); given back when dropped, by which
+/// time the session is in the map or the load has failed.
+struct IdReserved<'a, F> {
+    state: &'a AgentState<F>,
+    id: SessionId,
+}
+
+impl<F> Drop for IdReserved<'_, F> {
+    fn drop(&mut self) {
+        lock(&self.state.loading).remove(&self.id);
     }
 }
 

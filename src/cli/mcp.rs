@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use hookloop::ToolHost;
 use hookloop::mcp::auth::{Authorize, LoginState, OAuthClient, OAuthOptions, ShowUrl, TokenStore};
 use hookloop::mcp::{HostOptions, HttpConfig, McpHost, McpServers, ServerConfig};
+use hookloop::text::for_terminal;
 
 use super::{Failure, exit, wire};
 
@@ -47,15 +48,27 @@ async fn login_inner(
         }
         Err(_) => None,
     };
-    // A login replaces the one stored, so that the server asks again; the scopes asked for
-    // before (a step-up's) are kept, and asked for again.
-    store.forget_login(&url).map_err(Failure::failed)?;
+    // The new login runs on a store of its own that starts without the stored login, so that
+    // the server asks again; the scopes asked for before (a step-up's) are kept, and asked for
+    // again. The stored login stays in use until the new one has succeeded, and is then
+    // replaced in one write: a login that fails or is cut short loses nothing.
+    let staged = TokenStore::memory();
+    let before = store.get(&url).map_err(Failure::failed)?;
+    if let Some(before) = &before {
+        staged
+            .remember_scopes(&url, &before.requested_scopes)
+            .map_err(Failure::failed)?;
+    }
     let options = HostOptions {
         all_or_nothing: true,
         oauth: OAuthOptions {
-            store: store.clone(),
+            store: staged.clone(),
             authorize: Authorize::Browser(ShowUrl::new(|server, url| {
-                eprintln!("To log in to {server}, open this address in a browser:\n\n  {url}\n");
+                // The URL is the authorization server's endpoint: its text is not ours.
+                eprintln!(
+                    "To log in to {server}, open this address in a browser:\n\n  {}\n",
+                    for_terminal(url)
+                );
             })),
             client: OAuthClient {
                 client_id: client.client_id,
@@ -65,9 +78,29 @@ async fn login_inner(
         },
         ..HostOptions::default()
     };
-    let (host, _) = McpHost::connect(servers, options)
-        .await
-        .map_err(|e| Failure::failed(format!("login to {server} failed: {e}")))?;
+    let connected = McpHost::connect(servers, options).await;
+    // The scopes this attempt asked for are kept even when it failed: the next login asks
+    // for them too.
+    let asked = staged
+        .get(&url)
+        .map_err(Failure::failed)?
+        .map(|entry| entry.requested_scopes)
+        .unwrap_or_default();
+    let (host, _) = match connected {
+        Ok(connected) => connected,
+        Err(e) => {
+            store
+                .remember_scopes(&url, &asked)
+                .map_err(Failure::failed)?;
+            return Err(Failure::failed(format!("login to {server} failed: {e}")));
+        }
+    };
+    if let Some(login) = staged.get(&url).map_err(Failure::failed)? {
+        // In one write: the file holds the old login or the new one, never neither.
+        store
+            .update(&url, |_| Some(login))
+            .map_err(Failure::failed)?;
+    }
     let tools = host
         .catalog()
         .servers
@@ -76,7 +109,11 @@ async fn login_inner(
         .sum::<usize>();
     match LoginState::of(&store, &url).map_err(Failure::failed)? {
         LoginState::None => println!("{server} did not ask for a login; it offers {tools} tools"),
-        state => println!("{server}: {state}; it offers {tools} tools"),
+        // The granted scopes are the authorization server's words.
+        state => println!(
+            "{server}: {}; it offers {tools} tools",
+            for_terminal(&state.to_string())
+        ),
     }
     Ok(())
 }
@@ -159,13 +196,22 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
                 let version = host
                     .protocol_version(name.as_str())
                     .unwrap_or_else(|| "unknown".into());
-                println!("  protocol {version}");
+                println!("  protocol {}", for_terminal(&version));
                 if let Some(transport) = host.transport(name.as_str()) {
                     // An `http` server's URL may turn out to speak the older transport.
-                    println!("  transport {transport}");
+                    println!("  transport {}", for_terminal(&transport.to_string()));
                 }
-                println!("  tools ({}): {}", tools.len(), or_none(&tools));
-                println!("  hooks ({}): {}", hooks.len(), or_none(&hooks));
+                // Tool names and errors are the server's words.
+                println!(
+                    "  tools ({}): {}",
+                    tools.len(),
+                    for_terminal(&or_none(&tools))
+                );
+                println!(
+                    "  hooks ({}): {}",
+                    hooks.len(),
+                    for_terminal(&or_none(&hooks))
+                );
             }
             None => {
                 let error = failures
@@ -173,11 +219,11 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
                     .find(|f| f.server == name)
                     .map(|f| f.error.to_string())
                     .unwrap_or_else(|| "not running".into());
-                println!("  did not start: {error}");
+                println!("  did not start: {}", for_terminal(&error));
             }
         }
         if let Some(auth) = auth {
-            println!("  login: {auth}");
+            println!("  login: {}", for_terminal(&auth));
         }
     }
     Ok(())

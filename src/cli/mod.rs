@@ -85,10 +85,12 @@ impl Failure {
         }
     }
 
-    /// Prints the message and gives the exit status. A stderr that cannot be written loses
+    /// Prints the message, without control characters, and gives the exit status. A stderr that cannot be written loses
     /// the message, never the status (`eprintln!` would panic).
     pub fn report(self) -> ExitCode {
-        let _ = writeln!(std::io::stderr(), "hookloop: {}", self.message);
+        // A message may quote a peer (a server's error, an authorization server's refusal).
+        let message = hookloop::text::for_terminal(&self.message);
+        let _ = writeln!(std::io::stderr(), "hookloop: {message}");
         ExitCode::from(self.code)
     }
 }

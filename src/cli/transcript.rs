@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use hookloop::Config;
 use hookloop::machine::Message;
+use hookloop::text::for_terminal;
 use hookloop::transcript::{ForkPoint, Recorder, SessionView, Transcript, render_html};
 
 use crate::cli::{Failure, exit, run, wire};
@@ -28,7 +29,8 @@ pub fn show(file: &Path, format: ShowFormat) -> ExitCode {
     };
     let view = SessionView::build(&transcript);
     match format {
-        ShowFormat::Text => print!("{}", view.to_text()),
+        // Recorded text is a model's, a tool's or a server's: the same rule as `run`'s output.
+        ShowFormat::Text => print!("{}", for_terminal(&view.to_text())),
         ShowFormat::Json => match serde_json::to_string_pretty(&view) {
             Ok(json) => println!("{json}"),
             Err(e) => return Failure::failed(format!("cannot write JSON: {e}")).report(),
@@ -41,13 +43,17 @@ pub fn show(file: &Path, format: ShowFormat) -> ExitCode {
             if let Err(e) = std::fs::write(&out, render_html(&view, &title)) {
                 return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
             }
-            println!("{}: {}", out.display(), view.end);
+            println!("{}: {}", out.display(), for_terminal(&view.end.to_string()));
         }
     }
     if view.end.is_complete() {
         ExitCode::from(exit::OK)
     } else {
-        eprintln!("{}: {}", file.display(), view.end);
+        eprintln!(
+            "{}: {}",
+            file.display(),
+            for_terminal(&view.end.to_string())
+        );
         ExitCode::from(exit::FAILED)
     }
 }
@@ -109,7 +115,7 @@ async fn run_fork(
             _ => None,
         });
     if let Some(answer) = answer {
-        println!("{answer}");
+        println!("{}", for_terminal(answer));
     }
     Ok(ExitCode::from(run::stop_code(run.stop)))
 }

@@ -751,7 +751,8 @@ impl LoginState {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
-                (received + lasts.as_secs()).saturating_sub(now)
+                // Both numbers come from the store's file: any u64 must not overflow.
+                received.saturating_add(lasts.as_secs()).saturating_sub(now)
             });
         Ok(Self::LoggedIn {
             expires_in_secs,
@@ -783,5 +784,38 @@ impl std::fmt::Display for LoginState {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_receipt_time_near_the_end_of_time_does_not_overflow() {
+        let response: rmcp::transport::auth::OAuthTokenResponse = serde_json::from_value(
+            serde_json::json!({"access_token": "t", "token_type": "Bearer", "expires_in": 60}),
+        )
+        .unwrap();
+        let credentials = rmcp::transport::auth::StoredCredentials::new(
+            "client".into(),
+            Some(response),
+            Vec::new(),
+            Some(u64::MAX),
+        );
+        let store = TokenStore::memory();
+        store
+            .update("http://a/mcp", |_| {
+                Some(ServerTokens {
+                    credentials: Some(credentials),
+                    ..ServerTokens::default()
+                })
+            })
+            .unwrap();
+        let state = LoginState::of(&store, "http://a/mcp").unwrap();
+        assert!(
+            matches!(state, LoginState::LoggedIn { expires_in_secs: Some(secs), .. } if secs > 0),
+            "{state:?}"
+        );
     }
 }

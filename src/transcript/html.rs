@@ -178,7 +178,8 @@ impl Axis {
         match self {
             Self::Time { end_ms } => (0..=TICKS)
                 .map(|i| {
-                    let at = end_ms * i / TICKS;
+                    // `end_ms * i` overflows for a time near u64::MAX; this cannot.
+                    let at = end_ms / TICKS * i + end_ms % TICKS * i / TICKS;
                     (self.x(at, 0), format!("{at} ms"))
                 })
                 .collect(),
@@ -200,14 +201,14 @@ fn entry_end_ms(entry: &Entry) -> u64 {
             .filter_map(|run| run.done_ms)
             .max()
             .unwrap_or(entry.at_ms),
-        EntryKind::HookRound { answers, .. } => {
-            entry.at_ms
-                + answers
-                    .iter()
-                    .filter_map(|a| a.latency_ms)
-                    .max()
-                    .unwrap_or(0)
-        }
+        // Times come from the file: an edited or corrupt one may hold any u64.
+        EntryKind::HookRound { answers, .. } => entry.at_ms.saturating_add(
+            answers
+                .iter()
+                .filter_map(|a| a.latency_ms)
+                .max()
+                .unwrap_or(0),
+        ),
         EntryKind::Catalog { .. }
         | EntryKind::Prompt { .. }
         | EntryKind::Request { .. }
@@ -326,7 +327,7 @@ fn timeline(view: &SessionView) -> Markup {
                     let Some(latency) = answer.latency_ms else {
                         continue;
                     };
-                    latest = latest.max(entry.at_ms + latency);
+                    latest = latest.max(entry.at_ms.saturating_add(latency));
                     let (class, note) = match &answer.reply {
                         Some(HookReply::TimedOut) => ("timeout", " (timed out)"),
                         Some(HookReply::Skipped { .. }) => ("skipped", " (skipped)"),
@@ -342,7 +343,7 @@ fn timeline(view: &SessionView) -> Markup {
                     ticks.push(Mark {
                         lane: "hooks",
                         class,
-                        x: axis.x(entry.at_ms + latency, entry.index + i + 1),
+                        x: axis.x(entry.at_ms.saturating_add(latency), entry.index + i + 1),
                         title: format!(
                             "{} answered {hook}{on} after {latency} ms{note}",
                             answer.server,
@@ -502,5 +503,20 @@ fn timeline(view: &SessionView) -> Markup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_near_the_end_of_u64_draw_without_overflow() {
+        // The end time comes from the file's `at_ms`, which may hold any u64.
+        let axis = Axis::Time { end_ms: u64::MAX };
+        let ticks = axis.ticks();
+        assert_eq!(ticks.len(), 6);
+        assert_eq!(ticks[5].1, format!("{} ms", u64::MAX));
+        assert_eq!(ticks[0].1, "0 ms");
     }
 }

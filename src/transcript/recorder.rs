@@ -5,7 +5,6 @@
 //! flushes it alone. A full channel (a disk slower than the session for [`QUEUE_LINES`] lines)
 //! holds the session back rather than dropping a line or growing memory.
 
-use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,7 +76,8 @@ impl Recorder {
     /// Creates (or truncates) the file at `path` and writes the header.
     pub fn create(path: impl AsRef<Path>, header: &Header) -> Result<Self, TranscriptError> {
         let path = path.as_ref();
-        let file = File::create(path).map_err(|source| TranscriptError::Write {
+        // A transcript holds prompts and tool output verbatim: the user's alone.
+        let file = crate::private::create_file(path).map_err(|source| TranscriptError::Write {
             target: path.display().to_string(),
             source,
         })?;
@@ -385,7 +385,7 @@ impl RecordDir {
     /// Uses `dir`, creating it if needed.
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self, TranscriptError> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|source| TranscriptError::Write {
+        crate::private::create_dir(&dir).map_err(|source| TranscriptError::Write {
             target: dir.display().to_string(),
             source,
         })?;
@@ -410,7 +410,7 @@ impl RecordDir {
             let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
             let path = self.dir.join(format!("{millis:013}-{pid}-{n}.jsonl"));
             // `create_new`: a name taken by another process is skipped, never overwritten.
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
+            match crate::private::write_options().create_new(true).open(&path) {
                 Ok(file) => {
                     let recorder = Recorder::to_writer(file, path.display().to_string(), header)?;
                     return Ok((recorder, path));

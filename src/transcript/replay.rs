@@ -424,7 +424,8 @@ impl Divergence {
         })
     }
 
-    fn locate(mut self: Box<Self>, index: usize, line: usize) -> Box<Self> {
+    /// Places the divergence at record `index`, line `line` of its file.
+    pub(crate) fn locate(mut self: Box<Self>, index: usize, line: usize) -> Box<Self> {
         self.index = index;
         self.line = line;
         self

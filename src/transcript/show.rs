@@ -277,10 +277,12 @@ impl SessionView {
         for (index, record) in transcript.records.iter().enumerate() {
             let bytes_before = history_bytes(replayer.machine().history(), &media);
             if let Err(divergence) = replayer.step(record) {
+                // The message names the record: it is formatted once the record is placed.
+                let line = transcript.line_of(index);
                 end = Some(End::Diverged {
                     index,
-                    line: transcript.line_of(index),
-                    message: divergence.to_string(),
+                    line,
+                    message: divergence.locate(index, line).to_string(),
                 });
                 break;
             }
@@ -295,11 +297,14 @@ impl SessionView {
             },
             None => match replayer.finish(false) {
                 Ok(_) => End::Complete { records },
-                Err(divergence) => End::Diverged {
-                    index: records,
-                    line: transcript.line_of(records),
-                    message: divergence.to_string(),
-                },
+                Err(divergence) => {
+                    let line = transcript.line_of(records);
+                    End::Diverged {
+                        index: records,
+                        line,
+                        message: divergence.locate(records, line).to_string(),
+                    }
+                }
             },
         });
         Self {
@@ -465,6 +470,10 @@ mod tests {
             "{:?}",
             view.end
         );
-        assert!(view.to_text().contains("shown up to record 1 (line 3)"));
+        let text = view.to_text();
+        assert!(text.contains("shown up to record 1 (line 3)"), "{text}");
+        // The divergence's own words name the same record, not record 0.
+        assert!(text.contains("diverged at record 1 (line 3)"), "{text}");
+        assert!(!text.contains("record 0 (line 0)"), "{text}");
     }
 }

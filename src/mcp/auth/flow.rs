@@ -4,6 +4,8 @@
 //! exchange. rmcp does each step; this file puts them in order and owns the browser step and
 //! the loopback redirect listener.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::transport::auth::{
@@ -11,16 +13,32 @@ use rmcp::transport::auth::{
     AuthorizationRequest, AuthorizationSession,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{AbortHandle, JoinSet};
+use tracing::instrument::WithSubscriber;
 
 use super::{Authorize, OAuthClient, store::TokenStore};
+
+// The redirect listener's caps. Any local process (or a web page that finds the port) can
+// reach the listener, so each of its inputs has a bound, and none of them can end or delay the
+// login: only a request with this login's `state` is answered as the redirect. The README's
+// "Resource limits" table lists them with the test behind each.
 
 /// How long a person has to finish the login in the browser.
 const BROWSER_WAIT: Duration = Duration::from_secs(300);
 /// How long a headless authorization may take, redirects included.
 const HEADLESS_WAIT: Duration = Duration::from_secs(30);
+/// The path of the redirect URI; nothing else ends a login.
+const CALLBACK_PATH: &str = "/callback";
 /// The longest request head the redirect listener reads.
 const MAX_HEAD: usize = 16 * 1024;
+/// How long one connection to the redirect listener has to send its request head. A browser
+/// sends it at once; an idle connection is dropped after this.
+const HEAD_WAIT: Duration = Duration::from_secs(2);
+/// Connections the redirect listener serves at once; a new one past it closes the oldest.
+const MAX_CONNECTIONS: usize = 32;
+/// The longest refusal text of an authorization server kept in the error, in characters.
+const MAX_REFUSAL_CHARS: usize = 300;
 /// The name hookloop registers under.
 const CLIENT_NAME: &str = "hookloop";
 
@@ -67,7 +85,7 @@ impl Flow<'_> {
             .local_addr()
             .map_err(|e| FlowError::Io(e.to_string()))?
             .port();
-        let redirect_uri = format!("http://127.0.0.1:{port}/callback");
+        let redirect_uri = format!("http://127.0.0.1:{port}{CALLBACK_PATH}");
 
         let mut manager = super::new_manager(self.url).await?;
         let resolution = manager
@@ -122,38 +140,63 @@ impl Flow<'_> {
         let session = AuthorizationSession::new(manager, request)
             .await
             .map_err(|(_, e)| e)?;
-        let callback = match self.authorize {
+        let authorization_url = session.get_authorization_url().to_owned();
+        let state = url_query(&authorization_url)
+            .into_iter()
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v)
+            .ok_or_else(|| FlowError::Io("the authorization URL carries no state".into()))?;
+        let redirect = match self.authorize {
             Authorize::Browser(show) => {
-                show.show(self.server, session.get_authorization_url());
-                open_browser(session.get_authorization_url());
-                wait_for_redirect(&listener, port, BROWSER_WAIT).await?
+                show.show(self.server, &authorization_url);
+                open_browser(&authorization_url);
+                wait_for_redirect(&listener, port, &state, BROWSER_WAIT).await?
             }
             Authorize::FollowRedirects => {
-                follow_redirects(&listener, port, session.get_authorization_url()).await?
+                follow_redirects(&listener, port, &state, &authorization_url).await?
             }
             Authorize::Never => {
                 return Err(FlowError::Io("this host does not log in".into()));
             }
         };
-        let parsed = url_query(&callback);
-        if let Some(error) = parsed.iter().find(|(k, _)| k == "error").map(|(_, v)| v) {
-            let description = parsed
-                .iter()
-                .find(|(k, _)| k == "error_description")
-                .map(|(_, v)| format!(": {v}"))
-                .unwrap_or_default();
-            return Err(FlowError::Refused(format!("{error}{description}")));
-        }
-        let callback = AuthorizationCallback::from_redirect_url(&callback)?;
-        session
-            .handle_callback_with_issuer(
-                &callback.code,
-                &callback.csrf_token,
-                callback.issuer.as_deref(),
-            )
-            .await?;
+        let outcome = exchange(&session, &redirect.url).await;
+        // The browser learns how the login ended only once it has: its page never says the
+        // login is done before the tokens are in.
+        redirect.answer(outcome.is_ok()).await;
+        outcome?;
         Ok((session.auth_manager, metadata))
     }
+}
+
+/// The code exchange of the redirect `url` (which carries the login's state).
+async fn exchange(session: &AuthorizationSession, url: &str) -> Result<(), FlowError> {
+    let parsed = url_query(url);
+    if let Some(error) = parsed.iter().find(|(k, _)| k == "error").map(|(_, v)| v) {
+        let description = parsed
+            .iter()
+            .find(|(k, _)| k == "error_description")
+            .map(|(_, v)| format!(": {v}"))
+            .unwrap_or_default();
+        // The authorization server's words go to a person's terminal and into messages.
+        let said = crate::text::for_terminal(&format!("{error}{description}")).into_owned();
+        return Err(FlowError::Refused(crate::text::one_line(
+            &said,
+            MAX_REFUSAL_CHARS,
+        )));
+    }
+    let callback = AuthorizationCallback::from_redirect_url(url)?;
+    // rmcp logs the authorization code at `debug` while it exchanges it: the exchange runs
+    // with no subscriber, so that no filter, ours or an embedder's, can let a secret of the
+    // login into a log. Its failure comes back as the error.
+    session
+        .handle_callback_with_issuer(
+            &callback.code,
+            &callback.csrf_token,
+            callback.issuer.as_deref(),
+        )
+        .with_subscriber(tracing::subscriber::NoSubscriber::default())
+        .await?;
+    Ok(())
 }
 
 /// Opens a browser on the URL when there is a display to show it on.
@@ -184,8 +227,9 @@ fn open_browser(url: &str) {
 async fn follow_redirects(
     listener: &TcpListener,
     port: u16,
+    state: &str,
     url: &str,
-) -> Result<String, FlowError> {
+) -> Result<Redirect, FlowError> {
     crate::tls::install_provider();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::limited(10))
@@ -193,7 +237,7 @@ async fn follow_redirects(
         .build()
         .map_err(|e| FlowError::Io(e.to_string()))?;
     let get = client.get(url).send();
-    let wait = wait_for_redirect(listener, port, HEADLESS_WAIT);
+    let wait = wait_for_redirect(listener, port, state, HEADLESS_WAIT);
     tokio::pin!(get);
     tokio::pin!(wait);
     tokio::select! {
@@ -202,7 +246,7 @@ async fn follow_redirects(
             // The redirect chain ended somewhere else; the listener may still be reached.
             Ok(response) => {
                 let status = response.status();
-                let last = response.url().to_string();
+                let last = crate::text::for_terminal(response.url().as_str()).into_owned();
                 tokio::time::timeout(Duration::from_secs(1), wait)
                     .await
                     .unwrap_or_else(|_| {
@@ -216,38 +260,70 @@ async fn follow_redirects(
     }
 }
 
-/// Accepts connections on the loopback listener until one brings `/callback`, answers it with
-/// a page the person can close, and returns the full redirect URL.
+/// The redirect that brought the login's state: its URL, and the browser's connection, held
+/// open until the flow knows how the login ended.
+struct Redirect {
+    url: String,
+    browser: TcpStream,
+}
+
+impl Redirect {
+    /// Tells the browser how the login ended, in words of our own (nothing of the request is
+    /// echoed into the page).
+    async fn answer(mut self, done: bool) {
+        let (status, words) = if done {
+            ("200 OK", "The login is done; you can close this window.")
+        } else {
+            (
+                "400 Bad Request",
+                "The login did not complete; the terminal says why. You can close this window.",
+            )
+        };
+        let body = format!("<!doctype html><title>hookloop</title><p>{words}</p>");
+        respond(&mut self.browser, status, &body).await;
+    }
+}
+
+/// Serves the loopback listener until a request brings the redirect of this login: the exact
+/// path `/callback` with `state`. Connections are served at once, each given [`HEAD_WAIT`] for
+/// its request head and at most [`MAX_CONNECTIONS`] at a time (a new one closes the oldest), so
+/// that idle or slow ones (any local process can connect) cannot delay the browser's. A request to another path gets a
+/// 404; one without this login's state, an error response included, a 400, and the listener
+/// keeps waiting: nothing but the authorization server's answer to this login ends it.
 async fn wait_for_redirect(
     listener: &TcpListener,
     port: u16,
+    state: &str,
     wait: Duration,
-) -> Result<String, FlowError> {
+) -> Result<Redirect, FlowError> {
+    let state: Arc<str> = Arc::from(state);
     let accept = async {
+        let mut serving = JoinSet::new();
+        // Oldest first; finished ones are pruned as they are met.
+        let mut order: VecDeque<AbortHandle> = VecDeque::new();
         loop {
-            let (mut stream, _) = listener
-                .accept()
-                .await
-                .map_err(|e| FlowError::Io(format!("the redirect listener failed: {e}")))?;
-            let Some(target) = read_request_target(&mut stream).await else {
-                continue;
-            };
-            if !target.starts_with("/callback") {
-                let _ = stream
-                    .write_all(
-                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                    )
-                    .await;
-                continue;
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, _) = accepted.map_err(|e| {
+                        FlowError::Io(format!("the redirect listener failed: {e}"))
+                    })?;
+                    order.retain(|task| !task.is_finished());
+                    // At the cap the oldest connection is dropped, not the new one: a browser
+                    // sends its request as soon as it connects, so holding connections open
+                    // cannot keep its redirect out.
+                    if order.len() >= MAX_CONNECTIONS
+                        && let Some(oldest) = order.pop_front()
+                    {
+                        oldest.abort();
+                    }
+                    order.push_back(serving.spawn(screen(stream, port, state.clone())));
+                }
+                Some(served) = serving.join_next() => {
+                    if let Ok(Some(redirect)) = served {
+                        return Ok(redirect);
+                    }
+                }
             }
-            let body = "<!doctype html><title>hookloop</title><p>The login is done; you can close this window.</p>";
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(answer.as_bytes()).await;
-            let _ = stream.shutdown().await;
-            return Ok(format!("http://127.0.0.1:{port}{target}"));
         }
     };
     tokio::time::timeout(wait, accept)
@@ -255,23 +331,79 @@ async fn wait_for_redirect(
         .unwrap_or(Err(FlowError::TimedOut(wait.as_secs())))
 }
 
-/// The target of a `GET` request, from its head (bounded, and only what is read within 10 s).
-async fn read_request_target(stream: &mut tokio::net::TcpStream) -> Option<String> {
+/// One connection to the redirect listener: the redirect of this login, or `None` after
+/// answering anything else.
+async fn screen(mut stream: TcpStream, port: u16, state: Arc<str>) -> Option<Redirect> {
+    let Some(target) = read_request_target(&mut stream).await else {
+        respond(&mut stream, "400 Bad Request", "").await;
+        return None;
+    };
+    let path = target.split(['?', '#']).next().unwrap_or_default();
+    if path != CALLBACK_PATH {
+        respond(&mut stream, "404 Not Found", "").await;
+        return None;
+    }
+    let url = format!("http://127.0.0.1:{port}{target}");
+    let theirs = url_query(&url)
+        .into_iter()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v);
+    if theirs.as_deref() != Some(&*state) {
+        tracing::debug!("the redirect listener refused a request without the login's state");
+        respond(
+            &mut stream,
+            "400 Bad Request",
+            "<!doctype html><title>hookloop</title><p>This is not the answer to the login hookloop waits for.</p>",
+        )
+        .await;
+        return None;
+    }
+    Some(Redirect {
+        url,
+        browser: stream,
+    })
+}
+
+/// Writes a whole answer and closes; a peer that does not read loses it after [`HEAD_WAIT`].
+async fn respond(stream: &mut TcpStream, status: &str, body: &str) {
+    let content_type = if body.is_empty() {
+        ""
+    } else {
+        "content-type: text/html; charset=utf-8\r\n"
+    };
+    let answer = format!(
+        "HTTP/1.1 {status}\r\n{content_type}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    };
+    let _ = tokio::time::timeout(HEAD_WAIT, write).await;
+}
+
+/// The target of a `GET` request, from its head (at most [`MAX_HEAD`] bytes, read within
+/// [`HEAD_WAIT`]).
+async fn read_request_target(stream: &mut TcpStream) -> Option<String> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     let read = async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
+        while head.len() < MAX_HEAD {
             let n = stream.read(&mut buf).await.ok()?;
             if n == 0 {
                 break;
             }
+            // Only the new bytes (and the three before them) can complete the blank line: a
+            // head sent a byte at a time costs linear work.
+            let from = head.len().saturating_sub(3);
             head.extend_from_slice(&buf[..n]);
+            if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
         }
         Some(())
     };
-    tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .ok()??;
+    tokio::time::timeout(HEAD_WAIT, read).await.ok()??;
     let line = head.split(|b| *b == b'\n').next()?;
     let line = std::str::from_utf8(line).ok()?.trim_end();
     let mut parts = line.split(' ');
@@ -290,44 +422,167 @@ fn url_query(url: &str) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
     use super::*;
+
+    /// A raw GET of `target` from a local process; the status line of the answer.
+    fn get(port: u16, target: &str) -> String {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(stream, "GET {target} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    }
 
     #[tokio::test]
     async fn the_listener_ignores_other_paths_and_returns_the_callback() {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let client = tokio::spawn(async move {
-            crate::tls::install_provider();
-            let http = reqwest::Client::new();
-            let favicon = http
-                .get(format!("http://127.0.0.1:{port}/favicon.ico"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(favicon.status(), 404);
-            let page = http
-                .get(format!("http://127.0.0.1:{port}/callback?code=c&state=s"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(page.status(), 200);
+        let client = tokio::task::spawn_blocking(move || {
+            assert!(get(port, "/favicon.ico").contains("404"));
+            get(port, "/callback?code=c&state=s")
         });
-        let url = wait_for_redirect(&listener, port, Duration::from_secs(5))
+        let redirect = wait_for_redirect(&listener, port, "s", Duration::from_secs(5))
             .await
             .unwrap();
         assert_eq!(
-            url,
+            redirect.url,
             format!("http://127.0.0.1:{port}/callback?code=c&state=s")
         );
-        client.await.unwrap();
+        redirect.answer(true).await;
+        assert!(client.await.unwrap().contains("200"));
+    }
+
+    #[tokio::test]
+    async fn a_request_without_the_logins_state_or_path_is_refused_and_the_wait_goes_on() {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tokio::task::spawn_blocking(move || {
+            let refused = [
+                // An error response of another (or no) login: it used to end this one.
+                get(
+                    port,
+                    "/callback?error=access_denied&error_description=%1b%5d52%3bc%3bAA%07",
+                ),
+                get(port, "/callback?error=access_denied&state=wrong"),
+                get(port, "/callback?code=bogus&state=wrong"),
+                get(port, "/callback?code=bogus"),
+            ];
+            // A path that only starts like the callback's, with the right state.
+            let elsewhere = [
+                get(port, "/callbackx?code=c&state=s"),
+                get(port, "/callback/x?code=c&state=s"),
+            ];
+            let real = get(port, "/callback?code=c&state=s");
+            (refused, elsewhere, real)
+        });
+        let redirect = wait_for_redirect(&listener, port, "s", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(redirect.url.ends_with("/callback?code=c&state=s"));
+        redirect.answer(true).await;
+        let (refused, elsewhere, real) = client.await.unwrap();
+        for status in refused {
+            assert!(status.contains("400"), "{status}");
+        }
+        for status in elsewhere {
+            assert!(status.contains("404"), "{status}");
+        }
+        assert!(real.contains("200"), "{real}");
+    }
+
+    #[tokio::test]
+    async fn idle_connections_do_not_delay_the_redirect() {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Fewer than the cap: every one is still waiting for its head when the browser comes.
+        let idle: Vec<_> = (0..MAX_CONNECTIONS - 1)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        let started = std::time::Instant::now();
+        let client = tokio::task::spawn_blocking(move || get(port, "/callback?code=c&state=s"));
+        let redirect = wait_for_redirect(&listener, port, "s", Duration::from_secs(60))
+            .await
+            .unwrap();
+        // Served one at a time, the first idle connection alone held it for its head wait.
+        assert!(started.elapsed() < HEAD_WAIT, "{:?}", started.elapsed());
+        redirect.answer(true).await;
+        assert!(client.await.unwrap().contains("200"));
+        drop(idle);
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_cap_close_the_oldest_not_the_browsers() {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tokio::task::spawn_blocking(move || {
+            let idle: Vec<_> = (0..3 * MAX_CONNECTIONS)
+                .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+                .collect();
+            let status = get(port, "/callback?code=c&state=s");
+            drop(idle);
+            status
+        });
+        let redirect = wait_for_redirect(&listener, port, "s", Duration::from_secs(30))
+            .await
+            .unwrap();
+        redirect.answer(true).await;
+        assert!(client.await.unwrap().contains("200"));
+    }
+
+    #[tokio::test]
+    async fn the_page_says_the_login_is_done_only_when_it_is() {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write!(
+                stream,
+                "GET /callback?error=denied&state=s HTTP/1.1\r\n\r\n"
+            )
+            .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            answer
+        });
+        let redirect = wait_for_redirect(&listener, port, "s", Duration::from_secs(5))
+            .await
+            .unwrap();
+        redirect.answer(false).await;
+        let page = client.await.unwrap();
+        assert!(page.starts_with("HTTP/1.1 400"), "{page}");
+        assert!(!page.contains("done"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn a_byte_at_a_time_head_is_read_within_its_cap() {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.set_nodelay(true).unwrap();
+            for byte in b"GET /callback?code=c&state=s HTTP/1.1\r\n\r\n" {
+                stream.write_all(&[*byte]).unwrap();
+            }
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            answer
+        });
+        let redirect = wait_for_redirect(&listener, port, "s", Duration::from_secs(5))
+            .await
+            .unwrap();
+        redirect.answer(true).await;
+        assert!(client.await.unwrap().starts_with("HTTP/1.1 200"));
     }
 
     #[tokio::test]
     async fn a_redirect_that_never_comes_times_out() {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let error = wait_for_redirect(&listener, port, Duration::from_millis(50))
+        let error = wait_for_redirect(&listener, port, "s", Duration::from_millis(50))
             .await
+            .map(|_| ())
             .unwrap_err();
         assert!(matches!(error, FlowError::TimedOut(_)), "{error}");
     }

@@ -278,26 +278,16 @@ fn read(path: &Path) -> Result<StoreFile, StoreError> {
 /// store: a crash leaves the old file or the new one, never a mix, and the tokens are never
 /// readable by others, not even for a moment.
 fn write(path: &Path, file: &StoreFile) -> Result<(), StoreError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let io = |source| StoreError::Io {
         path: path.to_owned(),
         source,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io)?;
+    crate::private::create_dir(dir).map_err(io)?;
     let text = serde_json::to_vec_pretty(file).map_err(|e| io(std::io::Error::other(e)))?;
     let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
     let written = (|| {
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut out = crate::private::create_file(&tmp)?;
         out.write_all(&text)?;
         out.sync_all()?;
         std::fs::rename(&tmp, path)
