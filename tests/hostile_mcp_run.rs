@@ -9,6 +9,7 @@ mod loopback;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use loopback::{FakeProvider, Reply};
 use serde_json::json;
@@ -63,8 +64,9 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 }
 
 /// Runs `hookloop run` with the hostile server `behaviour` as server `evil`, the model calling
-/// `evil__poke` once.
-fn run_against(behaviour: &str, vars: &[(&str, &str)]) -> Measured {
+/// `evil__poke` once and answering the call's result `settle` after it arrived: what the
+/// server does after its answer has that long to cost the agent.
+fn run_against(behaviour: &str, vars: &[(&str, &str)], settle: Duration) -> Measured {
     let dir = std::env::temp_dir().join(format!(
         "hookloop-hostile-run-{}-{}",
         std::process::id(),
@@ -93,6 +95,7 @@ fn run_against(behaviour: &str, vars: &[(&str, &str)]) -> Measured {
                 Reply::tool("evil__poke", json!({}))
             }
             _ => {
+                std::thread::sleep(settle);
                 seen_memory.lock().unwrap().1 = status_kib(pid, "VmHWM:");
                 Reply::text("Done.")
             }
@@ -150,7 +153,11 @@ fn assert_small(measured: &Measured) {
 
 #[test]
 fn a_list_changed_flood_costs_a_few_listings_and_little_memory() {
-    let measured = run_against("flood:tools_list_changed", &[("TS_FLOOD_MS", "3000")]);
+    let measured = run_against(
+        "flood:tools_list_changed",
+        &[("TS_FLOOD_MS", "3000")],
+        Duration::ZERO,
+    );
     assert_small(&measured);
     assert!(
         measured.sent() > 1000,
@@ -164,15 +171,16 @@ fn a_list_changed_flood_costs_a_few_listings_and_little_memory() {
 
 #[test]
 fn endless_pages_after_list_changed_cost_one_bounded_listing_and_little_memory() {
-    let measured = run_against("endless_pages_after_change", &[]);
+    let measured = run_against("endless_pages_after_change", &[], Duration::from_secs(3));
     assert_small(&measured);
-    // The listing at start, then the refresh's first page, over the tool limit.
+    // The listing at start, then the refresh's first page, over the tool limit; no more in
+    // the 3 s the agent waits.
     assert!(measured.starting_with("list") <= 2, "{:?}", measured.log);
 }
 
 #[test]
 fn a_giant_line_is_dropped_and_costs_little_memory() {
-    let measured = run_against("giant", &[("TS_GIANT_MB", "64")]);
+    let measured = run_against("giant", &[("TS_GIANT_MB", "64")], Duration::ZERO);
     assert_small(&measured);
 }
 
@@ -181,7 +189,11 @@ macro_rules! flood_tests {
     ($($name:ident: $kind:literal,)*) => {$(
         #[test]
         fn $name() {
-            let measured = run_against(concat!("flood:", $kind), &[("TS_FLOOD_MS", "1500")]);
+            let measured = run_against(
+                concat!("flood:", $kind),
+                &[("TS_FLOOD_MS", "1500")],
+                Duration::ZERO,
+            );
             assert_small(&measured);
             assert!(measured.sent() > 100, "only {} sent", measured.sent());
         }

@@ -12,7 +12,7 @@
 //! | `deaf` | stops reading its stdin once it has answered the first `tools/list` |
 //! | `trickle` | answers a call one byte every `TS_TRICKLE_MS` (default 1000) |
 //! | `giant` | on a call, sends one notification line of `TS_GIANT_MB` (default 64) MiB first |
-//! | `elicit_idle` | once listed, asks `TS_FLOOD_COUNT` (default 50) questions outside any call; a call of `poke` asks one form question (`TS_SCHEMA`, JSON) and answers with the client's whole answer |
+//! | `elicit_idle` | half a second after it is listed, asks `TS_FLOOD_COUNT` (default 50) questions outside any call; a call of `poke` asks one form question (`TS_SCHEMA`, JSON) and answers with the client's whole answer |
 //!
 //! Flood kinds: `tools_list_changed`, `resources_list_changed`, `prompts_list_changed`,
 //! `progress`, `logging`, `cancelled`, `unknown_notification`, `unknown_response` (answers to
@@ -113,7 +113,12 @@ impl Hostile {
                     return true;
                 }
                 if self.behaviour == "elicit_idle" && cursor.is_empty() {
-                    self.ask_idle();
+                    // Once the client has settled in (its person set), while no call runs.
+                    let server = Arc::clone(self);
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(500));
+                        server.ask_idle();
+                    });
                 }
             }
             "tools/call" => {
