@@ -12,7 +12,7 @@ use acp_agent::Agent;
 use loopback::{FakeProvider, Reply};
 use misbehaving_model::{
     MisbehavingModel, Script, anthropic_blocks, anthropic_whole_text, openai_text,
-    openai_tool_indexes, process_cpu,
+    openai_tool_indexes, peak_rss, process_cpu,
 };
 use serde_json::{Value, json};
 
@@ -45,6 +45,7 @@ async fn two_sessions(server: &MisbehavingModel, env: &[(&str, &str)]) -> (Durat
     let other = agent.new_session(json!([])).await;
     let pid = agent.pid();
     let cpu_before = process_cpu(pid);
+    let rss_before = peak_rss(pid);
 
     let hostile_prompt = agent.prompt(&hostile, "hostile").await;
     let begun = Instant::now();
@@ -59,9 +60,17 @@ async fn two_sessions(server: &MisbehavingModel, env: &[(&str, &str)]) -> (Durat
 
     let (hostile_reply, updates) = agent.reply(hostile_prompt).await;
     let cpu = process_cpu(pid) - cpu_before;
-    eprintln!("other session answered in {latency:?}; the agent used {cpu:?} of CPU");
+    let grown = peak_rss(pid).saturating_sub(rss_before);
+    eprintln!(
+        "other session answered in {latency:?}; the agent used {cpu:?} of CPU, its peak RSS \
+         grew {} KiB",
+        grown / 1024
+    );
     // The hostile reply is refused at the event past the cap: far under a second of CPU.
     assert!(cpu < Duration::from_secs(5), "{cpu:?} of CPU");
+    // What one reply may make the agent hold: the answer's cap (16 MiB) and what decoding
+    // it costs, well under this.
+    assert!(grown < 64 * 1024 * 1024, "peak RSS grew {grown} bytes");
     agent.close().await;
     (latency, json!({"reply": hostile_reply, "updates": updates}))
 }

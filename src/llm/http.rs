@@ -496,6 +496,7 @@ impl Transport {
         }
         let mut decoder = Assembler::new(decoder, self.limits);
         let mut read = 0usize;
+        let mut since_yield = 0usize;
         let mut first = true;
         while !decoder.complete() {
             let (wait_until, idle) = if first {
@@ -534,16 +535,22 @@ impl Transport {
                 ))));
             }
             tracing::trace!(chunk = %String::from_utf8_lossy(&chunk), "answer chunk");
-            // One slice is decoded per poll: the runtime's other tasks (the other sessions of
-            // `hookloop acp`, which share one thread) run between slices, however much a
-            // chunk holds. A slice completes at most one event larger than itself, and an
-            // event's size is capped, so the longest stretch without a yield is bounded.
+            // At most a slice is decoded per poll: the runtime's other tasks (the other
+            // sessions of `hookloop acp`, which share one thread) run once a slice's worth has
+            // been decoded, however much the chunks hold. A slice completes at most one event
+            // larger than itself, and an event's size is capped, so the longest stretch
+            // without a yield is bounded. Small chunks, the usual case, add up to a slice
+            // before a yield, so a yield is not paid per chunk.
             for slice in chunk.chunks(DECODE_SLICE_BYTES) {
                 decoder.feed(slice, on_delta).map_err(fail)?;
                 if decoder.complete() {
                     break;
                 }
-                tokio::task::yield_now().await;
+                since_yield += slice.len();
+                if since_yield >= DECODE_SLICE_BYTES {
+                    since_yield = 0;
+                    tokio::task::yield_now().await;
+                }
             }
         }
         if !decoder.complete() && !decoder.ended_complete() {

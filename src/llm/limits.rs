@@ -10,9 +10,8 @@
 //! cut where the client chose.
 //!
 //! Decoding costs time linear in the bytes (each call and block is found by its index in a
-//! map), and a streamed reply is decoded a slice of at most [`DECODE_SLICE_BYTES`] at a time,
-//! yielding to the runtime between slices, so a long reply cannot hold the thread other
-//! sessions share.
+//! map), and a streamed reply yields to the runtime each time [`DECODE_SLICE_BYTES`] of it have
+//! been decoded, so a long reply cannot hold the thread other sessions share.
 
 use crate::llm::LlmError;
 use crate::machine::LlmReply;

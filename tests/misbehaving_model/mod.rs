@@ -321,3 +321,18 @@ pub fn process_cpu(pid: u32) -> Duration {
     let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     Duration::from_millis(ticks * 1000 / per_sec)
 }
+
+/// The peak resident set of a process (`VmHWM`), in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc/<pid>/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a number of kB");
+    kib * 1024
+}
