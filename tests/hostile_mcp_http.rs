@@ -1,0 +1,375 @@
+//! Hostile MCP servers over HTTP: giant and endless SSE streams and events, on streamable HTTP
+//! (`"type": "http"`) and on the HTTP+SSE transport of 2024-11-05 (`"type": "sse"`). The server
+//! is tests/support/hostile_http.py on 127.0.0.1; its `poke` tool misbehaves as the test names.
+//!
+//! The tests in this process bound what a misbehaviour costs by time against the call's own
+//! timeout, by whether the agent closed the stream (the server logs it) and by another server
+//! answering meanwhile. The `*_costs_little_memory` tests run the real `hookloop run` against
+//! the server and bound the growth of its peak memory (`VmHWM`) over the call at 64 MiB, as
+//! tests/hostile_mcp_run.rs does for stdio servers.
+
+mod common;
+mod loopback;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hookloop::machine::ToolCall;
+use hookloop::mcp::{HostOptions, McpHost, ServerConfig, ToolHost};
+use serde_json::{Value, json};
+
+use common::{HttpServer, Scratch, connect, eventually, eventually_async, fast_options, lines};
+use loopback::{FakeProvider, Reply};
+
+/// Growth of the agent's peak memory a hostile server may cause.
+const MAX_GROWTH_KIB: u64 = 64 * 1024;
+
+/// The longest a call may outlive its timeout on a loaded machine.
+const MARGIN: Duration = Duration::from_secs(10);
+
+/// One run of tests/support/hostile_http.py, killed when dropped.
+struct Hostile {
+    child: Child,
+    url: String,
+    log: String,
+    _dir: Scratch,
+}
+
+impl Hostile {
+    /// Serves `transport` (`http` or `sse`) misbehaving as `behaviour`.
+    fn start(transport: &str, behaviour: &str, vars: &[(&str, &str)]) -> Self {
+        let dir = Scratch::new(&format!("hostile-http-{transport}-{behaviour}"));
+        let log = dir.file("log");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hostile_http.py");
+        let mut child = Command::new("python3")
+            .args([script, transport, behaviour])
+            .env("HOSTILE_LOG", &log)
+            .envs(vars.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the hostile server");
+        let mut url = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        BufReader::new(stdout).read_line(&mut url).expect("its url");
+        Self {
+            child,
+            url: url.trim().to_owned(),
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn config(&self, transport: &str) -> ServerConfig {
+        match transport {
+            "sse" => ServerConfig::sse(&self.url),
+            _ => ServerConfig::http(&self.url),
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        lines(&self.log)
+    }
+
+    /// The bytes of the misbehaving stream the server sent, whether it ended or was closed.
+    fn sent(&self) -> u64 {
+        self.log()
+            .iter()
+            .filter_map(|l| {
+                let n = l
+                    .strip_prefix("sent ")
+                    .or_else(|| l.strip_prefix("closed "))?;
+                n.parse::<u64>().ok()
+            })
+            .sum()
+    }
+
+    /// Whether the agent closed the misbehaving stream.
+    fn closed(&self) -> bool {
+        self.log().iter().any(|l| l.starts_with("closed"))
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn call(name: &str) -> ToolCall {
+    ToolCall {
+        id: "c1".into(),
+        name: name.into(),
+        arguments: json!({"n": 1}),
+    }
+}
+
+fn options(call_timeout: Duration) -> HostOptions {
+    HostOptions {
+        call_timeout,
+        ..fast_options()
+    }
+}
+
+/// Connects to the hostile server as `evil` and to a well-behaved streamable HTTP server as
+/// `good`; calls `evil__poke` and, while it runs, `good__echo` until the poke ends. Returns the
+/// poke's output text, whether it is an error, how long it took, and how many echoes answered
+/// while it ran.
+async fn poke_beside_a_good_server(
+    transport: &str,
+    hostile: &Hostile,
+    call_timeout: Duration,
+) -> (String, bool, Duration, usize, McpHost) {
+    let good = HttpServer::start(&[]);
+    let host = connect(
+        vec![
+            ("evil", hostile.config(transport)),
+            ("good", ServerConfig::http(&good.url)),
+        ],
+        options(call_timeout),
+    )
+    .await;
+    let started = Instant::now();
+    let (poke, echo) = (call("evil__poke"), call("good__echo"));
+    let mut echoes = 0;
+    let output = {
+        let mut poke = std::pin::pin!(host.call_tool(&poke));
+        loop {
+            tokio::select! {
+                output = &mut poke => break output,
+                answer = host.call_tool(&echo) => {
+                    assert!(!answer.is_error, "{answer:?}");
+                    echoes += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    };
+    let took = started.elapsed();
+    eprintln!(
+        "{transport}: poke took {took:?}, {echoes} echoes meanwhile, {} bytes sent; {:?}",
+        hostile.sent(),
+        output.joined_text()
+    );
+    (output.joined_text(), output.is_error, took, echoes, host)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_forever_answer_ends_by_the_call_timeout_and_the_stream_is_closed() {
+    let hostile = Hostile::start("http", "keepalive", &[]);
+    let timeout = Duration::from_secs(2);
+    let (text, is_error, took, echoes, _host) =
+        poke_beside_a_good_server("http", &hostile, timeout).await;
+    assert!(is_error, "{text}");
+    assert!(took >= timeout && took < timeout + MARGIN, "{took:?}");
+    assert!(echoes > 0, "the other server did not answer meanwhile");
+    assert!(
+        eventually(Duration::from_secs(20), || hostile.closed()).await,
+        "{:?}",
+        hostile.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_on_a_keepalive_forever_answer_closes_its_stream() {
+    let hostile = Hostile::start("http", "keepalive", &[]);
+    let host = connect(
+        vec![("evil", hostile.config("http"))],
+        options(Duration::from_secs(600)),
+    )
+    .await;
+    let poke = call("evil__poke");
+    let dropped = tokio::time::timeout(Duration::from_millis(300), host.call_tool(&poke)).await;
+    assert!(dropped.is_err(), "the call ended: {dropped:?}");
+    // The agent stops reading the stream it no longer needs: the server sees it closed.
+    assert!(
+        eventually(Duration::from_secs(20), || hostile.closed()).await,
+        "{:?}",
+        hostile.log()
+    );
+    let echo = host.call_tool(&call("evil__echo")).await;
+    assert_eq!(echo.joined_text(), r#"{"n":1}"#, "{echo:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_event_over_streamable_http_ends_the_call_and_the_stream() {
+    let hostile = Hostile::start("http", "endless", &[]);
+    let timeout = Duration::from_secs(5);
+    let (text, is_error, took, echoes, _host) =
+        poke_beside_a_good_server("http", &hostile, timeout).await;
+    assert!(is_error, "{text}");
+    assert!(took < timeout + MARGIN, "{took:?}");
+    assert!(echoes > 0, "the other server did not answer meanwhile");
+    assert!(
+        eventually(Duration::from_secs(20), || hostile.closed()).await,
+        "{:?}",
+        hostile.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_giant_event_over_streamable_http_ends_the_call_before_its_timeout() {
+    let hostile = Hostile::start("http", "giant", &[("HOSTILE_MB", "24")]);
+    let timeout = Duration::from_secs(30);
+    let (text, is_error, took, _, host) =
+        poke_beside_a_good_server("http", &hostile, timeout).await;
+    assert!(is_error, "{text}");
+    assert!(took < timeout, "{took:?}");
+    // The server is still there for the next call.
+    let echo = host.call_tool(&call("evil__echo")).await;
+    assert_eq!(echo.joined_text(), r#"{"n":1}"#, "{echo:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_flood_on_the_get_stream_does_not_hold_up_calls() {
+    let hostile = Hostile::start("http", "flood", &[("HOSTILE_MS", "2000")]);
+    let (text, is_error, _, echoes, _host) =
+        poke_beside_a_good_server("http", &hostile, Duration::from_secs(30)).await;
+    assert!(!is_error, "{text}");
+    assert_eq!(text, r#"{"n":1}"#);
+    assert!(echoes > 0, "the other server did not answer meanwhile");
+    assert!(
+        hostile.log().contains(&"get".to_owned()),
+        "{:?}",
+        hostile.log()
+    );
+    let flooded = eventually(Duration::from_secs(20), || hostile.sent() > 1 << 20).await;
+    assert!(flooded, "only {} bytes", hostile.sent());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_event_over_sse_breaks_the_connection_and_the_server_comes_back() {
+    let hostile = Hostile::start("sse", "endless", &[]);
+    let timeout = Duration::from_secs(5);
+    let (text, is_error, took, echoes, host) =
+        poke_beside_a_good_server("sse", &hostile, timeout).await;
+    assert!(is_error, "{text}");
+    assert!(took < timeout + MARGIN, "{took:?}");
+    assert!(echoes > 0, "the other server did not answer meanwhile");
+    assert!(
+        eventually(Duration::from_secs(20), || hostile.closed()).await,
+        "{:?}",
+        hostile.log()
+    );
+    // Closed at the 16 MiB cap, not after reading on.
+    assert!(hostile.sent() < 64 << 20, "{} bytes read", hostile.sent());
+    let came_back = eventually_async(Duration::from_secs(20), || async {
+        host.call_tool(&call("evil__echo")).await.joined_text() == r#"{"n":1}"#
+    })
+    .await;
+    assert!(came_back, "{:?}", hostile.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_flood_on_the_sse_stream_does_not_hold_up_calls() {
+    let hostile = Hostile::start("sse", "flood", &[("HOSTILE_MS", "2000")]);
+    let (text, is_error, _, echoes, _host) =
+        poke_beside_a_good_server("sse", &hostile, Duration::from_secs(30)).await;
+    assert!(!is_error, "{text}");
+    assert_eq!(text, "poked");
+    assert!(echoes > 0, "the other server did not answer meanwhile");
+    assert!(hostile.sent() > 1 << 20, "only {} bytes", hostile.sent());
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Runs `hookloop run` with the hostile server as server `evil` over `transport`, the model
+/// calling `evil__poke` once; asserts the run ends well and the agent's peak memory over the
+/// call grew by less than [`MAX_GROWTH_KIB`]. Returns the bytes the server sent.
+fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str)]) -> u64 {
+    let hostile = Hostile::start(transport, behaviour, vars);
+    let dir = Scratch::new(&format!("hostile-http-run-{transport}-{behaviour}"));
+    let config = dir.file("mcp.json");
+    let server: Value = json!({"type": transport, "url": hostile.url});
+    std::fs::write(&config, json!({"mcpServers": {"evil": server}}).to_string()).unwrap();
+    let pid = Arc::new(AtomicU32::new(0));
+    let memory = Arc::new(Mutex::new((0u64, 0u64)));
+    let turn = AtomicUsize::new(0);
+    let (seen_pid, seen_memory) = (Arc::clone(&pid), Arc::clone(&memory));
+    let provider = FakeProvider::start(move |_| {
+        let pid = seen_pid.load(Ordering::SeqCst);
+        match turn.fetch_add(1, Ordering::SeqCst) {
+            0 => {
+                seen_memory.lock().unwrap().0 = status_kib(pid, "VmRSS:");
+                Reply::tool("evil__poke", json!({}))
+            }
+            _ => {
+                seen_memory.lock().unwrap().1 = status_kib(pid, "VmHWM:");
+                Reply::text("Done.")
+            }
+        }
+    });
+    let child = Command::new(loopback::hookloop())
+        .args(["run", "--mcp-config", &config, "go"])
+        .current_dir(dir.path())
+        .env_remove("HOOKLOOP_LOG")
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    pid.store(child.id(), Ordering::SeqCst);
+    let out = child.wait_with_output().unwrap();
+    let (before, peak) = *memory.lock().unwrap();
+    let growth = peak.saturating_sub(before);
+    eprintln!(
+        "{transport} {behaviour}: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth \
+         {growth} KiB; {} bytes sent; {:?}",
+        hostile.sent(),
+        hostile.log()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(before > 0 && peak > 0);
+    assert!(growth < MAX_GROWTH_KIB, "peak grew by {growth} KiB");
+    hostile.sent()
+}
+
+#[test]
+fn an_endless_event_over_streamable_http_costs_little_memory() {
+    let sent = run_costs_little_memory("http", "endless", &[("HOSTILE_MS", "3000")]);
+    assert!(sent > 16 << 20, "only {sent} bytes");
+}
+
+#[test]
+fn a_giant_event_over_streamable_http_costs_little_memory() {
+    let sent = run_costs_little_memory("http", "giant", &[("HOSTILE_MB", "64")]);
+    assert!(sent > 16 << 20, "only {sent} bytes");
+}
+
+#[test]
+fn a_get_stream_notification_flood_costs_little_memory() {
+    let sent = run_costs_little_memory("http", "flood", &[("HOSTILE_MS", "3000")]);
+    assert!(sent > 1 << 20, "only {sent} bytes");
+}
+
+#[test]
+fn an_endless_event_over_sse_costs_little_memory() {
+    let sent = run_costs_little_memory("sse", "endless", &[("HOSTILE_MS", "3000")]);
+    assert!(sent > 16 << 20, "only {sent} bytes");
+}
+
+#[test]
+fn a_notification_flood_over_sse_costs_little_memory() {
+    let sent = run_costs_little_memory("sse", "flood", &[("HOSTILE_MS", "3000")]);
+    assert!(sent > 1 << 20, "only {sent} bytes");
+}
