@@ -87,6 +87,11 @@ impl Hostile {
             .sum()
     }
 
+    /// How many answers to the server's requests the agent posted.
+    fn answers(&self) -> usize {
+        self.log().iter().filter(|l| *l == "answer").count()
+    }
+
     /// Whether the agent closed the misbehaving stream.
     fn closed(&self) -> bool {
         self.log().iter().any(|l| l.starts_with("closed"))
@@ -333,9 +338,14 @@ fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str
     let growth = peak.saturating_sub(before);
     eprintln!(
         "{transport} {behaviour}: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth \
-         {growth} KiB; {} bytes sent; {:?}",
+         {growth} KiB; {} bytes sent; {} answers posted; {:?}",
         hostile.sent(),
-        hostile.log()
+        hostile.answers(),
+        hostile
+            .log()
+            .iter()
+            .filter(|l| *l != "answer")
+            .collect::<Vec<_>>()
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -371,5 +381,24 @@ fn an_endless_event_over_sse_costs_little_memory() {
 #[test]
 fn a_notification_flood_over_sse_costs_little_memory() {
     let sent = run_costs_little_memory("sse", "flood", &[("HOSTILE_MS", "3000")]);
+    assert!(sent > 1 << 20, "only {sent} bytes");
+}
+
+/// Each ping is answered by a POST of its own, one at a time: the agent reads the stream no
+/// faster than it posts, so the pings wait in the server's socket, not in the agent.
+#[test]
+fn a_ping_flood_over_sse_costs_little_memory() {
+    let pings = "12000";
+    let sent = run_costs_little_memory(
+        "sse",
+        "pings",
+        &[("HOSTILE_MS", "3000"), ("HOSTILE_COUNT", pings)],
+    );
+    assert!(sent > 512 << 10, "only {sent} bytes");
+}
+
+#[test]
+fn a_get_stream_ping_flood_costs_little_memory() {
+    let sent = run_costs_little_memory("http", "pings", &[("HOSTILE_MS", "3000")]);
     assert!(sent > 1 << 20, "only {sent} bytes");
 }

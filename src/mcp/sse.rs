@@ -11,7 +11,9 @@
 //! incoming message.
 //!
 //! Everything a peer sends is bounded: an event's data at [`MAX_LINE`] (as a stdio line and
-//! rmcp's largest HTTP event), the `endpoint` event's wait, each POST's time. A POST that fails,
+//! rmcp's largest HTTP event), the `endpoint` event's wait, each POST's time, and the messages
+//! waiting to be posted: past [`MAX_QUEUED_POSTS`] the stream is not read until some are, so a
+//! server flooding requests waits on its own answers. A POST that fails,
 //! a stream that ends, breaks or sends an oversized event: the connection is broken — `receive`
 //! ends, later sends fail — and the host's supervision decides what happens to the server. The
 //! transport itself never reconnects.
@@ -51,6 +53,11 @@ pub(crate) const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest one POST may take. A server of this transport answers a POST as soon as it has
 /// taken the message (`202 Accepted`); the answer to a request comes on the stream.
 const POST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Messages sent and not yet posted, past which the stream is not read: a server that floods
+/// requests (each answered by a POST, one at a time) is held back by its own stream, instead
+/// of the answers piling up.
+const MAX_QUEUED_POSTS: u64 = 64;
 
 /// The longest line of the stream: an event's data at [`MAX_LINE`], with its field name.
 const MAX_STREAM_LINE: usize = MAX_LINE + "data: ".len();
@@ -244,10 +251,16 @@ impl Transport<RoleClient> for SseTransport {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
+            let order = &self.order;
+            let events = &mut self.events;
             let event = tokio::select! {
                 biased;
                 () = self.poster.broken.wait() => return None,
-                event = self.events.next() => event,
+                // Cancel-safe: waiting for room takes nothing, and `next` is cancel-safe.
+                event = async {
+                    order.room(MAX_QUEUED_POSTS).await;
+                    events.next().await
+                } => event,
             };
             match event {
                 Ok(Some(event)) => {
@@ -444,6 +457,23 @@ impl Order {
         Turn {
             number,
             order: Arc::clone(self),
+        }
+    }
+
+    /// Waits until fewer than `max` messages are waiting for their turn or being posted.
+    async fn room(&self, max: u64) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the turns are read, so a change in between is not missed.
+            changed.as_mut().enable();
+            {
+                let turns = lock(&self.turns);
+                if turns.issued.saturating_sub(turns.current) < max {
+                    return;
+                }
+            }
+            changed.await;
         }
     }
 }

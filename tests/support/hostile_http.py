@@ -14,6 +14,8 @@ Behaviours (HOSTILE_MS bounds the ones marked "for a while"; forever when unset)
   giant       the answer to `poke` is one event of HOSTILE_MB MiB (default 24), then the answer
   flood       (http) a GET stream of `notifications/message` for a while; `poke` answers after
               (sse) the endpoint stream floods `notifications/message`, then `poke`'s answer
+  pings       as flood, with `ping` requests, at most HOSTILE_COUNT of them; every answer to
+              one logs `answer`
   none        behave
 """
 
@@ -30,6 +32,7 @@ LOG = os.environ.get("HOSTILE_LOG")
 MS = os.environ.get("HOSTILE_MS")
 DEADLINE_S = int(MS) / 1000 if MS else None
 GIANT_MB = int(os.environ.get("HOSTILE_MB", "24"))
+COUNT = int(os.environ.get("HOSTILE_COUNT", "1000000000"))
 LOCK = threading.Lock()
 TOOLS = [
     {"name": "echo", "description": "Answers its arguments.", "inputSchema": {"type": "object"}},
@@ -63,6 +66,8 @@ def answer(message):
     """The answer to a request that is not a misbehaving call, or None for a notification."""
     method, id_ = message.get("method"), message.get("id")
     if id_ is None:
+        return None
+    if method is None:
         return None
     if method == "initialize":
         version = message.get("params", {}).get("protocolVersion", "2025-06-18")
@@ -130,6 +135,11 @@ def act(write, behaviour):
         note = event(NOTE)
         while going():
             write(note)
+    elif behaviour == "pings":
+        n = 0
+        while going() and n < COUNT:
+            n += 1
+            write(event({"jsonrpc": "2.0", "id": f"ping-{n}", "method": "ping"}))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -173,12 +183,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if MODE == "http":
-            if BEHAVIOUR != "flood":
+            if BEHAVIOUR not in ("flood", "pings"):
                 self.reply(405)
                 return
             log("get")
             self.open_stream()
-            misbehave(self.write, "flood", "get")
+            misbehave(self.write, BEHAVIOUR, "get")
             return
         if self.path != "/sse":
             self.reply(404)
@@ -211,6 +221,8 @@ class Handler(BaseHTTPRequestHandler):
             if self.path != "/messages":
                 self.reply(405)
                 return
+            if "method" not in message:
+                log("answer")
             self.reply(202)
             if tool == "poke" and BEHAVIOUR != "none":
                 OUTBOX.put((BEHAVIOUR, message["id"]))
@@ -221,7 +233,9 @@ class Handler(BaseHTTPRequestHandler):
             self.open_stream()
             misbehave(self.write, BEHAVIOUR, message["id"])
             return
-        if tool == "poke" and BEHAVIOUR == "flood" and DEADLINE_S is not None:
+        if "method" not in message:
+            log("answer")
+        if tool == "poke" and BEHAVIOUR in ("flood", "pings") and DEADLINE_S is not None:
             time.sleep(DEADLINE_S)
         reply = answer(message)
         if reply is None:
