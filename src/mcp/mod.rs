@@ -6,6 +6,7 @@
 //! [`ToolOutput`] and [`HookReply`] only.
 
 pub mod auth;
+mod backlog;
 mod child;
 mod config;
 mod convert;

@@ -27,6 +27,7 @@ use super::shared::Shared;
 use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
+use crate::mcp::backlog::Backlogged;
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::{HttpConfig, ServerConfig};
 use crate::mcp::transport::LineTransport;
@@ -524,6 +525,7 @@ impl Slot {
             // rmcp builds this transport's client.
             crate::tls::install_provider();
             let transport = StreamableHttpClientTransport::from_config(transport_config);
+            let transport = Backlogged::new(transport, &self.name);
             let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                 .await
                 .map_err(|e| Handshake::Init(Box::new(e)))?;
@@ -533,6 +535,7 @@ impl Slot {
         let auth = ServerAuth::new(self.name.as_str(), config, options);
         let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
         let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+        let transport = Backlogged::new(transport, &self.name);
         match serve_client_with_lifecycle(handler, transport, lifecycle).await {
             Ok(service) => Ok((service, None, TransportKind::StreamableHttp)),
             Err(error) => Err(match auth.problem() {
