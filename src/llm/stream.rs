@@ -13,23 +13,10 @@
 use serde_json::{Map, Value, json};
 
 use crate::llm::sse::{SseEvent, SseParser};
+pub use crate::llm::{Delta, OnDelta};
 use crate::llm::{LlmError, Provider, anthropic, openai};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
-
-/// A piece of a reply as it arrives: progress for observers, never a fact for the machine.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", content = "text", rename_all = "snake_case")]
-pub enum Delta {
-    /// Text of the model's answer.
-    Text(String),
-    /// Reasoning the provider marks as such (Anthropic `thinking`, `reasoning_content` of the
-    /// Chat Completions servers that stream it).
-    Thinking(String),
-}
-
-/// Receives the deltas of one request, in order.
-pub type OnDelta<'a> = dyn FnMut(Delta) + Send + 'a;
 
 /// Turns one dialect's events into deltas and, at the end, the reply.
 pub(crate) trait Decoder: Send {
