@@ -219,33 +219,54 @@ pub fn env_lookup(var: &str) -> Result<Option<String>, ConfigError> {
 
 /// The names of the variables [`Config::from_env`] reads.
 pub mod vars {
+    /// Which servers' hooks run: unset = none, `*` = all, or a comma-separated list.
     pub const HOOK_SERVERS: &str = "MCP_HOOK_SERVERS";
+    /// Each hook call's timeout, in ms.
     pub const HOOK_TIMEOUT_MS: &str = "SPROUT_AGENT_HOOK_TIMEOUT_MS";
+    /// `_Stop` objections per session.
     pub const STOP_MAX_REJECTIONS: &str = "SPROUT_AGENT_STOP_MAX_REJECTIONS";
+    /// Model requests per prompt; 0 = unlimited.
     pub const MAX_ROUNDS: &str = "HOOKLOOP_MAX_ROUNDS";
+    /// Tool calls of one reply run at once.
     pub const TOOL_CONCURRENCY: &str = "HOOKLOOP_TOOL_CONCURRENCY";
+    /// The model's context window, in tokens.
     pub const MAX_CONTEXT_TOKENS: &str = "HOOKLOOP_MAX_CONTEXT_TOKENS";
+    /// Tokens reserved for the model's output.
     pub const MAX_OUTPUT_TOKENS: &str = "HOOKLOOP_MAX_OUTPUT_TOKENS";
+    /// The system prompt.
     pub const SYSTEM_PROMPT: &str = "HOOKLOOP_SYSTEM_PROMPT";
+    /// A file holding the system prompt.
     pub const SYSTEM_PROMPT_FILE: &str = "HOOKLOOP_SYSTEM_PROMPT_FILE";
 }
 
 /// A configuration the engine cannot run with.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A variable has a value the engine cannot use.
     #[error("{var}={value:?} is invalid: {reason}")]
     Invalid {
+        /// The variable.
         var: &'static str,
+        /// Its value.
         value: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// A variable the configuration needs is not set.
     #[error("{var} is not set: {reason}")]
-    Missing { var: &'static str, reason: String },
+    Missing {
+        /// The variable.
+        var: &'static str,
+        /// Why it is needed.
+        reason: String,
+    },
     /// A variable's value is not UTF-8.
     #[error("{var} is not valid UTF-8")]
-    NotUnicode { var: String },
+    NotUnicode {
+        /// The variable.
+        var: String,
+    },
     /// The builder was given settings that do not fit together.
     #[error("invalid configuration: {0}")]
     Builder(String),

@@ -95,11 +95,17 @@ impl PermissionAsker for AllowAll {
 /// How a prompt ended, when it did not fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum PromptStop {
+    /// The model ended its turn (and `_Stop` let it).
     EndTurn,
+    /// The output limit cut the model's reply.
     MaxTokens,
+    /// The prompt's round cap was reached.
     MaxTurnRequests,
+    /// The model refused, or a content filter cut its reply.
     Refusal,
+    /// The prompt was cancelled.
     Cancelled,
     /// The provider stopped for a reason hookloop does not know; `_Stop` was not asked. The
     /// reason's name is in the [`FinishReason::OtherStop`] the observers saw.
@@ -108,6 +114,7 @@ pub enum PromptStop {
 
 /// Why a prompt could not complete.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionError {
     /// The model could not be reached or answered garbage, after the client's retries.
     #[error("model request failed: {0}")]

@@ -16,6 +16,7 @@ pub const MAX_HOOK_TEXT_BYTES: usize = 16 * 1024;
 
 /// A lifecycle hook the engine calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Hook {
     /// Called when the model ends its turn, before the engine honours it.
     #[serde(rename = "_Stop")]
@@ -273,8 +274,11 @@ pub struct InvalidHookServer {
 /// the text, keeps a hostile answer from posing as instructions of a higher trust level.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookBody {
+    /// The hook that spoke.
     pub hook: Hook,
+    /// The server whose hook it is.
     pub server: String,
+    /// What the hook said.
     pub text: String,
 }
 

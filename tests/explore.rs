@@ -487,6 +487,7 @@ impl Subject for KillOnThirdTimeout {
                     self.timeouts.remove(server);
                 }
                 HookReply::Failed { .. } | HookReply::Skipped { .. } => {}
+                _ => {}
             }
         }
         self.out.extend(effects);

@@ -71,14 +71,14 @@ use statig::prelude::*;
 use self::catalog::Tools;
 pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
-pub use self::history::{BYTES_PER_TOKEN, History};
+pub use self::history::History;
 pub use self::input::{
     Catalog, HookReply, Input, LlmReply, PermissionDecision, ServerTools, StopReason, ToolHints,
     ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::phase::{MachineError, Phase};
-pub use self::policy::{Counters, Media, Policy};
+pub use self::policy::{BYTES_PER_TOKEN, Counters, Media, Policy};
 pub(crate) use self::request::fresh_lineage;
 pub use self::request::{Lineage, LlmRequest};
 use self::round::{HookRound, ToolBatch};

@@ -35,6 +35,9 @@ pub struct Policy {
     pub ask_permission: bool,
 }
 
+/// Bytes per token in the estimate used before the provider reports usage.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
 /// How a model's dialect carries the images and binary resources of tool results, which decides
 /// what they cost in its context. The default sends none of them: each is a one-line
 /// description.
@@ -65,9 +68,13 @@ impl Media {
 }
 
 impl Policy {
+    /// The default hook timeout, in ms.
     pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 2_500;
+    /// The default `_Stop` budget per session.
     pub const DEFAULT_STOP_MAX_REJECTIONS: u32 = 3;
+    /// The default context window, in tokens.
     pub const DEFAULT_MAX_CONTEXT_TOKENS: u64 = 200_000;
+    /// The default output reservation, in tokens.
     pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
     /// Consecutive hook timeouts of one server that get it killed.
     pub const KILL_AFTER_TIMEOUTS: u32 = 2;
@@ -97,6 +104,7 @@ impl Default for Policy {
 /// Session-wide counters. They survive across prompts: a session gets one objection budget,
 /// however many prompts it runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Counters {
     /// `_Stop` rounds that objected.
     pub objections: u32,

@@ -41,8 +41,11 @@ pub const META_HOOK: &str = "hookloop/hook";
 
 /// A server that did not start; the session runs without it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct StartupFailure {
+    /// The server that failed to start.
     pub server: ServerName,
+    /// Why.
     pub error: McpError,
 }
 

@@ -73,10 +73,15 @@ pub fn check_pairing(messages: &[Message]) -> Result<(), String> {
 /// A request as the scripted model saw it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeenRequest {
+    /// What the request was for.
     pub purpose: Purpose,
+    /// The system prompt.
     pub system: Option<String>,
+    /// The history sent.
     pub messages: Vec<Message>,
+    /// The tools offered.
     pub tools: Vec<ToolSpec>,
+    /// The summary instruction, for a summary request.
     pub instruction: Option<String>,
 }
 
@@ -269,9 +274,25 @@ struct HostState {
 /// Something the host was asked to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostEvent {
-    Tool { name: String, arguments: Value },
-    Hook { server: ServerName, hook: Hook },
-    Kill { server: ServerName },
+    /// A tool was called.
+    Tool {
+        /// The qualified tool name.
+        name: String,
+        /// The arguments.
+        arguments: Value,
+    },
+    /// A hook was called.
+    Hook {
+        /// The server.
+        server: ServerName,
+        /// The hook.
+        hook: Hook,
+    },
+    /// A server was killed.
+    Kill {
+        /// The server.
+        server: ServerName,
+    },
 }
 
 impl InProcessHost {
