@@ -54,6 +54,7 @@ pub use self::fingerprint::{Canon, Grain, SizeRegion};
 mod history;
 mod input;
 mod message;
+mod pairing;
 mod phase;
 mod policy;
 mod request;
@@ -77,6 +78,7 @@ pub use self::input::{
     ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
+pub use self::pairing::check_pairing;
 pub use self::phase::{MachineError, Phase};
 pub use self::policy::{BYTES_PER_TOKEN, Counters, Media, Policy};
 pub(crate) use self::request::fresh_lineage;
