@@ -17,11 +17,12 @@ use crate::config::Config;
 use crate::hooks::{Hook, ServerName};
 use crate::llm::{Delta, LlmClient, LlmError};
 use crate::machine::{
-    CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError,
-    Message, PermissionDecision, Phase, Purpose, ToolCall,
+    AgentId, CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine,
+    MachineError, Message, PermissionDecision, Phase, Purpose, ToolCall,
 };
 use crate::mcp::{HookCall, ToolHost};
 
+mod agents;
 mod floor;
 
 /// How long past the hook timeout the driver waits for a host that failed to enforce it.
@@ -59,6 +60,29 @@ pub trait Observer: Send {
     /// [`Input::LlmReplied`] (a reply that fails midway follows as `LlmFailed`).
     fn on_delta(&mut self, at: Duration, delta: &Delta) {
         let _ = (at, delta);
+    }
+
+    /// An order of the subagent `agent` (the id of the `agent` call that started it), before
+    /// the driver performs it. A subagent's orders and facts come only through these methods,
+    /// never through [`on_effect`](Self::on_effect) and [`on_fact`](Self::on_fact).
+    fn on_agent_effect(&mut self, at: Duration, agent: &AgentId, effect: &Effect) {
+        let _ = (at, agent, effect);
+    }
+
+    /// A fact the driver fed to the subagent `agent`: its first is its catalog, its second its
+    /// task as [`Input::Prompted`].
+    fn on_agent_fact(&mut self, at: Duration, agent: &AgentId, fact: &Input) {
+        let _ = (at, agent, fact);
+    }
+
+    /// A piece of a subagent's reply as it streams in. Progress only.
+    fn on_agent_delta(&mut self, at: Duration, agent: &AgentId, delta: &Delta) {
+        let _ = (at, agent, delta);
+    }
+
+    /// A call of a subagent's last [`Effect::CallTools`] begins to run. Progress only.
+    fn on_agent_call_started(&mut self, at: Duration, agent: &AgentId, id: &CallId) {
+        let _ = (at, agent, id);
     }
 }
 
@@ -397,11 +421,32 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
 
     async fn perform_tools(&mut self, calls: Vec<ToolCall>) -> Result<Option<Next>, SessionError> {
         let host = &self.host;
-        let run = |call: ToolCall| async move {
+        let (events, mut agent_events) = tokio::sync::mpsc::unbounded_channel();
+        let family = agents::Family {
+            llm: &self.llm,
+            host,
+            asker: &*self.asker,
+            tool_concurrency: self.tool_concurrency,
+            started: self.boundary.started,
+            events,
+        };
+        let family = &family;
+        // The `agent` calls among them run subagents, made now, while the machine is free.
+        let calls: Vec<(ToolCall, Option<Machine>)> = calls
+            .into_iter()
+            .map(|call| {
+                let child = self.boundary.machine.spawn_child(&call);
+                (call, child)
+            })
+            .collect();
+        let run = |call: ToolCall, child: Option<Machine>| async move {
             let started = Instant::now();
             // Boxed where it is made: the host's call is a large future (an MCP round trip),
             // and unboxed it would be copied whole at each move on its way into the fan-out.
-            let output = Box::pin(host.call_tool(&call)).await;
+            let output = match child {
+                Some(child) => family.run(child).await,
+                None => Box::pin(host.call_tool(&call)).await,
+            };
             let elapsed_ms = started.elapsed().as_millis();
             tracing::debug!(tool = %call.name, elapsed_ms, "tool call ended");
             Input::ToolFinished {
@@ -411,13 +456,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         };
         let queue = calls
             .into_iter()
-            .map(|call| (Some(call.id.clone()), run(call)));
+            .map(|(call, child)| (Some(call.id.clone()), run(call, child)));
         fan_out(
             &mut self.boundary,
             &mut self.cancel_rx,
             host,
             self.tool_concurrency,
             queue,
+            Some(&mut agent_events),
         )
         .await
     }
@@ -451,6 +497,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             host,
             usize::MAX,
             calls,
+            None,
         )
         .await
     }
@@ -480,6 +527,7 @@ pub(crate) fn hook_calls<'a>(
     per_subject
         .into_iter()
         .flat_map(move |(subject, arguments)| {
+            let context = context.clone();
             servers.iter().map(move |server| {
                 (
                     subject,
@@ -487,7 +535,7 @@ pub(crate) fn hook_calls<'a>(
                         server: server.clone(),
                         hook,
                         timeout,
-                        context,
+                        context: context.clone(),
                         arguments: arguments.clone(),
                     },
                 )
@@ -507,13 +555,15 @@ pub(crate) async fn call_hook_bounded(host: &impl ToolHost, call: &HookCall) -> 
 /// Runs the calls of `queue`, `limit` at a time, starting the next each time one ends (telling
 /// the observers when a tool call starts), and feeds each outcome to the machine as it
 /// arrives, until the machine gives its next order or the prompt is cancelled (the calls still
-/// running are dropped, which cancels them).
+/// running are dropped, which cancels them). What subagents among the calls saw reaches the
+/// observers through `agent_events`, each before the result of the call it belongs to.
 async fn fan_out<F: Future<Output = Input>>(
     boundary: &mut Boundary,
     cancel_rx: &mut watch::Receiver<u64>,
     host: &impl ToolHost,
     limit: usize,
     queue: impl Iterator<Item = (Option<CallId>, F)>,
+    mut agent_events: Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
 ) -> Result<Option<Next>, SessionError> {
     let mut queue = queue.peekable();
     let mut running = FuturesUnordered::new();
@@ -532,9 +582,14 @@ async fn fan_out<F: Future<Output = Input>>(
         tokio::select! {
             biased;
             () = cancelled(cancel_rx) => {
+                // Dropping a subagent's run cancels it, and it says so before the parent hears.
                 drop(running);
+                boundary.observe_agents(&mut agent_events);
                 boundary.feed(Input::Cancelled)?;
                 return boundary.drain(host).await;
+            }
+            Some(stamped) = next_agent_event(&mut agent_events) => {
+                boundary.observe_agent(stamped);
             }
             ended = running.next() => {
                 // Every call answered and no order came: the caller decides if that is a stall.
@@ -544,6 +599,7 @@ async fn fan_out<F: Future<Output = Input>>(
                     // plans the next request.
                     boundary.sync_catalog(host)?;
                 }
+                boundary.observe_agents(&mut agent_events);
                 boundary.feed(fact)?;
                 if let Some(next) = boundary.drain(host).await? {
                     return Ok(Some(next));
@@ -596,6 +652,33 @@ impl Boundary {
             observer.on_fact(at, &fact);
         }
         self.machine.handle(fact)
+    }
+
+    /// Shows the observers what a subagent's boundary saw.
+    fn observe_agent(&mut self, stamped: agents::Stamped) {
+        let agents::Stamped { at, agent, event } = stamped;
+        for observer in &mut self.observers {
+            match &event {
+                agents::AgentEvent::Effect(effect) => observer.on_agent_effect(at, &agent, effect),
+                agents::AgentEvent::Fact(fact) => observer.on_agent_fact(at, &agent, fact),
+                agents::AgentEvent::Delta(delta) => observer.on_agent_delta(at, &agent, delta),
+                agents::AgentEvent::CallStarted(id) => {
+                    observer.on_agent_call_started(at, &agent, id);
+                }
+            }
+        }
+    }
+
+    /// Shows the observers every subagent event already sent.
+    fn observe_agents(
+        &mut self,
+        events: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
+    ) {
+        if let Some(events) = events {
+            while let Ok(stamped) = events.try_recv() {
+                self.observe_agent(stamped);
+            }
+        }
     }
 
     fn observe_call_started(&mut self, id: &CallId) {
@@ -731,6 +814,16 @@ impl Boundary {
 fn next_session_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The next subagent event; never, without a receiver.
+async fn next_agent_event(
+    events: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
+) -> Option<agents::Stamped> {
+    match events {
+        Some(events) => events.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when the handle cancels; never, if every handle is gone.

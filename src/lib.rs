@@ -43,6 +43,17 @@
 //!   machine was about to make; a `_PreToolUse` denial answers the model's own call). The model
 //!   requests of a session are at most (replies with tool calls or paused) + (prompts) +
 //!   (`_Stop` budget) + (compactions); property tests check this bound over every hook.
+//! - Subagents (off unless configured: [`ConfigBuilder::subagents`], `HOOKLOOP_SUBAGENTS`)
+//!   add one term per child and lift nothing. A child is one `agent` call; at most `N` (the
+//!   concurrency limit) run per reply that makes them, so a prompt starts at most `N` × (its
+//!   replies with tool calls) children. Each child is one prompt under the same rules, its
+//!   `_SubagentStop` budget `B` its own: its requests are at most (its replies with tool calls
+//!   or paused) + 1 + `B` + (its compactions), and with the round cap `R` (`max_rounds`, counted
+//!   per agent) at most `R` + `B` + (its compactions), where a compaction needs a reply between
+//!   two. With depth limit `D` (1 by default: children start none), a prompt's model requests
+//!   are at most `T(D)`, `T(0)` = `R` + `B` + `C` and `T(d)` = `R` + `B` + `C` + `R`·`N`·`T(d-1)`,
+//!   `C` the compactions of one agent's prompt (at most `R` + `B`). Hooks inside a child add no
+//!   request beyond its own `_SubagentStop` budget.
 //! - If the model ends its turn again right after an objection, the turn ends: it heard and
 //!   declined.
 //! - Hook output reaches the model JSON-encoded, as a tool result, never as instructions.

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
+use crate::machine::agents::AgentRef;
 use crate::machine::digest::RequestDigest;
 use crate::machine::message::{CallId, ToolCall};
 
@@ -90,14 +91,18 @@ pub enum Purpose {
 }
 
 /// Session facts a hook server may use (sent as `_meta`; servers that ignore it are unaffected).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Inside a subagent, the counts are the subagent's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookContext {
-    /// `_Stop` objections counted so far in this session.
+    /// `_Stop` (in a subagent, `_SubagentStop`) objections counted so far in this agent.
     pub objections_so_far: u32,
-    /// `_Stop` rounds left before the engine stops asking.
+    /// `_Stop` (`_SubagentStop`) rounds left before the engine stops asking.
     pub budget_left: u32,
-    /// Compactions done in this session, the current one included.
+    /// Compactions done in this agent, the current one included.
     pub compactions: u32,
+    /// The subagent asking (`_meta["hookloop/agent"]`); none for the top-level agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
 }
 
 /// Something the embedder may want to show: why the agent kept working, or why it stopped.

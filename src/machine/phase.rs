@@ -27,7 +27,8 @@ pub enum Phase {
     /// Waiting for the user to decide whether a destructive tool call may run.
     AwaitingPermission,
     /// Waiting for the answers of another hook: `_SessionStart`, `_UserPromptSubmit`,
-    /// `_PreToolUse`, `_PostToolUse`, `_PreCompact` or `_SessionEnd`.
+    /// `_PreToolUse`, `_PostToolUse`, `_PreCompact`, `_SessionEnd`, or a subagent's
+    /// `_SubagentStart` or `_SubagentStop`.
     AwaitingHook(Hook),
     /// Closed: absorbing.
     Done,
@@ -44,7 +45,9 @@ impl Phase {
             | Hook::PreToolUse
             | Hook::PostToolUse
             | Hook::PreCompact
-            | Hook::SessionEnd => Self::AwaitingHook(hook),
+            | Hook::SessionEnd
+            | Hook::SubagentStart
+            | Hook::SubagentStop => Self::AwaitingHook(hook),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::agents::Subagents;
 use crate::hooks::{HookServers, ServerName};
 
 /// The machine's settings. [`Config`](crate::Config) builds one; the defaults are the spec's.
@@ -33,6 +34,10 @@ pub struct Policy {
     /// and waits for the decision. Off by default: only a front end that can ask turns it on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ask_permission: bool,
+    /// The subagent capability: the built-in `agent` tool and its limits. Off (`None`) by
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<Subagents>,
 }
 
 /// Bytes per token in the estimate used before the provider reports usage.
@@ -79,6 +84,12 @@ impl Policy {
     /// Consecutive hook timeouts of one server that get it killed.
     pub const KILL_AFTER_TIMEOUTS: u32 = 2;
 
+    /// Whether an agent at `depth` (0 = the top-level agent) is offered `agent`: subagents are
+    /// on and it is above the depth limit.
+    pub fn offers_agent_at(&self, depth: u32) -> bool {
+        self.subagents.is_some_and(|s| depth < s.max_depth)
+    }
+
     /// Tokens the history (with system prompt and tools) may use before it is compacted.
     pub fn context_budget(&self) -> u64 {
         self.max_context_tokens
@@ -97,6 +108,7 @@ impl Default for Policy {
             max_output_tokens: Self::DEFAULT_MAX_OUTPUT_TOKENS,
             media: Media::default(),
             ask_permission: false,
+            subagents: None,
         }
     }
 }

@@ -262,9 +262,10 @@ impl Live {
                 subjects,
             } => {
                 let timeout = Duration::from_millis(timeout_ms);
-                let calls: Vec<HookCall> = hook_calls(hook, &servers, timeout, context, &subjects)
-                    .map(|(_, call)| call)
-                    .collect();
+                let calls: Vec<HookCall> =
+                    hook_calls(hook, &servers, timeout, context.clone(), &subjects)
+                        .map(|(_, call)| call)
+                        .collect();
                 let keys: Vec<_> = hook_calls(hook, &servers, timeout, context, &subjects)
                     .map(|(subject, call)| (call.server, subject))
                     .collect();
