@@ -94,6 +94,7 @@ pub mod machine;
 pub mod mcp;
 pub mod progress;
 pub mod supervisor;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod text;
