@@ -212,10 +212,12 @@ pub fn init_logging(default: &str) -> Result<Telemetry, Failure> {
         // when stderr is what failed.
         .log_internal_errors(false)
         .with_ansi(ansi)
-        .with_target(false)
-        .with_filter(filter);
+        .with_target(false);
     #[cfg(feature = "otel")]
     {
+        use tracing_subscriber::filter::FilterExt as _;
+
+        let logs = logs.with_filter(filter.and(hookloop::telemetry::export::once_per_kind()));
         let exporter = hookloop::telemetry::export::Exporter::from_env()
             .map_err(|e| Failure::usage(e.to_string()))?;
         let spans = exporter.as_ref().map(|exporter| exporter.layer());
@@ -224,7 +226,9 @@ pub fn init_logging(default: &str) -> Result<Telemetry, Failure> {
     }
     #[cfg(not(feature = "otel"))]
     {
-        tracing_subscriber::registry().with(logs).init();
+        tracing_subscriber::registry()
+            .with(logs.with_filter(filter))
+            .init();
         Ok(Telemetry {})
     }
 }

@@ -182,3 +182,24 @@ pub(super) fn flush_in_background() {
         FLUSHING.store(false, Ordering::Release);
     }
 }
+
+/// A filter for the process's log layer: each kind of log line of the OpenTelemetry crates (an
+/// export that failed, the first dropped span, the count dropped at exit) passes once, so a
+/// collector that stays unreachable is said once rather than at every batch.
+pub fn once_per_kind<S>() -> impl tracing_subscriber::layer::Filter<S> {
+    static SEEN: std::sync::Mutex<Vec<tracing::callsite::Identifier>> =
+        std::sync::Mutex::new(Vec::new());
+    tracing_subscriber::filter::dynamic_filter_fn(|meta, _| {
+        if !meta.target().starts_with("opentelemetry") {
+            return true;
+        }
+        // The callsites are the crates' own: a fixed, small set.
+        let mut seen = crate::text::lock(&SEEN);
+        if seen.contains(&meta.callsite()) {
+            return false;
+        }
+        seen.push(meta.callsite());
+        true
+    })
+    .with_callsite_filter(|_| tracing::subscriber::Interest::sometimes())
+}
