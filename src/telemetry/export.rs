@@ -41,8 +41,11 @@ pub enum TelemetryError {
     /// A variable has a value this build cannot follow.
     #[error("{variable}={value:?}: {reason}")]
     Invalid {
+        /// The variable.
         variable: &'static str,
+        /// Its value.
         value: String,
+        /// What this build can follow.
         reason: &'static str,
     },
     /// The exporter could not be built.

@@ -143,7 +143,7 @@ pub const EVENT_UNKNOWN_TOOL: &str = "hookloop.unknown_tool_refused";
 pub const EVENT_KILL: &str = "hookloop.supervision.kill";
 /// A supervision event of the tool host: a server exited, was restarted or retired.
 pub const EVENT_SUPERVISION: &str = "hookloop.supervision";
-/// Event attributes.
+/// The `_Stop` rounds left after an objection (an event attribute).
 pub const BUDGET_LEFT: &str = "hookloop.budget_left";
 /// The reason of an event.
 pub const REASON: &str = "hookloop.reason";
