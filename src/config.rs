@@ -258,6 +258,7 @@ pub mod vars {
     pub const SYSTEM_PROMPT: &str = "HOOKLOOP_SYSTEM_PROMPT";
     /// A file holding the system prompt.
     pub const SYSTEM_PROMPT_FILE: &str = "HOOKLOOP_SYSTEM_PROMPT_FILE";
+    /// Subagents: at most this many children at once; `0` or unset turns them off.
     pub const SUBAGENTS: &str = "HOOKLOOP_SUBAGENTS";
 }
 

@@ -21,6 +21,7 @@ use crate::machine::{
     MachineError, Message, PermissionDecision, Phase, Purpose, ToolCall,
 };
 use crate::mcp::{HookCall, ToolHost};
+use crate::telemetry::{self, SessionTrace};
 
 mod agents;
 mod floor;
@@ -176,6 +177,7 @@ pub struct Session<L, H> {
     cancel_tx: Arc<watch::Sender<u64>>,
     cancel_rx: watch::Receiver<u64>,
     span: tracing::Span,
+    trace: SessionTrace,
 }
 
 impl<L: LlmClient, H: ToolHost> Session<L, H> {
@@ -198,7 +200,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             asker: Box::new(AllowAll),
             boundary: Boundary {
                 machine,
-                observers: Vec::new(),
+                observers: vec![Box::new(telemetry::BoundaryTrace)],
                 started: Instant::now(),
                 catalog_generation: None,
                 llm_error: None,
@@ -207,7 +209,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             cancel_tx: Arc::new(tx),
             cancel_rx,
             span: tracing::info_span!("session", id = next_session_id()),
+            trace: SessionTrace::new(),
         }
+    }
+
+    /// What the session's trace spans say of it: the conversation id and the model (see
+    /// [`telemetry`](crate::telemetry)).
+    pub fn trace_mut(&mut self) -> &mut SessionTrace {
+        &mut self.trace
     }
 
     /// How many tool calls of one reply run at once; the rest wait their turn, in order.
@@ -275,7 +284,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     pub async fn prompt(&mut self, text: impl Into<String>) -> Result<PromptStop, SessionError> {
         let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
         let lead = Duration::from_millis(self.boundary.machine.policy().hook_timeout_ms);
-        floor::with_timer_floor(lead, self.run_prompt(text.into()).instrument(span)).await
+        let agent = self.trace.invoke_agent();
+        let run = floor::with_timer_floor(lead, self.run_prompt(text.into()).instrument(span));
+        let result = run.instrument(agent.clone()).await;
+        telemetry::prompt_ended(&agent, &result);
+        result
     }
 
     /// Ends the session: a prompt still running (its future dropped) ends as cancelled,
@@ -285,7 +298,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// prompt, say) does not.
     pub async fn close(&mut self) -> Result<(), SessionError> {
         let span = tracing::info_span!(parent: &self.span, "close");
-        async {
+        let closed = async {
             // A front end closing a session cancels its prompt first (ACP `session/close`, a
             // client that went away): that cancel was for the prompt, and if it stood it would
             // drop `_SessionEnd` before a single server was asked.
@@ -311,7 +324,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             Ok(())
         }
         .instrument(span)
-        .await
+        .await;
+        // `session/close` and the end of a run: what the session traced goes out now, off this
+        // thread (a collector never holds a session up).
+        telemetry::flush_in_background();
+        closed
     }
 
     /// A session that goes on from `machine` mid-way: a machine rebuilt from a transcript (see
@@ -327,14 +344,18 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// finishes, as [`prompt`](Self::prompt) would have.
     pub async fn resume(&mut self) -> Result<PromptStop, SessionError> {
         let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
-        async {
+        let agent = self.trace.invoke_agent();
+        let result = async {
             self.cancel_rx.borrow_and_update();
             self.boundary.llm_error = None;
             let next = self.boundary.drain(&self.host).await?;
             self.run_until_finish(next).await
         }
         .instrument(span)
-        .await
+        .instrument(agent.clone())
+        .await;
+        telemetry::prompt_ended(&agent, &result);
+        result
     }
 
     async fn run_prompt(&mut self, text: String) -> Result<PromptStop, SessionError> {
@@ -368,20 +389,34 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     }
 
     async fn perform_permission(&mut self, call: ToolCall) -> Result<Option<Next>, SessionError> {
+        let span = telemetry::permission(&call);
         let fact = tokio::select! {
             biased;
             () = cancelled(&mut self.cancel_rx) => Input::Cancelled,
-            decision = self.asker.decide(&call) => Input::PermissionDecided {
+            decision = self.asker.decide(&call).instrument(span.clone()) => Input::PermissionDecided {
                 id: call.id.clone(),
                 decision,
             },
         };
+        telemetry::permission_decided(&span, &fact);
+        drop(span);
         self.boundary.sync_catalog(&self.host)?;
         self.boundary.feed(fact)?;
         self.boundary.drain(&self.host).await
     }
 
     async fn perform_llm(&mut self, purpose: Purpose) -> Result<Option<Next>, SessionError> {
+        // A summary's span holds its model request and the compaction's sizes.
+        let compaction = telemetry::compaction(purpose);
+        async { self.perform_llm_request(purpose).await }
+            .instrument(compaction)
+            .await
+    }
+
+    async fn perform_llm_request(
+        &mut self,
+        purpose: Purpose,
+    ) -> Result<Option<Next>, SessionError> {
         let outcome = {
             let Boundary {
                 machine,
@@ -390,18 +425,26 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 ..
             } = &mut self.boundary;
             let request = machine.request(purpose);
+            let chat = self.trace.chat(purpose, request.max_output_tokens);
+            let mut first_chunk = telemetry::FirstChunk::new(&chat);
             let mut on_delta = |delta: Delta| {
+                first_chunk.seen();
                 let at = started.elapsed();
                 for observer in observers.iter_mut() {
                     observer.on_delta(at, &delta);
                 }
             };
-            let call = self.llm.stream(request, &mut on_delta);
-            tokio::select! {
+            let call = self
+                .llm
+                .stream(request, &mut on_delta)
+                .instrument(chat.clone());
+            let outcome = tokio::select! {
                 biased;
                 () = cancelled(&mut self.cancel_rx) => None,
                 result = call => Some(result),
-            }
+            };
+            telemetry::chat_ended(&chat, outcome.as_ref());
+            outcome
         };
         let fact = match outcome {
             None => Input::Cancelled,
@@ -441,12 +484,18 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             .collect();
         let run = |call: ToolCall, child: Option<Machine>| async move {
             let started = Instant::now();
+            let span = telemetry::execute_tool(&call);
             // Boxed where it is made: the host's call is a large future (an MCP round trip),
             // and unboxed it would be copied whole at each move on its way into the fan-out.
             let output = match child {
-                Some(child) => family.run(child).await,
-                None => Box::pin(host.call_tool(&call)).await,
+                Some(child) => family.run(child).instrument(span.clone()).await,
+                None => {
+                    Box::pin(host.call_tool(&call))
+                        .instrument(span.clone())
+                        .await
+                }
             };
+            telemetry::tool_ended(&span, &output);
             let elapsed_ms = started.elapsed().as_millis();
             tracing::debug!(tool = %call.name, elapsed_ms, "tool call ended");
             Input::ToolFinished {
@@ -477,10 +526,15 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             context,
             subjects,
         } = hooks;
+        let round = telemetry::hook_round(hook, servers.len(), &context);
         let calls =
             hook_calls(hook, &servers, timeout, context, &subjects).map(|(subject, call)| {
                 let answer = async move {
-                    let reply = call_hook_bounded(host, &call).await;
+                    let span = telemetry::hook_answer(hook, &call.server);
+                    let reply = call_hook_bounded(host, &call)
+                        .instrument(span.clone())
+                        .await;
+                    telemetry::hook_answered(&span, &reply);
                     Input::HookAnswered {
                         server: call.server,
                         hook,
@@ -499,6 +553,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             calls,
             None,
         )
+        .instrument(round)
         .await
     }
 }

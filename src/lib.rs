@@ -311,6 +311,7 @@ pub mod mcp;
 mod private;
 pub mod progress;
 pub mod supervisor;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

@@ -175,6 +175,7 @@ fn drive(machine: &mut Machine, world: &mut World) -> FinishReason {
                     }
                     Hook::PreToolUse | Hook::PostToolUse | Hook::PreCompact | Hook::PostCompact => {
                     }
+                    other => panic!("a hook this test does not know: {other}"),
                 }
                 assert_eq!(context.agent, me, "a hook call names the agent asking");
                 let count = subjects.len().max(1);

@@ -67,7 +67,9 @@ impl fmt::Display for AgentId {
 /// when the parent is the session's top-level agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentRef {
+    /// The subagent's id, stable within the session.
     pub id: AgentId,
+    /// The id of the subagent that started it; none for a child of the top-level agent.
     pub parent: Option<AgentId>,
 }
 

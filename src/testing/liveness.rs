@@ -140,7 +140,9 @@ impl HookLiveness {
                 | Hook::Stop
                 | Hook::PreCompact
                 | Hook::PostCompact
-                | Hook::SessionEnd => 0,
+                | Hook::SessionEnd
+                | Hook::SubagentStart
+                | Hook::SubagentStop => 0,
             };
             ensure(subjects == owed, RULE, || {
                 format!("{hook} about {subjects} subjects, its rule names {owed}")
@@ -218,7 +220,11 @@ impl HookLiveness {
                     | Hook::SessionEnd
                     | Hook::PreToolUse
                     | Hook::PostToolUse
-                    | Hook::Stop => None,
+                    | Hook::Stop
+                    // A child's rounds: children are checked by tests/subagent_props.rs, and
+                    // the explored configurations never start one.
+                    | Hook::SubagentStart
+                    | Hook::SubagentStop => None,
                 };
                 next.map_or_else(request, |h| Expect::Round(Some(h)))
             }
