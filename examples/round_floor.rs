@@ -5,8 +5,8 @@
 //! the script sends (`initialize`, `session/new`, `session/prompt`), MCP over stdio to the todo
 //! server it is given (the handshake, then per round `_PreToolUse` and the tool call, and `_Stop`
 //! at the end), and Chat Completions over HTTP/1.1 keep-alive to the script's model. Each round
-//! it sends what the engine sends: the whole history (each message encoded once, appended), two
-//! `session/update` lines, two MCP calls. It has no timeouts, no cancellation, no hooks beyond
+//! it sends what the engine sends: the whole history (each message encoded once, appended), three
+//! `session/update` lines (the call pending, in progress, completed), two MCP calls. It has no timeouts, no cancellation, no hooks beyond
 //! those two, no supervision and no concurrency: what it costs per round is what the operating
 //! system and the peers charge for the round's I/O, plus a minimal encoding and decoding. The
 //! engine cannot cost less than this on the same machine; how far above it is the measure.
@@ -263,6 +263,10 @@ impl Session {
                     },
                 };
                 self.call("tools/call", pre)?;
+                start_update(&mut line, "tool_call_update", id)?;
+                line.extend_from_slice(b",\"status\":\"in_progress\"}}}\n");
+                acp.write_all(&line)?;
+                acp.flush()?;
                 #[derive(Serialize)]
                 struct Tool<'a> {
                     name: &'a str,

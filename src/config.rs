@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::hooks::HookServers;
-use crate::machine::Policy;
+use crate::machine::{Policy, Subagents};
 
 /// Everything a [`Session`](crate::Session) needs besides its two injected traits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +47,7 @@ impl Config {
     /// | `HOOKLOOP_MAX_OUTPUT_TOKENS` | 8192 | reserved for output; must be below the window |
     /// | `HOOKLOOP_SYSTEM_PROMPT` | none | the system prompt |
     /// | `HOOKLOOP_SYSTEM_PROMPT_FILE` | none | a file holding it (UTF-8); not with the above |
+    /// | `HOOKLOOP_SUBAGENTS` | 0 | N > 0 offers the model the `agent` tool, at most N subagents at once; 0 = off |
     ///
     /// The model provider's own variables are read by
     /// [`LlmConfig::from_lookup`](crate::llm::LlmConfig::from_lookup).
@@ -73,6 +74,11 @@ impl Config {
         }
         if let Some(n) = parse_number::<usize>(&lookup, vars::TOOL_CONCURRENCY, 1)? {
             builder = builder.tool_concurrency(n);
+        }
+        if let Some(n) = parse_number::<u32>(&lookup, vars::SUBAGENTS, 0)?
+            && n > 0
+        {
+            builder = builder.subagents(Subagents::new(n));
         }
         let context = parse_number::<u64>(&lookup, vars::MAX_CONTEXT_TOKENS, 1)?;
         let output = parse_number::<u32>(&lookup, vars::MAX_OUTPUT_TOKENS, 1)?;
@@ -181,6 +187,14 @@ impl ConfigBuilder {
         self
     }
 
+    /// Turns subagents on: the model is offered the built-in `agent` tool, and at most
+    /// `settings.concurrency` of its calls in one reply run, at once, each a subagent with its
+    /// own history, round cap and objection budget, nesting at most `settings.max_depth` deep.
+    pub fn subagents(mut self, settings: Subagents) -> Self {
+        self.config.policy.subagents = Some(settings);
+        self
+    }
+
     /// Checks the settings.
     pub fn build(self) -> Result<Config, ConfigError> {
         let config = self.config;
@@ -188,6 +202,13 @@ impl ConfigBuilder {
         if policy.hook_timeout_ms == 0 {
             return Err(ConfigError::Builder(
                 "the hook timeout must be at least 1 ms".into(),
+            ));
+        }
+        if let Some(settings) = policy.subagents
+            && (settings.concurrency == 0 || settings.max_depth == 0)
+        {
+            return Err(ConfigError::Builder(
+                "subagent concurrency and depth must be at least 1".into(),
             ));
         }
         if config.tool_concurrency == 0 {
@@ -219,33 +240,56 @@ pub fn env_lookup(var: &str) -> Result<Option<String>, ConfigError> {
 
 /// The names of the variables [`Config::from_env`] reads.
 pub mod vars {
+    /// Which servers' hooks run: unset = none, `*` = all, or a comma-separated list.
     pub const HOOK_SERVERS: &str = "MCP_HOOK_SERVERS";
+    /// Each hook call's timeout, in ms.
     pub const HOOK_TIMEOUT_MS: &str = "SPROUT_AGENT_HOOK_TIMEOUT_MS";
+    /// `_Stop` objections per session.
     pub const STOP_MAX_REJECTIONS: &str = "SPROUT_AGENT_STOP_MAX_REJECTIONS";
+    /// Model requests per prompt; 0 = unlimited.
     pub const MAX_ROUNDS: &str = "HOOKLOOP_MAX_ROUNDS";
+    /// Tool calls of one reply run at once.
     pub const TOOL_CONCURRENCY: &str = "HOOKLOOP_TOOL_CONCURRENCY";
+    /// The model's context window, in tokens.
     pub const MAX_CONTEXT_TOKENS: &str = "HOOKLOOP_MAX_CONTEXT_TOKENS";
+    /// Tokens reserved for the model's output.
     pub const MAX_OUTPUT_TOKENS: &str = "HOOKLOOP_MAX_OUTPUT_TOKENS";
+    /// The system prompt.
     pub const SYSTEM_PROMPT: &str = "HOOKLOOP_SYSTEM_PROMPT";
+    /// A file holding the system prompt.
     pub const SYSTEM_PROMPT_FILE: &str = "HOOKLOOP_SYSTEM_PROMPT_FILE";
+    /// Subagents: at most this many children at once; `0` or unset turns them off.
+    pub const SUBAGENTS: &str = "HOOKLOOP_SUBAGENTS";
 }
 
 /// A configuration the engine cannot run with.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A variable has a value the engine cannot use.
     #[error("{var}={value:?} is invalid: {reason}")]
     Invalid {
+        /// The variable.
         var: &'static str,
+        /// Its value.
         value: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// A variable the configuration needs is not set.
     #[error("{var} is not set: {reason}")]
-    Missing { var: &'static str, reason: String },
+    Missing {
+        /// The variable.
+        var: &'static str,
+        /// Why it is needed.
+        reason: String,
+    },
     /// A variable's value is not UTF-8.
     #[error("{var} is not valid UTF-8")]
-    NotUnicode { var: String },
+    NotUnicode {
+        /// The variable.
+        var: String,
+    },
     /// The builder was given settings that do not fit together.
     #[error("invalid configuration: {0}")]
     Builder(String),
@@ -392,6 +436,23 @@ mod tests {
     }
 
     #[test]
+    fn subagents_are_on_with_hookloop_subagents_above_zero_and_off_at_zero_or_unset() {
+        let on = from(&[("HOOKLOOP_SUBAGENTS", " 3 ")]).unwrap();
+        assert_eq!(on.policy().subagents, Some(Subagents::new(3)));
+        assert_eq!(on.policy().subagents.unwrap().max_depth, 1);
+        let off = from(&[("HOOKLOOP_SUBAGENTS", "0")]).unwrap();
+        assert_eq!(off.policy().subagents, None);
+        assert_eq!(from(&[]).unwrap().policy().subagents, None);
+        let zero_depth = Config::builder()
+            .subagents(Subagents {
+                concurrency: 1,
+                max_depth: 0,
+            })
+            .build();
+        assert!(zero_depth.is_err());
+    }
+
+    #[test]
     fn invalid_values_name_the_variable_and_the_value() {
         let cases = [
             ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "0"),
@@ -403,6 +464,9 @@ mod tests {
             ("HOOKLOOP_MAX_ROUNDS", "-1"),
             ("HOOKLOOP_TOOL_CONCURRENCY", "0"),
             ("HOOKLOOP_MAX_CONTEXT_TOKENS", "100"),
+            ("HOOKLOOP_SUBAGENTS", "-1"),
+            ("HOOKLOOP_SUBAGENTS", "two"),
+            ("HOOKLOOP_SUBAGENTS", "1.5"),
         ];
         for (var, value) in cases {
             let err = from(&[(var, value)]).unwrap_err();

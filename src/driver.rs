@@ -17,11 +17,13 @@ use crate::config::Config;
 use crate::hooks::{Hook, ServerName};
 use crate::llm::{Delta, LlmClient, LlmError};
 use crate::machine::{
-    CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError,
-    Message, PermissionDecision, Phase, Purpose, ToolCall,
+    AgentId, CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine,
+    MachineError, Message, PermissionDecision, Phase, Purpose, ToolCall,
 };
 use crate::mcp::{HookCall, ToolHost};
+use crate::telemetry::{self, SessionTrace};
 
+mod agents;
 mod floor;
 
 /// How long past the hook timeout the driver waits for a host that failed to enforce it.
@@ -60,6 +62,29 @@ pub trait Observer: Send {
     fn on_delta(&mut self, at: Duration, delta: &Delta) {
         let _ = (at, delta);
     }
+
+    /// An order of the subagent `agent` (the id of the `agent` call that started it), before
+    /// the driver performs it. A subagent's orders and facts come only through these methods,
+    /// never through [`on_effect`](Self::on_effect) and [`on_fact`](Self::on_fact).
+    fn on_agent_effect(&mut self, at: Duration, agent: &AgentId, effect: &Effect) {
+        let _ = (at, agent, effect);
+    }
+
+    /// A fact the driver fed to the subagent `agent`: its first is its catalog, its second its
+    /// task as [`Input::Prompted`].
+    fn on_agent_fact(&mut self, at: Duration, agent: &AgentId, fact: &Input) {
+        let _ = (at, agent, fact);
+    }
+
+    /// A piece of a subagent's reply as it streams in. Progress only.
+    fn on_agent_delta(&mut self, at: Duration, agent: &AgentId, delta: &Delta) {
+        let _ = (at, agent, delta);
+    }
+
+    /// A call of a subagent's last [`Effect::CallTools`] begins to run. Progress only.
+    fn on_agent_call_started(&mut self, at: Duration, agent: &AgentId, id: &CallId) {
+        let _ = (at, agent, id);
+    }
 }
 
 /// Asks the user whether a call of a tool its server marks destructive may run: how a front end
@@ -95,11 +120,17 @@ impl PermissionAsker for AllowAll {
 /// How a prompt ended, when it did not fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum PromptStop {
+    /// The model ended its turn (and `_Stop` let it).
     EndTurn,
+    /// The output limit cut the model's reply.
     MaxTokens,
+    /// The prompt's round cap was reached.
     MaxTurnRequests,
+    /// The model refused, or a content filter cut its reply.
     Refusal,
+    /// The prompt was cancelled.
     Cancelled,
     /// The provider stopped for a reason hookloop does not know; `_Stop` was not asked. The
     /// reason's name is in the [`FinishReason::OtherStop`] the observers saw.
@@ -108,6 +139,7 @@ pub enum PromptStop {
 
 /// Why a prompt could not complete.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionError {
     /// The model could not be reached or answered garbage, after the client's retries.
     #[error("model request failed: {0}")]
@@ -145,6 +177,7 @@ pub struct Session<L, H> {
     cancel_tx: Arc<watch::Sender<u64>>,
     cancel_rx: watch::Receiver<u64>,
     span: tracing::Span,
+    trace: SessionTrace,
 }
 
 impl<L: LlmClient, H: ToolHost> Session<L, H> {
@@ -167,7 +200,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             asker: Box::new(AllowAll),
             boundary: Boundary {
                 machine,
-                observers: Vec::new(),
+                observers: vec![Box::new(telemetry::BoundaryTrace)],
                 started: Instant::now(),
                 catalog_generation: None,
                 llm_error: None,
@@ -176,7 +209,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             cancel_tx: Arc::new(tx),
             cancel_rx,
             span: tracing::info_span!("session", id = next_session_id()),
+            trace: SessionTrace::new(),
         }
+    }
+
+    /// What the session's trace spans say of it: the conversation id and the model (see
+    /// [`telemetry`](crate::telemetry)).
+    pub fn trace_mut(&mut self) -> &mut SessionTrace {
+        &mut self.trace
     }
 
     /// How many tool calls of one reply run at once; the rest wait their turn, in order.
@@ -244,7 +284,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     pub async fn prompt(&mut self, text: impl Into<String>) -> Result<PromptStop, SessionError> {
         let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
         let lead = Duration::from_millis(self.boundary.machine.policy().hook_timeout_ms);
-        floor::with_timer_floor(lead, self.run_prompt(text.into()).instrument(span)).await
+        let agent = self.trace.invoke_agent();
+        let run = floor::with_timer_floor(lead, self.run_prompt(text.into()).instrument(span));
+        let result = run.instrument(agent.clone()).await;
+        telemetry::prompt_ended(&agent, &result);
+        result
     }
 
     /// Ends the session: a prompt still running (its future dropped) ends as cancelled,
@@ -254,7 +298,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// prompt, say) does not.
     pub async fn close(&mut self) -> Result<(), SessionError> {
         let span = tracing::info_span!(parent: &self.span, "close");
-        async {
+        let closed = async {
             // A front end closing a session cancels its prompt first (ACP `session/close`, a
             // client that went away): that cancel was for the prompt, and if it stood it would
             // drop `_SessionEnd` before a single server was asked.
@@ -280,7 +324,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             Ok(())
         }
         .instrument(span)
-        .await
+        .await;
+        // `session/close` and the end of a run: what the session traced goes out now, off this
+        // thread (a collector never holds a session up).
+        telemetry::flush_in_background();
+        closed
     }
 
     /// A session that goes on from `machine` mid-way: a machine rebuilt from a transcript (see
@@ -296,14 +344,18 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// finishes, as [`prompt`](Self::prompt) would have.
     pub async fn resume(&mut self) -> Result<PromptStop, SessionError> {
         let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
-        async {
+        let agent = self.trace.invoke_agent();
+        let result = async {
             self.cancel_rx.borrow_and_update();
             self.boundary.llm_error = None;
             let next = self.boundary.drain(&self.host).await?;
             self.run_until_finish(next).await
         }
         .instrument(span)
-        .await
+        .instrument(agent.clone())
+        .await;
+        telemetry::prompt_ended(&agent, &result);
+        result
     }
 
     async fn run_prompt(&mut self, text: String) -> Result<PromptStop, SessionError> {
@@ -337,20 +389,34 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     }
 
     async fn perform_permission(&mut self, call: ToolCall) -> Result<Option<Next>, SessionError> {
+        let span = telemetry::permission(&call);
         let fact = tokio::select! {
             biased;
             () = cancelled(&mut self.cancel_rx) => Input::Cancelled,
-            decision = self.asker.decide(&call) => Input::PermissionDecided {
+            decision = self.asker.decide(&call).instrument(span.clone()) => Input::PermissionDecided {
                 id: call.id.clone(),
                 decision,
             },
         };
+        telemetry::permission_decided(&span, &fact);
+        drop(span);
         self.boundary.sync_catalog(&self.host)?;
         self.boundary.feed(fact)?;
         self.boundary.drain(&self.host).await
     }
 
     async fn perform_llm(&mut self, purpose: Purpose) -> Result<Option<Next>, SessionError> {
+        // A summary's span holds its model request and the compaction's sizes.
+        let compaction = telemetry::compaction(purpose);
+        async { self.perform_llm_request(purpose).await }
+            .instrument(compaction)
+            .await
+    }
+
+    async fn perform_llm_request(
+        &mut self,
+        purpose: Purpose,
+    ) -> Result<Option<Next>, SessionError> {
         let outcome = {
             let Boundary {
                 machine,
@@ -359,18 +425,26 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 ..
             } = &mut self.boundary;
             let request = machine.request(purpose);
+            let chat = self.trace.chat(purpose, request.max_output_tokens);
+            let mut first_chunk = telemetry::FirstChunk::new(&chat);
             let mut on_delta = |delta: Delta| {
+                first_chunk.seen();
                 let at = started.elapsed();
                 for observer in observers.iter_mut() {
                     observer.on_delta(at, &delta);
                 }
             };
-            let call = self.llm.stream(request, &mut on_delta);
-            tokio::select! {
+            let call = self
+                .llm
+                .stream(request, &mut on_delta)
+                .instrument(chat.clone());
+            let outcome = tokio::select! {
                 biased;
                 () = cancelled(&mut self.cancel_rx) => None,
                 result = call => Some(result),
-            }
+            };
+            telemetry::chat_ended(&chat, outcome.as_ref());
+            outcome
         };
         let fact = match outcome {
             None => Input::Cancelled,
@@ -390,11 +464,38 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
 
     async fn perform_tools(&mut self, calls: Vec<ToolCall>) -> Result<Option<Next>, SessionError> {
         let host = &self.host;
-        let run = |call: ToolCall| async move {
+        let (events, mut agent_events) = tokio::sync::mpsc::unbounded_channel();
+        let family = agents::Family {
+            llm: &self.llm,
+            host,
+            asker: &*self.asker,
+            tool_concurrency: self.tool_concurrency,
+            started: self.boundary.started,
+            events,
+        };
+        let family = &family;
+        // The `agent` calls among them run subagents, made now, while the machine is free.
+        let calls: Vec<(ToolCall, Option<Machine>)> = calls
+            .into_iter()
+            .map(|call| {
+                let child = self.boundary.machine.spawn_child(&call);
+                (call, child)
+            })
+            .collect();
+        let run = |call: ToolCall, child: Option<Machine>| async move {
             let started = Instant::now();
+            let span = telemetry::execute_tool(&call);
             // Boxed where it is made: the host's call is a large future (an MCP round trip),
             // and unboxed it would be copied whole at each move on its way into the fan-out.
-            let output = Box::pin(host.call_tool(&call)).await;
+            let output = match child {
+                Some(child) => family.run(child).instrument(span.clone()).await,
+                None => {
+                    Box::pin(host.call_tool(&call))
+                        .instrument(span.clone())
+                        .await
+                }
+            };
+            telemetry::tool_ended(&span, &output);
             let elapsed_ms = started.elapsed().as_millis();
             tracing::debug!(tool = %call.name, elapsed_ms, "tool call ended");
             Input::ToolFinished {
@@ -404,13 +505,14 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         };
         let queue = calls
             .into_iter()
-            .map(|call| (Some(call.id.clone()), run(call)));
+            .map(|(call, child)| (Some(call.id.clone()), run(call, child)));
         fan_out(
             &mut self.boundary,
             &mut self.cancel_rx,
             host,
             self.tool_concurrency,
             queue,
+            Some(&mut agent_events),
         )
         .await
     }
@@ -424,10 +526,15 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             context,
             subjects,
         } = hooks;
+        let round = telemetry::hook_round(hook, servers.len(), &context);
         let calls =
             hook_calls(hook, &servers, timeout, context, &subjects).map(|(subject, call)| {
                 let answer = async move {
-                    let reply = call_hook_bounded(host, &call).await;
+                    let span = telemetry::hook_answer(hook, &call.server);
+                    let reply = call_hook_bounded(host, &call)
+                        .instrument(span.clone())
+                        .await;
+                    telemetry::hook_answered(&span, &reply);
                     Input::HookAnswered {
                         server: call.server,
                         hook,
@@ -444,7 +551,9 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             host,
             usize::MAX,
             calls,
+            None,
         )
+        .instrument(round)
         .await
     }
 }
@@ -473,6 +582,7 @@ pub(crate) fn hook_calls<'a>(
     per_subject
         .into_iter()
         .flat_map(move |(subject, arguments)| {
+            let context = context.clone();
             servers.iter().map(move |server| {
                 (
                     subject,
@@ -480,7 +590,7 @@ pub(crate) fn hook_calls<'a>(
                         server: server.clone(),
                         hook,
                         timeout,
-                        context,
+                        context: context.clone(),
                         arguments: arguments.clone(),
                     },
                 )
@@ -500,13 +610,15 @@ pub(crate) async fn call_hook_bounded(host: &impl ToolHost, call: &HookCall) -> 
 /// Runs the calls of `queue`, `limit` at a time, starting the next each time one ends (telling
 /// the observers when a tool call starts), and feeds each outcome to the machine as it
 /// arrives, until the machine gives its next order or the prompt is cancelled (the calls still
-/// running are dropped, which cancels them).
+/// running are dropped, which cancels them). What subagents among the calls saw reaches the
+/// observers through `agent_events`, each before the result of the call it belongs to.
 async fn fan_out<F: Future<Output = Input>>(
     boundary: &mut Boundary,
     cancel_rx: &mut watch::Receiver<u64>,
     host: &impl ToolHost,
     limit: usize,
     queue: impl Iterator<Item = (Option<CallId>, F)>,
+    mut agent_events: Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
 ) -> Result<Option<Next>, SessionError> {
     let mut queue = queue.peekable();
     let mut running = FuturesUnordered::new();
@@ -525,9 +637,14 @@ async fn fan_out<F: Future<Output = Input>>(
         tokio::select! {
             biased;
             () = cancelled(cancel_rx) => {
+                // Dropping a subagent's run cancels it, and it says so before the parent hears.
                 drop(running);
+                boundary.observe_agents(&mut agent_events);
                 boundary.feed(Input::Cancelled)?;
                 return boundary.drain(host).await;
+            }
+            Some(stamped) = next_agent_event(&mut agent_events) => {
+                boundary.observe_agent(stamped);
             }
             ended = running.next() => {
                 // Every call answered and no order came: the caller decides if that is a stall.
@@ -537,6 +654,7 @@ async fn fan_out<F: Future<Output = Input>>(
                     // plans the next request.
                     boundary.sync_catalog(host)?;
                 }
+                boundary.observe_agents(&mut agent_events);
                 boundary.feed(fact)?;
                 if let Some(next) = boundary.drain(host).await? {
                     return Ok(Some(next));
@@ -589,6 +707,33 @@ impl Boundary {
             observer.on_fact(at, &fact);
         }
         self.machine.handle(fact)
+    }
+
+    /// Shows the observers what a subagent's boundary saw.
+    fn observe_agent(&mut self, stamped: agents::Stamped) {
+        let agents::Stamped { at, agent, event } = stamped;
+        for observer in &mut self.observers {
+            match &event {
+                agents::AgentEvent::Effect(effect) => observer.on_agent_effect(at, &agent, effect),
+                agents::AgentEvent::Fact(fact) => observer.on_agent_fact(at, &agent, fact),
+                agents::AgentEvent::Delta(delta) => observer.on_agent_delta(at, &agent, delta),
+                agents::AgentEvent::CallStarted(id) => {
+                    observer.on_agent_call_started(at, &agent, id);
+                }
+            }
+        }
+    }
+
+    /// Shows the observers every subagent event already sent.
+    fn observe_agents(
+        &mut self,
+        events: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
+    ) {
+        if let Some(events) = events {
+            while let Ok(stamped) = events.try_recv() {
+                self.observe_agent(stamped);
+            }
+        }
     }
 
     fn observe_call_started(&mut self, id: &CallId) {
@@ -724,6 +869,16 @@ impl Boundary {
 fn next_session_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The next subagent event; never, without a receiver.
+async fn next_agent_event(
+    events: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
+) -> Option<agents::Stamped> {
+    match events {
+        Some(events) => events.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when the handle cancels; never, if every handle is gone.

@@ -16,6 +16,7 @@ pub const MAX_HOOK_TEXT_BYTES: usize = 16 * 1024;
 
 /// A lifecycle hook the engine calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Hook {
     /// Called when the model ends its turn, before the engine honours it.
     #[serde(rename = "_Stop")]
@@ -41,10 +42,17 @@ pub enum Hook {
     /// Called when the session closes; a notification whose answer is ignored.
     #[serde(rename = "_SessionEnd")]
     SessionEnd,
+    /// Called before a subagent's first model request; non-empty text is put into its context.
+    #[serde(rename = "_SubagentStart")]
+    SubagentStart,
+    /// Called when a subagent ends its turn, in place of `_Stop`; non-empty text objects.
+    #[serde(rename = "_SubagentStop")]
+    SubagentStop,
 }
 
 impl Hook {
-    /// Every hook, in lifecycle order.
+    /// Every hook of a session's top-level agent, in lifecycle order. A subagent's hooks
+    /// ([`SUBAGENT`](Self::SUBAGENT)) are not among them; [`EVERY`](Self::EVERY) holds both.
     pub const ALL: [Self; 8] = [
         Self::SessionStart,
         Self::UserPromptSubmit,
@@ -54,6 +62,23 @@ impl Hook {
         Self::PreCompact,
         Self::PostCompact,
         Self::SessionEnd,
+    ];
+
+    /// The hooks only a subagent is asked: its start and its end of turn.
+    pub const SUBAGENT: [Self; 2] = [Self::SubagentStart, Self::SubagentStop];
+
+    /// Every hook: [`ALL`](Self::ALL), then [`SUBAGENT`](Self::SUBAGENT).
+    pub const EVERY: [Self; 10] = [
+        Self::SessionStart,
+        Self::UserPromptSubmit,
+        Self::PreToolUse,
+        Self::PostToolUse,
+        Self::Stop,
+        Self::PreCompact,
+        Self::PostCompact,
+        Self::SessionEnd,
+        Self::SubagentStart,
+        Self::SubagentStop,
     ];
 
     /// The tool name a server exposes for this hook.
@@ -67,10 +92,13 @@ impl Hook {
             Self::PostToolUse => "_PostToolUse",
             Self::PreCompact => "_PreCompact",
             Self::SessionEnd => "_SessionEnd",
+            Self::SubagentStart => "_SubagentStart",
+            Self::SubagentStop => "_SubagentStop",
         }
     }
 
-    /// Where the hook stands in [`ALL`](Self::ALL): a dense index for tables and bit sets.
+    /// Where the hook stands in [`EVERY`](Self::EVERY) (and so in [`ALL`](Self::ALL) for its
+    /// hooks): a dense index for tables and bit sets.
     pub const fn index(self) -> usize {
         match self {
             Self::SessionStart => 0,
@@ -81,12 +109,16 @@ impl Hook {
             Self::PreCompact => 5,
             Self::PostCompact => 6,
             Self::SessionEnd => 7,
+            Self::SubagentStart => 8,
+            Self::SubagentStop => 9,
         }
     }
 
     /// The hook a bare tool name declares, if any.
     pub fn from_tool_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|hook| hook.tool_name() == name)
+        Self::EVERY
+            .into_iter()
+            .find(|hook| hook.tool_name() == name)
     }
 }
 
@@ -273,8 +305,11 @@ pub struct InvalidHookServer {
 /// the text, keeps a hostile answer from posing as instructions of a higher trust level.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookBody {
+    /// The hook that spoke.
     pub hook: Hook,
+    /// The server whose hook it is.
     pub server: String,
+    /// What the hook said.
     pub text: String,
 }
 
@@ -297,7 +332,7 @@ mod tests {
 
     #[test]
     fn each_hook_s_index_is_its_place_in_all() {
-        for (at, hook) in Hook::ALL.into_iter().enumerate() {
+        for (at, hook) in Hook::EVERY.into_iter().enumerate() {
             assert_eq!(hook.index(), at, "{hook}");
         }
     }

@@ -43,6 +43,17 @@
 //!   machine was about to make; a `_PreToolUse` denial answers the model's own call). The model
 //!   requests of a session are at most (replies with tool calls or paused) + (prompts) +
 //!   (`_Stop` budget) + (compactions); property tests check this bound over every hook.
+//! - Subagents (off unless configured: [`ConfigBuilder::subagents`], `HOOKLOOP_SUBAGENTS`)
+//!   add one term per child and lift nothing. A child is one `agent` call; at most `N` (the
+//!   concurrency limit) run per reply that makes them, so a prompt starts at most `N` × (its
+//!   replies with tool calls) children. Each child is one prompt under the same rules, its
+//!   `_SubagentStop` budget `B` its own: its requests are at most (its replies with tool calls
+//!   or paused) + 1 + `B` + (its compactions), and with the round cap `R` (`max_rounds`, counted
+//!   per agent) at most `R` + `B` + (its compactions), where a compaction needs a reply between
+//!   two. With depth limit `D` (1 by default: children start none), a prompt's model requests
+//!   are at most `T(D)`, `T(0)` = `R` + `B` + `C` and `T(d)` = `R` + `B` + `C` + `R`·`N`·`T(d-1)`,
+//!   `C` the compactions of one agent's prompt (at most `R` + `B`). Hooks inside a child add no
+//!   request beyond its own `_SubagentStop` budget.
 //! - If the model ends its turn again right after an objection, the turn ends: it heard and
 //!   declined.
 //! - Hook output reaches the model JSON-encoded, as a tool result, never as instructions.
@@ -52,7 +63,81 @@
 //! sequence of facts of a small alphabet up to a depth; its docs say exactly which
 //! configurations, which alphabet and which depth, and what is left out.
 //!
-//! ## Embedding
+//! ## The machine: states, facts and orders
+//!
+//! [`Machine`] is a deterministic state machine for one session. It never performs I/O, never
+//! reads a clock, the environment or a random source. Its states are the boxes above
+//! ([`machine::Phase`] names the one it is in); the facts it takes are the variants of
+//! [`Input`] (the user prompted, the model replied or failed, a tool finished, a hook answered
+//! or timed out, a permission was decided, the catalog changed, the user cancelled, the session
+//! closed); the orders it gives are the variants of [`Effect`] (call the model, run tools, call
+//! hooks, ask for a permission, kill a server, notify, finish).
+//!
+//! ## The driving contract
+//!
+//! Whoever drives a [`Machine`] (the crate's own [`Session`], or a driver of your own on
+//! another runtime) keeps to this, and the machine keeps the rest:
+//!
+//! 1. Feed each fact with [`Machine::handle`]. A fact the current state does not expect is
+//!    refused with a [`machine::MachineError`] naming the state, what it expected and what came;
+//!    the machine is left as it was.
+//! 2. After every [`handle`](Machine::handle), drain [`Machine::poll_effect`] until it yields
+//!    `None`, and perform each [`Effect`] in order. Effects are never produced spontaneously:
+//!    nothing changes between two calls of `handle`.
+//! 3. Answer every effect that expects an answer with the fact it names (a
+//!    [`Effect::CallLlm`] with [`Input::LlmReplied`] or [`Input::LlmFailed`], each call of
+//!    an [`Effect::CallTools`] with an [`Input::ToolFinished`], each call of an
+//!    [`Effect::CallHooks`] with an [`Input::HookAnswered`]; a hook that does not answer in
+//!    time is answered `HookReply::TimedOut` by the driver, which is the only clock there is).
+//! 4. [`Effect::Finish`] ends a prompt; the machine waits in `Idle` for the next
+//!    [`Input::Prompted`]. [`Input::Closed`] ends the session from any state (`_SessionEnd`
+//!    runs first); after it the machine is `Done` and refuses everything.
+//!
+//! The same facts in the same order always give the same effects: that is what makes a
+//! [`transcript`] replay exact.
+//!
+//! ## The bound
+//!
+//! A session's model requests are at most (replies with tool calls or paused) + (prompts) +
+//! (the `_Stop` budget) + (compactions). Hooks cannot add to it except `_Stop`, whose
+//! objections are budgeted ([`Policy`]'s `stop_max_rejections`, 3 by default); a hook that
+//! does not answer within the timeout has not objected; a server whose hooks time out twice in
+//! a row is killed. [`Config`] sets the timeout, the budget and the optional round cap per
+//! prompt (`max_turn_requests`), which bounds the model requests of a prompt outright.
+//!
+//! ## Features
+//!
+//! With no feature the crate is the core: the machine, the driver ([`Session`]), the two traits
+//! it drives ([`LlmClient`], [`ToolHost`]), the [`supervisor`], the hook convention
+//! ([`hooks`]), [`Config`], and the [`transcript`] format with recording, replay and
+//! [`check_dir`](transcript::check_dir). It depends on serde, serde_json, statig, thiserror,
+//! tracing, futures-util and tokio's `macros`, `time` and `sync`: 30 crates in all, itself
+//! included.
+//!
+//! | feature | what it adds | what it pulls in |
+//! |---|---|---|
+//! | `providers` | [`llm::OpenAi`], [`llm::Anthropic`], [`llm::AnyLlm`], [`llm::LlmConfig`] | reqwest, rustls (ring), http |
+//! | `mcp` | [`mcp::McpHost`] over stdio, streamable HTTP and HTTP+SSE, with OAuth ([`mcp::auth`]) | rmcp, reqwest, rustls (ring), oauth2 |
+//! | `acp` | [`acp::serve`]: the Agent Client Protocol agent over any byte stream | agent-client-protocol |
+//! | `html` | [`transcript::render_html`] | maud |
+//! | `junit` | [`transcript::SuiteReport::to_junit`] | quick-xml |
+//! | `testing` | [`testing`]: scripted fakes of the two traits and the bounded explorer | nothing |
+//! | `cli` (default) | the `hookloop` binary; turns on `providers`, `mcp`, `acp`, `html`, `junit` | clap, tracing-subscriber |
+//! | `demo` (default) | the demo's todo server inside the binary (`hookloop demo`) | rmcp's server side |
+//!
+//! A library user names what it uses:
+//!
+//! ```toml
+//! [dependencies]
+//! hookloop = { version = "0.1", default-features = false, features = ["mcp"] }
+//!
+//! [dev-dependencies]
+//! hookloop = { version = "0.1", default-features = false, features = ["testing"] }
+//! ```
+//!
+//! ## Ways in
+//!
+//! ### Scripted, to see the engine work
 //!
 //! ```
 //! use hookloop::testing::{InProcessHost, ScriptedLlm, Step, HookStep};
@@ -79,12 +164,143 @@
 //! # }
 //! ```
 //!
-//! Real providers live in [`llm`], the MCP host in [`mcp`]; the `testing` module (feature
-//! `testing`) has the scripted fakes used above.
+//! ### A model client of your own (any other provider)
 //!
-//! [`transcript`] writes a session's boundary down as it runs and replays it against the pure
-//! machine, deterministically, for tests and for debugging a session after the fact.
+//! Implement [`LlmClient`]: one request in, one reply or one failure out. Retries belong
+//! inside the client. Needs no feature.
+//!
+//! ```
+//! use hookloop::machine::{LlmReply, StopReason};
+//! use hookloop::llm::LlmRequest;
+//! use hookloop::{Config, LlmClient, LlmError, Session, ToolHost};
+//!
+//! /// Answers every request with the length of the conversation so far.
+//! struct Counting;
+//!
+//! impl LlmClient for Counting {
+//!     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
+//!         // A real client sends `request.system`, `request.messages` and `request.tools`
+//!         // in its provider's dialect, and maps the answer back.
+//!         Ok(LlmReply {
+//!             text: format!("{} messages", request.messages.len()),
+//!             stop: StopReason::EndTurn,
+//!             ..LlmReply::default()
+//!         })
+//!     }
+//! }
+//!
+//! # async fn run(host: impl ToolHost) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut session = Session::new(Config::default(), Counting, host);
+//! session.prompt("hello").await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ### A tool host of your own
+//!
+//! Implement [`ToolHost`]: the catalog of tools (hooks are tools whose bare name starts with
+//! `_`), a tool call, a hook call, a kill. Needs no feature.
+//!
+//! ```
+//! use hookloop::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolInfo, ToolOutput};
+//! use hookloop::{HookCall, ServerName, ToolHost};
+//!
+//! /// One server, `clock`, with one tool, `now`, and a `_Stop` hook that never objects.
+//! struct Clock;
+//!
+//! impl ToolHost for Clock {
+//!     fn catalog_generation(&self) -> u64 {
+//!         0 // the catalog never changes
+//!     }
+//!
+//!     fn catalog(&self) -> Catalog {
+//!         let tool = |name: &str| {
+//!             ToolInfo::new(name, serde_json::json!({"type": "object"}))
+//!         };
+//!         let server = ServerName::new("clock").expect("a valid server name");
+//!         let tools = vec![tool("now"), tool("_Stop")];
+//!         Catalog { servers: vec![ServerTools { server, tools }] }
+//!     }
+//!
+//!     async fn call_tool(&self, call: &ToolCall) -> ToolOutput {
+//!         match call.name.as_str() {
+//!             "clock__now" => ToolOutput::text("12:00"),
+//!             other => ToolOutput::error(format!("no tool {other}")),
+//!         }
+//!     }
+//!
+//!     async fn call_hook(&self, _call: &HookCall) -> HookReply {
+//!         HookReply::Text { text: String::new() } // empty: no objection
+//!     }
+//!
+//!     async fn kill_server(&self, _server: &ServerName) {}
+//! }
+//! # let _ = Clock;
+//! ```
+//!
+//! ### A test that checks a folder of transcripts
+//!
+//! Record sessions (`hookloop run --record FILE`, [`Session::record_to`], or the ACP agent's
+//! `HOOKLOOP_RECORD_DIR`), keep them in a folder, and replay the folder in a test: any change
+//! to what the engine would do with the same facts fails it, with a diff. `HOOKLOOP_BLESS=1`
+//! accepts the new behaviour. Needs no feature.
+//!
+//! ```no_run
+//! // tests/transcripts.rs
+//! #[test]
+//! fn transcripts_replay() -> Result<(), hookloop::transcript::CheckFailed> {
+//!     let checked = hookloop::transcript::check_dir("tests/transcripts")?;
+//!     println!("{checked}");
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ### Replay in another project's CI
+//!
+//! A project that steers hookloop with its own hook servers keeps their recorded sessions and
+//! replays them on every change, with a JUnit report for the CI's dashboard (feature `junit`
+//! for the report; `hookloop replay --junit FILE DIR` does the same from the command line):
+//!
+//! ```no_run
+//! # #[cfg(feature = "junit")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use hookloop::transcript::{default_threads, replay_files, suite_files};
+//!
+//! let files = suite_files(&["recorded-sessions".into()])?;
+//! let report = replay_files(&files, default_threads());
+//! std::fs::write("replay.xml", report.to_junit())?;
+//! println!("{report}");
+//! if !report.is_clean() {
+//!     std::process::exit(1);
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "junit"))]
+//! # fn main() {}
+//! ```
+//!
+//! ### The ACP agent inside another binary
+//!
+//! [`acp::serve`] speaks the Agent Client Protocol over any byte stream; a
+//! [`acp::SessionFactory`] is where your model client and tool host plug in (feature `acp`;
+//! `mcp` and `providers` for the real ones). `examples/embedded_acp.rs` is a whole program:
+//! an ACP agent on stdio whose sessions use a model client and a tool host of its own.
+//!
+//! ```text
+//! cargo run --example embedded_acp --no-default-features --features acp,testing
+//! ```
+//!
+//! ## More
+//!
+//! Real providers live in [`llm`] (feature `providers`), the MCP host in [`mcp`] (feature
+//! `mcp`). [`transcript`] writes a session's boundary down as it runs and replays it against
+//! the pure machine, deterministically, for tests and for debugging a session after the fact.
 
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "acp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "acp")))]
 pub mod acp;
 pub mod config;
 pub mod driver;
@@ -95,9 +311,12 @@ pub mod mcp;
 mod private;
 pub mod progress;
 pub mod supervisor;
+pub mod telemetry;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod text;
+#[cfg(any(feature = "providers", feature = "mcp"))]
 mod tls;
 pub mod transcript;
 

@@ -259,9 +259,10 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     cli::ignore_file_size_signal();
-    if let Err(failure) = cli::init_logging(default_log) {
-        return failure.report();
-    }
+    let telemetry = match cli::init_logging(default_log) {
+        Ok(telemetry) => telemetry,
+        Err(failure) => return failure.report(),
+    };
     let runtime = match runtime().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -280,6 +281,7 @@ fn main() -> ExitCode {
     });
     // Children and in-flight requests are done with; do not wait on stray blocking reads.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    telemetry.shutdown();
     code
 }
 

@@ -30,87 +30,145 @@ pub const CANCELLED_OUTPUT: &str = "cancelled";
 /// One thing worth showing, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     /// A model request started: a turn of the loop, or a compaction summary.
-    Thinking { summary: bool },
+    Thinking {
+        /// The request is for a compaction summary.
+        summary: bool,
+    },
     /// The model's text for one turn (never empty).
-    ModelText { text: String },
+    ModelText {
+        /// The text.
+        text: String,
+    },
     /// A tool call the model asked for started.
     ToolStarted {
+        /// The call's id.
         id: String,
+        /// The qualified tool name.
         name: String,
+        /// The arguments the model gave.
         arguments: Value,
     },
     /// A tool call the model asked for began to run (the session runs a reply's calls a few
     /// at a time: a call may wait after [`ToolStarted`](Self::ToolStarted) for a free slot).
-    ToolRunning { id: String },
+    ToolRunning {
+        /// The call's id.
+        id: String,
+    },
     /// The user is asked whether a call of a destructive tool may run; it is shown before
     /// [`ToolStarted`](Self::ToolStarted), which follows only if the call runs.
     PermissionAsked {
+        /// The call's id.
         id: String,
+        /// The qualified tool name.
         name: String,
+        /// The arguments the model gave.
         arguments: Value,
     },
     /// The user rejected a call (now, or with an earlier "always"); it did not run.
     ToolRejected {
+        /// The call's id.
         id: String,
+        /// The qualified tool name.
         tool: String,
+        /// The rejection stands for the rest of the session.
         standing: bool,
     },
     /// A tool call ended.
     ToolFinished {
+        /// The call that finished.
         id: String,
+        /// The qualified tool name.
         name: String,
+        /// The result is an error.
         is_error: bool,
+        /// Its result.
         output: String,
+        /// How long the call ran, in ms.
         duration_ms: u64,
     },
     /// The model called a hook or a tool that does not exist; nothing ran.
-    ToolRefused { name: String },
+    ToolRefused {
+        /// The name the model called.
+        name: String,
+    },
     /// A hook was called on these servers.
     HookCalled {
+        /// The hook.
         hook: Hook,
+        /// The servers called.
         servers: Vec<ServerName>,
     },
     /// A `_Stop` hook objected; the model is asked again.
     Objection {
+        /// The server.
         server: ServerName,
+        /// What the hook said.
         text: String,
+        /// Objections the session may still make.
         budget_left: u32,
     },
     /// The model ended its turn and `_Stop` was not asked, for `reason`.
-    StopSkipped { reason: SkipReason },
+    StopSkipped {
+        /// Why `_Stop` was not asked.
+        reason: SkipReason,
+    },
     /// The history was compacted.
     Compacted {
+        /// Whether the model summarized the older history (otherwise the oldest turns were dropped).
         summarized: bool,
+        /// Messages in the history before.
         messages_before: usize,
+        /// Messages in the history after.
         messages_after: usize,
     },
     /// A `_PostCompact` answer was put into the fresh context.
-    PostCompactInjected { server: ServerName, text: String },
+    PostCompactInjected {
+        /// The server.
+        server: ServerName,
+        /// The text put into the fresh context.
+        text: String,
+    },
     /// A `_SessionStart`, `_UserPromptSubmit` or `_PostToolUse` answer was injected as context,
     /// or a `_PreCompact` answer guided the summary.
     HookInjected {
+        /// The hook.
         hook: Hook,
+        /// The server.
         server: ServerName,
+        /// The text injected.
         text: String,
     },
     /// A `_PreToolUse` answer denied a tool call; it did not run.
     ToolDenied {
+        /// The server.
         server: ServerName,
+        /// The qualified name of the denied tool.
         tool: String,
+        /// The denial, as the hook gave it.
         text: String,
     },
     /// A hook call gave no usable answer; it counts as no objection.
     HookFailedOpen {
+        /// The server.
         server: ServerName,
+        /// The hook.
         hook: Hook,
+        /// Why the call gave no usable answer.
         reason: String,
     },
     /// A server was killed after its hooks timed out twice in a row.
-    ServerKilled { server: ServerName },
+    ServerKilled {
+        /// The server.
+        server: ServerName,
+    },
     /// The prompt ended.
-    Finished { reason: FinishReason },
+    Finished {
+        /// Why the prompt ended.
+        reason: FinishReason,
+    },
 }
 
 impl Event {

@@ -487,6 +487,7 @@ impl Subject for KillOnThirdTimeout {
                     self.timeouts.remove(server);
                 }
                 HookReply::Failed { .. } | HookReply::Skipped { .. } => {}
+                _ => {}
             }
         }
         self.out.extend(effects);
@@ -779,4 +780,27 @@ fn capping_the_slack_makes_the_invariants_after_many_cancelled_calls_equal() {
         invariants_after_cancelled_calls(3, Some(3)),
         invariants_after_cancelled_calls(4, Some(3))
     );
+}
+
+#[test]
+fn the_fingerprint_tells_apart_machines_whose_permission_setting_differs() {
+    // `PermissionSettingChanged` changes only the policy: merged with the machine before it,
+    // an explorer would never see a destructive call asked about after the setting changed.
+    let setup = Setup {
+        servers: vec![0],
+        allow: Allow::Off,
+        budget: 0,
+        permission: true,
+    };
+    let asking = setup.machine();
+    let mut not_asking = asking.clone();
+    not_asking
+        .handle(Input::PermissionSettingChanged { ask: false })
+        .unwrap();
+    for grain in [Grain::Exact, Grain::Coarse, Grain::Abstract] {
+        let (mut a, mut b) = (Canon::new(grain), Canon::new(grain));
+        fingerprint(&asking, &mut a);
+        fingerprint(&not_asking, &mut b);
+        assert_ne!(a.bytes(), b.bytes(), "{grain:?}");
+    }
 }

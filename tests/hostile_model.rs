@@ -51,6 +51,7 @@ async fn ask(provider: Provider, endpoint: &Endpoint) -> Result<LlmReply, LlmErr
                     .complete(request)
                     .await
             }
+            other => unreachable!("no test of {other:?}"),
         }
     })
     .await;
@@ -65,6 +66,7 @@ fn base(provider: Provider, server: &MisbehavingModel) -> String {
     match provider {
         Provider::OpenAi => server.openai_url(),
         Provider::Anthropic => server.url.clone(),
+        other => unreachable!("no test of {other:?}"),
     }
 }
 
@@ -180,11 +182,12 @@ async fn keep_alives_or_a_trickle_forever_end_at_the_whole_reply_deadline() {
 
 #[tokio::test]
 async fn an_endless_stream_at_full_speed_is_refused_at_a_cap_of_bytes() {
-    let piece = |provider| match provider {
+    let piece = |provider: Provider| match provider {
         Provider::OpenAi => data(&json!({"choices": [{"index": 0,
             "delta": {"content": "y".repeat(60_000)}}]})),
         Provider::Anthropic => data(&json!({"type": "content_block_delta", "index": 0,
             "delta": {"type": "text_delta", "text": "y".repeat(60_000)}})),
+        other => unreachable!("no test of {other:?}"),
     };
     for provider in [Provider::OpenAi, Provider::Anthropic] {
         let head = match provider {
@@ -194,6 +197,7 @@ async fn an_endless_stream_at_full_speed_is_refused_at_a_cap_of_bytes() {
                     + &data(&json!({"type": "content_block_start", "index": 0,
                     "content_block": {"type": "text", "text": ""}}))
             }
+            other => unreachable!("no test of {other:?}"),
         };
         let server = serve(Script::Endless {
             head: head.into_bytes(),

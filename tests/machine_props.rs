@@ -217,6 +217,7 @@ impl Scenario {
             max_output_tokens,
             media: Media::default(),
             ask_permission: false,
+            subagents: None,
         }
     }
 

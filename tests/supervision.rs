@@ -55,7 +55,7 @@ async fn a_kill_and_restart_are_recorded_and_replay_against_the_supervisor() {
         .iter()
         .filter_map(|r| match &r.event {
             Event::Supervision(event) => Some(event),
-            Event::Effect(_) | Event::Fact(_) => None,
+            _ => None,
         })
         .collect();
     assert!(

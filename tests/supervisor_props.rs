@@ -2,11 +2,14 @@
 //! server that never answers is started at most `1 + budget` times, a clean life ends the
 //! streak, and a retired server never comes back. Cases: `PROPTEST_CASES` (CI runs 10,000).
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use hookloop::ServerName;
 use hookloop::supervisor::{
     Fact, HookTurn, Jitter, Order, Supervisor, SupervisorPolicy, backoff_ms,
 };
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 
 /// What happens to the server next, in whatever state it is.
 #[derive(Clone, Debug)]
@@ -169,32 +172,6 @@ proptest! {
     }
 
     #[test]
-    fn a_clean_life_ends_the_streak(policy in policy(), steps in steps()) {
-        drive(policy, &steps, |step| step.flag, |s, fact, orders, lived_ms| {
-            let Fact::ServerExited { answered, .. } = fact else { return };
-            if *answered && lived_ms >= policy.healthy_after_ms {
-                // Only its own bad end is in the new streak, so it restarts unless the budget
-                // allows no restart at all.
-                assert_eq!(s.streak(&server()), 1);
-                let restarted = matches!(orders, [Order::StartServer { .. }]);
-                assert_eq!(restarted, policy.restart_budget >= 1, "{orders:?}");
-            }
-        });
-    }
-
-    #[test]
-    fn a_retired_server_never_comes_back(policy in policy(), steps in steps()) {
-        // `drive` feeds every step after retirement as a start and checks each is refused
-        // with no order; here, that the supervisor still holds it retired at the end.
-        let (run, s) = drive_to_end(policy, &steps);
-        if run.retired {
-            prop_assert!(s.is_retired(&server()));
-            let skipped = matches!(s.hook_turn(&server()), HookTurn::Skip { .. });
-            prop_assert!(skipped, "a retired server's hooks are called");
-        }
-    }
-
-    #[test]
     fn every_wait_is_within_the_backoff_and_its_cap(
         policy in policy(),
         streak in 1u32..40,
@@ -207,4 +184,77 @@ proptest! {
             .min(policy.max_restart_backoff_ms);
         prop_assert!(wait <= full && wait >= full / 2, "{wait} of {full}");
     }
+}
+
+/// Runs `property` on `PROPTEST_CASES` cases of a policy and steps (proptest's default config,
+/// as the `proptest!` tests use) and returns how many cases reached the case the property is
+/// about (`property` returns whether it did) and how many ran.
+fn count_reached(property: impl Fn(SupervisorPolicy, &[Step]) -> bool) -> (u32, u32) {
+    let mut runner = TestRunner::new(ProptestConfig::default());
+    let reached = AtomicU32::new(0);
+    runner
+        .run(&(policy(), steps()), |(policy, steps)| {
+            if property(policy, &steps) {
+                reached.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    let (reached, cases) = (reached.into_inner(), runner.config().cases);
+    eprintln!("{reached} of {cases} cases reached the property's case");
+    (reached, cases)
+}
+
+#[test]
+fn a_clean_life_ends_the_streak() {
+    let (reached, cases) = count_reached(|policy, steps| {
+        let mut clean_lives = 0;
+        drive(
+            policy,
+            steps,
+            |step| step.flag,
+            |s, fact, orders, lived_ms| {
+                let Fact::ServerExited { answered, .. } = fact else {
+                    return;
+                };
+                if *answered && lived_ms >= policy.healthy_after_ms {
+                    clean_lives += 1;
+                    // Only its own bad end is in the new streak, so it restarts unless the budget
+                    // allows no restart at all.
+                    assert_eq!(s.streak(&server()), 1);
+                    let restarted = matches!(orders, [Order::StartServer { .. }]);
+                    assert_eq!(restarted, policy.restart_budget >= 1, "{orders:?}");
+                }
+            },
+        );
+        clean_lives > 0
+    });
+    // Measured: 227 of 256 cases end a clean life (lives up to 200 s against a healthy mark
+    // up to 120 s, half of them answering); a generator that stopped reaching it would leave
+    // the property unchecked, so at least half must.
+    assert!(
+        reached * 2 >= cases,
+        "only {reached} of {cases} cases ended a clean life"
+    );
+}
+
+#[test]
+fn a_retired_server_never_comes_back() {
+    let (reached, cases) = count_reached(|policy, steps| {
+        // `drive` feeds every step after retirement as a start and checks each is refused
+        // with no order; here, that the supervisor still holds it retired at the end.
+        let (run, s) = drive_to_end(policy, steps);
+        if run.retired {
+            assert!(s.is_retired(&server()));
+            let skipped = matches!(s.hook_turn(&server()), HookTurn::Skip { .. });
+            assert!(skipped, "a retired server's hooks are called");
+        }
+        run.retired && run.after_retirement > 0
+    });
+    // Measured: 153 of 256 cases retire the server with facts left to try it; at least a
+    // third must.
+    assert!(
+        reached * 3 >= cases,
+        "only {reached} of {cases} cases retired the server with facts left after"
+    );
 }

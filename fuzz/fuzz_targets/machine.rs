@@ -74,6 +74,7 @@ fuzz_target!(|s: Session| {
         max_output_tokens: 1_000,
         media: Default::default(),
         ask_permission: s.ask,
+        subagents: None,
     };
     let catalog = Catalog {
         servers: servers

@@ -25,12 +25,19 @@ pub enum Frame {
     /// crate answers that with a parse error).
     Line(String),
     /// A line longer than the cap, dropped. `id` is the request id found in its first bytes.
-    Oversized { id: Option<Value>, len: usize },
+    Oversized {
+        /// The request's id, when its first bytes show one.
+        id: Option<Value>,
+        /// The frame's length so far, in bytes.
+        len: usize,
+    },
     /// A line that is not UTF-8, dropped whole: replacing its bad bytes would alter the message
     /// (a prompt's text, say) rather than refuse it. `id` as for `Oversized`; `valid_up_to` is
     /// the offset of the first bad byte.
     NotUtf8 {
+        /// The request's id, when its first bytes show one.
         id: Option<Value>,
+        /// Where the invalid bytes start.
         valid_up_to: usize,
     },
 }

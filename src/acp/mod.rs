@@ -122,7 +122,9 @@ pub trait SessionFactory: Send + Sync + 'static {
 
 /// A session a [`SessionFactory`] built. The agent gives it a
 /// [`PermissionAsker`](crate::PermissionAsker) that asks the session's client.
+#[non_exhaustive]
 pub struct Created<L, H> {
+    /// The session, not yet prompted.
     pub session: Session<L, H>,
     /// Its recorder and the file its transcript goes to (what [`Session::record_in`] returns),
     /// if it is recorded. The file's stem becomes the session id; the recorder is checked after
@@ -130,8 +132,27 @@ pub struct Created<L, H> {
     pub record: Option<(Recorder, PathBuf)>,
 }
 
+impl<L, H> Created<L, H> {
+    /// A session that is not recorded.
+    pub fn new(session: Session<L, H>) -> Self {
+        Self {
+            session,
+            record: None,
+        }
+    }
+
+    /// A session recorded by `recorder` into `file` (what [`Session::record_in`] returns).
+    pub fn recorded(session: Session<L, H>, recorder: Recorder, file: PathBuf) -> Self {
+        Self {
+            session,
+            record: Some((recorder, file)),
+        }
+    }
+}
+
 /// Settings of the agent that are not the engine's.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct AgentOptions {
     /// Incoming frames longer than this are refused. Default: 4 MiB.
     pub max_frame_bytes: usize,
@@ -191,6 +212,7 @@ impl Default for AgentOptions {
 
 /// Why the agent stopped serving.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AcpError {
     /// Reading or writing the byte stream failed.
     #[error("i/o error on the protocol stream: {0}")]

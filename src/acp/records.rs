@@ -31,6 +31,7 @@ const TITLE_CHARS: usize = 120;
 
 /// What `session/list` shows of one recorded session.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordedSession {
     /// The session id: the transcript's file stem.
     pub id: String,
@@ -50,19 +51,28 @@ struct SideFile {
 
 /// Why a recorded session cannot be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The id is not one this agent hands out (it must be a plain file stem).
     #[error("{0:?} is not a recorded session id")]
     BadId(String),
     /// No transcript of that id in the directory.
     #[error("no recorded session {id:?} in {}", dir.display())]
-    Unknown { id: String, dir: PathBuf },
+    Unknown {
+        /// The session id asked for.
+        id: String,
+        /// The folder searched.
+        dir: PathBuf,
+    },
     /// The transcript could not be read.
     #[error("{0}")]
     Transcript(#[from] crate::transcript::TranscriptError),
     /// The transcript's last line was cut short: what it lost cannot be replayed.
     #[error("the record was cut short at line {line}; it cannot be continued")]
-    Truncated { line: usize },
+    Truncated {
+        /// The line cut short.
+        line: usize,
+    },
     /// The transcript does not replay cleanly.
     #[error("the record does not replay: {0}")]
     Diverged(String),
@@ -200,6 +210,7 @@ pub fn restore(path: &Path) -> Result<Restored, LoadError> {
 
 /// A recorded session, replayed up to its close.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Restored {
     /// The machine that goes on from the record.
     pub machine: Machine,

@@ -10,6 +10,7 @@ use crate::hooks::ServerName;
 
 /// What a client asked for in `session/new`, in the engine's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionSpec {
     /// The session's working directory (absolute, per the protocol).
     pub cwd: PathBuf,
@@ -24,24 +25,35 @@ pub struct SessionSpec {
 
 /// One MCP server a client attached to a session.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ServerSpec {
     /// A child process speaking MCP over stdio.
     Stdio {
+        /// The server's name.
         name: ServerName,
+        /// The program.
         command: PathBuf,
+        /// Its arguments.
         args: Vec<String>,
+        /// Variables set for it.
         env: Vec<(String, String)>,
     },
     /// A server speaking MCP's streamable HTTP transport.
     Http {
+        /// The server's name.
         name: ServerName,
+        /// Its URL.
         url: String,
+        /// HTTP headers sent with each request.
         headers: Vec<(String, String)>,
     },
     /// A server speaking the HTTP+SSE transport of MCP 2024-11-05; `url` is its SSE stream.
     Sse {
+        /// The server's name.
         name: ServerName,
+        /// Its URL.
         url: String,
+        /// HTTP headers sent with each request.
         headers: Vec<(String, String)>,
     },
 }

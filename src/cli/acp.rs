@@ -73,7 +73,9 @@ impl SessionFactory for Factory {
             tracing::info!(path = %path.display(), "recording the session");
             record = Some((recorder, path));
         }
-        Ok(Created { session, record })
+        let mut created = Created::new(session);
+        created.record = record;
+        Ok(created)
     }
 
     async fn restore(

@@ -184,6 +184,7 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
                 format!("sse: {}", http.url),
                 Some(login_state(&store, http)?),
             ),
+            _ => ("a transport this command does not know".to_owned(), None),
         };
         println!("{name} ({transport})");
         match catalog.servers.iter().find(|s| s.server == name) {

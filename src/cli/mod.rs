@@ -191,8 +191,14 @@ pub async fn replay_live(
 }
 
 /// Logs go to stderr only (stdout carries answers and protocol frames), filtered by
-/// `HOOKLOOP_LOG` (tracing's filter syntax), or `default` when it is unset.
-pub fn init_logging(default: &str) -> Result<(), Failure> {
+/// `HOOKLOOP_LOG` (tracing's filter syntax), or `default` when it is unset. With the `otel`
+/// feature, the engine's trace spans also go to the OTLP exporter the `OTEL_*` variables ask
+/// for, if any; [`Telemetry::shutdown`] sends what is left at exit.
+pub fn init_logging(default: &str) -> Result<Telemetry, Failure> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = match std::env::var("HOOKLOOP_LOG") {
         Ok(spec) => tracing_subscriber::EnvFilter::try_new(&spec)
             .map_err(|e| Failure::usage(format!("HOOKLOOP_LOG={spec:?} is invalid: {e}")))?,
@@ -202,16 +208,51 @@ pub fn init_logging(default: &str) -> Result<(), Failure> {
         Err(std::env::VarError::NotPresent) => tracing_subscriber::EnvFilter::new(default),
     };
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(|| LossyStderr)
         // On a failed write the subscriber would report it with `eprintln!`, which panics
         // when stderr is what failed.
         .log_internal_errors(false)
         .with_ansi(ansi)
-        .with_target(false)
-        .init();
-    Ok(())
+        .with_target(false);
+    #[cfg(feature = "otel")]
+    {
+        use tracing_subscriber::filter::FilterExt as _;
+
+        let logs = logs.with_filter(filter.and(hookloop::telemetry::export::once_per_kind()));
+        let exporter = hookloop::telemetry::export::Exporter::from_env()
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        let spans = exporter.as_ref().map(|exporter| exporter.layer());
+        tracing_subscriber::registry().with(logs).with(spans).init();
+        Ok(Telemetry { exporter })
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        tracing_subscriber::registry()
+            .with(logs.with_filter(filter))
+            .init();
+        Ok(Telemetry {})
+    }
+}
+
+/// The process's span exporter, when the `otel` feature built one.
+pub struct Telemetry {
+    #[cfg(feature = "otel")]
+    exporter: Option<hookloop::telemetry::export::Exporter>,
+}
+
+impl Telemetry {
+    /// How long the exit waits for the collector to take the last spans.
+    #[cfg(feature = "otel")]
+    const SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(2);
+
+    /// Sends the spans still queued, waiting at most two seconds for the collector.
+    pub fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        if let Some(exporter) = self.exporter {
+            exporter.shutdown(Self::SHUTDOWN);
+        }
+    }
 }
 
 /// Stderr for logs: a line that cannot be written (a closed pipe, a full disk, a file at its

@@ -47,6 +47,11 @@ async fn run(
     let host = wire::connect(servers).await?;
     host.set_person(ask::person());
     let mut session = Session::new(config, llm, host);
+    if let Ok(model) = hookloop::llm::LlmConfig::from_env() {
+        session
+            .trace_mut()
+            .set_model(model.provider.as_str(), model.model);
+    }
     let recorder = match &record {
         Some(path) => Some(
             start_recording(&mut session, path, redact_content)
@@ -228,6 +233,7 @@ pub fn stop_code(stop: PromptStop) -> u8 {
         PromptStop::Refusal => exit::REFUSAL,
         PromptStop::Cancelled => exit::CANCELLED,
         PromptStop::OtherStop => exit::OTHER_STOP,
+        _ => exit::OTHER_STOP,
     }
 }
 
@@ -239,6 +245,7 @@ fn stop_words(stop: PromptStop) -> &'static str {
         PromptStop::Refusal => "the model refused",
         PromptStop::Cancelled => "cancelled",
         PromptStop::OtherStop => "the provider stopped for a reason hookloop does not know",
+        _ => "the prompt ended for a reason this command does not know",
     }
 }
 
@@ -370,7 +377,8 @@ fn show_delta(
             let _ = write!(stderr, "{}", for_terminal(text));
             let _ = stderr.flush();
         }
-        // Reasoning stays behind the spinner on a terminal; lines show events only.
-        (Mode::Spinner, Delta::Thinking(_)) | (Mode::Lines, _) => {}
+        // Reasoning stays behind the spinner on a terminal; lines show events only. A kind of
+        // piece this front end does not know is progress it can leave out.
+        (Mode::Spinner | Mode::Json, _) | (Mode::Lines, _) => {}
     }
 }

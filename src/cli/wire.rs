@@ -131,6 +131,13 @@ pub async fn connect_spec(spec: SessionSpec, config: &hookloop::Config) -> Resul
                 }
                 (name, config)
             }
+            // A kind of server added to the protocol later; its headers may hold secrets, so
+            // the message does not print it.
+            _ => {
+                return Err(Failure::usage(
+                    "a session names a kind of MCP server this agent cannot start",
+                ));
+            }
         };
         servers.push(name, config).map_err(Failure::usage)?;
     }

@@ -9,25 +9,11 @@
 //! Events are untrusted: a malformed one is an error naming the problem, never a panic. The
 //! number of events a reply may have is capped ([`ReplyLimits::max_events`]).
 
-use crate::llm::LlmError;
 use crate::llm::limits::{ReplyLimits, refuse_past};
 use crate::llm::sse::{SseEvent, SseParser};
+use crate::llm::{LlmError, OnDelta};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
-
-/// A piece of a reply as it arrives: progress for observers, never a fact for the machine.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", content = "text", rename_all = "snake_case")]
-pub enum Delta {
-    /// Text of the model's answer.
-    Text(String),
-    /// Reasoning the provider marks as such (Anthropic `thinking`, `reasoning_content` of the
-    /// Chat Completions servers that stream it).
-    Thinking(String),
-}
-
-/// Receives the deltas of one request, in order.
-pub type OnDelta<'a> = dyn FnMut(Delta) + Send + 'a;
 
 /// Turns one dialect's events into deltas and, at the end, the reply.
 pub(crate) trait Decoder: Send {

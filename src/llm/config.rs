@@ -21,24 +21,39 @@ pub const MAX_RETRIES_LIMIT: u32 = 10;
 
 /// The names of the variables [`LlmConfig::from_env`] reads.
 pub mod vars {
+    /// `openai` or `anthropic`.
     pub const PROVIDER: &str = "HOOKLOOP_PROVIDER";
+    /// The model name.
     pub const MODEL: &str = "HOOKLOOP_MODEL";
+    /// The OpenAI key.
     pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+    /// The Chat Completions base URL.
     pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
+    /// Which field carries the output limit in Chat Completions requests.
     pub const OPENAI_MAX_TOKENS_FIELD: &str = "HOOKLOOP_OPENAI_MAX_TOKENS_FIELD";
+    /// The Anthropic key.
     pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+    /// The Messages base URL.
     pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+    /// Whether Messages requests mark cache breakpoints.
     pub const ANTHROPIC_PROMPT_CACHING: &str = "HOOKLOOP_ANTHROPIC_PROMPT_CACHING";
+    /// Each request attempt's timeout when not streamed, in seconds.
     pub const TIMEOUT_SECS: &str = "HOOKLOOP_LLM_TIMEOUT_SECS";
+    /// Retries on 408, 429, 5xx and connection errors.
     pub const MAX_RETRIES: &str = "HOOKLOOP_LLM_MAX_RETRIES";
+    /// `0` asks for whole replies instead of streamed ones.
     pub const STREAM: &str = "HOOKLOOP_STREAM";
+    /// Streamed: the longest silence between two pieces, in seconds.
     pub const IDLE_TIMEOUT_SECS: &str = "HOOKLOOP_LLM_IDLE_TIMEOUT_SECS";
+    /// Streamed: the deadline for a whole reply, in seconds.
     pub const REPLY_TIMEOUT_SECS: &str = "HOOKLOOP_LLM_REPLY_TIMEOUT_SECS";
+    /// The most tool calls one reply may carry; a reply with more is refused.
     pub const MAX_TOOL_CALLS: &str = "HOOKLOOP_LLM_MAX_TOOL_CALLS";
 }
 
 /// A model provider's dialect.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Provider {
     /// Chat Completions: OpenAI and every server that speaks its dialect.
     #[default]

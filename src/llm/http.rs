@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{StatusCode, Url};
 
-use crate::llm::assemble::{Assembler, Decoder, OnDelta};
+use crate::llm::OnDelta;
+use crate::llm::assemble::{Assembler, Decoder};
 use crate::llm::body::RequestBody;
 use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
 use crate::llm::{LlmError, LlmRequest};

@@ -1,27 +1,56 @@
-//! The model side: the [`LlmClient`] trait the driver calls, its errors, and the real providers:
-//! [`openai`] (Chat Completions) and [`anthropic`] (Messages), configured by [`LlmConfig`] and
-//! wrapped in [`AnyLlm`] when the provider is chosen at run time.
+//! The model side: the [`LlmClient`] trait the driver calls, its errors, and (feature
+//! `providers`) the real providers: `openai` (Chat Completions) and `anthropic` (Messages),
+//! configured by `LlmConfig` and wrapped in `AnyLlm` when the provider is chosen at run time.
 
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod anthropic;
+#[cfg(feature = "providers")]
 mod assemble;
+#[cfg(feature = "providers")]
 mod body;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod config;
+#[cfg(feature = "providers")]
 mod encode;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod http;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod limits;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod openai;
+#[cfg(any(feature = "providers", feature = "mcp"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "providers", feature = "mcp"))))]
 pub mod sse;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod stream;
+#[cfg(feature = "providers")]
 mod turns;
 
 use std::future::Future;
 
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub use self::anthropic::Anthropic;
-pub use self::assemble::{Delta, OnDelta};
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub use self::config::{LlmConfig, Provider};
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub use self::http::{ApiKey, Endpoint, RetryPolicy};
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub use self::limits::ReplyLimits;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub use self::openai::OpenAi;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub use self::turns::HISTORY_CUT_NOTE;
 pub use crate::machine::LlmRequest;
 use crate::machine::{LlmReply, Media};
@@ -60,22 +89,47 @@ pub trait LlmClient: Send + Sync {
     }
 }
 
+/// A piece of a reply as it arrives: progress for observers, never a fact for the machine.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "text", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Delta {
+    /// Text of the model's answer.
+    Text(String),
+    /// Reasoning the provider marks as such (Anthropic `thinking`, `reasoning_content` of the
+    /// Chat Completions servers that stream it).
+    Thinking(String),
+}
+
+/// Receives the deltas of one request, in order.
+pub type OnDelta<'a> = dyn FnMut(Delta) + Send + 'a;
+
 /// Why a model request failed. Messages never carry API keys.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LlmError {
     /// The provider answered with an error status.
     #[error("the provider answered {status}: {message}")]
-    Status { status: u16, message: String },
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's error message, without secrets.
+        message: String,
+    },
     /// The provider could not be reached, or the connection broke.
     #[error("could not reach the provider: {0}")]
     Transport(String),
     /// No answer within the request timeout.
     #[error("the provider did not answer within {secs} s")]
-    Timeout { secs: u64 },
+    Timeout {
+        /// The timeout that ran out, in seconds.
+        secs: u64,
+    },
     /// The provider answered something that is not a valid response.
     #[error("the provider's answer is not valid: {0}")]
     InvalidResponse(String),
-    /// The reply went past a cap of [`ReplyLimits`] and is refused whole.
+    /// The reply went past a cap of the provider's reply limits (`ReplyLimits`, feature
+    /// `providers`) and is refused whole.
     #[error(
         "the provider's reply is refused: it has more than {cap} {what}, the cap for one reply"
     )]
@@ -102,7 +156,10 @@ pub enum LlmError {
 
 /// A client of either provider, for when the provider is chosen at run time (the binary reads
 /// it from `HOOKLOOP_PROVIDER`; see [`LlmConfig::client`]).
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AnyLlm {
     /// Chat Completions.
     OpenAi(OpenAi),
@@ -110,6 +167,7 @@ pub enum AnyLlm {
     Anthropic(Anthropic),
 }
 
+#[cfg(feature = "providers")]
 impl AnyLlm {
     /// The provider's dialect.
     pub fn provider(&self) -> Provider {
@@ -136,6 +194,7 @@ impl AnyLlm {
     }
 }
 
+#[cfg(feature = "providers")]
 impl LlmClient for AnyLlm {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
         match self {

@@ -30,13 +30,20 @@ pub struct SseEvent {
 
 /// Why a stream cannot be parsed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SseError {
     /// A line went past [`MAX_LINE_BYTES`] without ending.
     #[error("an event-stream line is longer than {max} bytes")]
-    LineTooLong { max: usize },
+    LineTooLong {
+        /// The limit, in bytes.
+        max: usize,
+    },
     /// An event's data went past [`MAX_EVENT_BYTES`].
     #[error("an event carries more than {max} bytes of data")]
-    EventTooLarge { max: usize },
+    EventTooLarge {
+        /// The limit, in bytes.
+        max: usize,
+    },
 }
 
 /// The parser's state between chunks.

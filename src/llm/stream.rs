@@ -9,7 +9,7 @@ use crate::llm::limits::ReplyLimits;
 use crate::llm::{LlmError, Provider, anthropic, openai};
 use crate::machine::LlmReply;
 
-pub use crate::llm::assemble::{Delta, OnDelta};
+pub use crate::llm::{Delta, OnDelta};
 
 /// Parses a whole streamed answer of `provider`'s dialect, arriving in `chunks`, as a client
 /// would, with the default [`ReplyLimits`]: for tests and fuzzing. The same code reads streams

@@ -26,7 +26,13 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
-    pub(super) fn new(catalog: &Catalog, allow: &hooks::HookServers) -> Self {
+    /// The tools of `catalog`, and `builtin` (the `agent` tool, when the agent may start
+    /// subagents) after them.
+    pub(super) fn new(
+        catalog: &Catalog,
+        allow: &hooks::HookServers,
+        builtin: Option<ToolSpec>,
+    ) -> Self {
         let mut tools = Self {
             lineage: super::fresh_lineage(),
             ..Self::default()
@@ -61,6 +67,12 @@ impl Tools {
                     tools.model.push(spec);
                 }
             }
+        }
+        if let Some(spec) = builtin
+            && tools.names.insert(spec.name.clone())
+        {
+            tools.bytes += spec.size_bytes();
+            tools.model.push(spec);
         }
         tools.digest = Digest::of_tools(&tools.model);
         tools

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
+use crate::machine::agents::AgentRef;
 use crate::machine::digest::RequestDigest;
 use crate::machine::message::{CallId, ToolCall};
 
@@ -21,35 +22,58 @@ pub enum Effect {
     /// (system, messages, tools, instruction, limits) rather than the request itself, so it
     /// costs the same at any history length and a transcript still pins all that was sent.
     CallLlm {
+        /// What the request is for.
         purpose: Purpose,
+        /// The history's length when the request is built.
         messages: usize,
+        /// A digest of each part of the request.
         digest: RequestDigest,
     },
     /// Run these tool calls, concurrently, and answer each with
     /// [`Input::ToolFinished`](crate::machine::Input::ToolFinished) in any order.
-    CallTools { calls: Vec<ToolCall> },
+    CallTools {
+        /// The calls, in the model's order.
+        calls: Vec<ToolCall>,
+    },
     /// Call `hook` on each server at once, each bounded by `timeout_ms`, and answer each with
     /// [`Input::HookAnswered`](crate::machine::Input::HookAnswered). Each server gets one call
     /// per entry of `subjects`, whose arguments are that entry, answered with its index as
     /// `subject`; with no subjects, one call with arguments `{}` and no `subject`.
     CallHooks {
+        /// The hook to call.
         hook: Hook,
+        /// The servers to call it on, in configuration order.
         servers: Vec<ServerName>,
+        /// How long each call may take, in ms.
         timeout_ms: u64,
+        /// Session facts the servers may use.
         context: HookContext,
+        /// What each call is about; empty for one call with arguments `{}`.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         subjects: Vec<Value>,
     },
     /// Ask the user whether this call of a tool its server marks destructive may run, and
     /// answer with [`Input::PermissionDecided`](crate::machine::Input::PermissionDecided).
     /// The calls of one reply are asked about one at a time, in the model's order.
-    AskPermission { call: ToolCall },
+    AskPermission {
+        /// The call to ask about.
+        call: ToolCall,
+    },
     /// Kill this server (its process group); it comes back through a lazy restart. No answer.
-    KillServer { server: ServerName },
+    KillServer {
+        /// The server.
+        server: ServerName,
+    },
     /// Tell the embedder something worth showing. No answer.
-    Notify { notice: Notice },
+    Notify {
+        /// What to show.
+        notice: Notice,
+    },
     /// The prompt is over. No answer; the machine is idle again (or done, after `Closed`).
-    Finish { reason: FinishReason },
+    Finish {
+        /// Why the prompt ended.
+        reason: FinishReason,
+    },
 }
 
 /// What a model request is for.
@@ -60,82 +84,122 @@ pub enum Purpose {
     Turn,
     /// A compaction summary: the history from message `from` on, no tools, and the summary
     /// instruction as a final user message.
-    Summary { from: usize },
+    Summary {
+        /// The index of the first message summarized.
+        from: usize,
+    },
 }
 
 /// Session facts a hook server may use (sent as `_meta`; servers that ignore it are unaffected).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Inside a subagent, the counts are the subagent's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookContext {
-    /// `_Stop` objections counted so far in this session.
+    /// `_Stop` (in a subagent, `_SubagentStop`) objections counted so far in this agent.
     pub objections_so_far: u32,
-    /// `_Stop` rounds left before the engine stops asking.
+    /// `_Stop` (`_SubagentStop`) rounds left before the engine stops asking.
     pub budget_left: u32,
-    /// Compactions done in this session, the current one included.
+    /// Compactions done in this agent, the current one included.
     pub compactions: u32,
+    /// The subagent asking (`_meta["hookloop/agent"]`); none for the top-level agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
 }
 
 /// Something the embedder may want to show: why the agent kept working, or why it stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "notice", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Notice {
     /// A server's `_Stop` objected; the model is asked again.
     Objection {
+        /// The server.
         server: ServerName,
+        /// What the hook said.
         text: String,
+        /// Objections the session may still make.
         budget_left: u32,
     },
     /// The model ended its turn and `_Stop` was not consulted.
-    StopSkipped { reason: SkipReason },
+    StopSkipped {
+        /// Why `_Stop` was not asked.
+        reason: SkipReason,
+    },
     /// A `_PostCompact` answer was injected into the fresh context.
-    PostCompactInjected { server: ServerName, text: String },
+    PostCompactInjected {
+        /// The server.
+        server: ServerName,
+        /// The text put into the fresh context.
+        text: String,
+    },
     /// A `_SessionStart`, `_UserPromptSubmit` or `_PostToolUse` answer was injected as context,
     /// or a `_PreCompact` answer was added to the summary instruction.
     HookInjected {
+        /// The hook.
         hook: Hook,
+        /// The server.
         server: ServerName,
+        /// The text injected.
         text: String,
     },
     /// A server's `_PreToolUse` denied a model tool call: it did not run, and the model got an
     /// error result carrying the denial.
     ToolDenied {
+        /// The server.
         server: ServerName,
+        /// The qualified name of the denied tool.
         tool: String,
+        /// The denial, as the hook gave it.
         text: String,
     },
     /// The history was compacted.
     Compacted {
+        /// Whether the model summarized the older history (otherwise the oldest turns were dropped).
         summarized: bool,
+        /// Messages in the history before.
         messages_before: usize,
+        /// Messages in the history after.
         messages_after: usize,
     },
     /// A hook call ended without an answer the machine could use; it counts as no objection.
     HookFailedOpen {
+        /// The server.
         server: ServerName,
+        /// The hook.
         hook: Hook,
+        /// Why the call gave no usable answer.
         reason: String,
     },
     /// A server sat a hook round out (it was restarting); the round went on without it.
     HookSkipped {
+        /// The server.
         server: ServerName,
+        /// The hook.
         hook: Hook,
+        /// Why the server sat the round out.
         reason: String,
     },
     /// The user rejected a call (now, or with an earlier "always"): it did not run, and the
     /// model got an error result saying so.
     PermissionRejected {
+        /// The rejected call.
         id: CallId,
+        /// The qualified name of the rejected tool.
         tool: String,
         /// The rejection stands for the rest of the session.
         standing: bool,
     },
     /// The model called a tool that is a hook, or that does not exist; it was answered with
     /// `unknown tool`, and nothing ran.
-    UnknownToolRefused { name: String },
+    UnknownToolRefused {
+        /// The name the model called.
+        name: String,
+    },
 }
 
 /// Why `_Stop` was not consulted at an end of turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SkipReason {
     /// The session's objection budget is spent.
     BudgetSpent,
@@ -146,8 +210,11 @@ pub enum SkipReason {
 /// How a prompt ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
+    /// The model ended its turn, and `_Stop` let it (or was not asked).
     EndTurn,
+    /// The output limit cut the model's reply.
     MaxTokens,
     /// The prompt's round cap was reached.
     MaxTurnRequests,
@@ -155,11 +222,14 @@ pub enum FinishReason {
     Refusal,
     /// The provider stopped for a reason hookloop does not know (its name is kept here).
     OtherStop {
+        /// The provider's own name for the reason.
         stop_reason: String,
     },
+    /// The user cancelled.
     Cancelled,
     /// The model could not be reached or answered garbage, after retries.
     Failed {
+        /// What went wrong, said plainly.
         error: String,
     },
 }

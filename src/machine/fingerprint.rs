@@ -6,8 +6,9 @@
 //! Two machines with the same exact encoding accept the same facts and answer each with the
 //! same orders, except for words inside messages and the digests that pin them. The encoding
 //! keeps: the state and its data (the outstanding calls of a batch and which have results, the
-//! hook, servers and answers of a round, the continuation); the session counters; the prompt's
-//! round count, compaction latch and pinned index; the owed `_PostCompact`, `_SessionStart` and
+//! hook, servers and answers of a round, the continuation); the policy's settings that a fact
+//! changes (whether to ask permission; the rest is fixed for a session); the session counters;
+//! the prompt's round count, compaction latch and pinned index; the owed `_PostCompact`, `_SessionStart` and
 //! `_SessionEnd` flags; the id counter; the catalog as the machine uses it (model tool names,
 //! their size, the servers of each hook, the destructive tools); the standing permission
 //! decisions; and the *shape* of the history: each message's kind, its size, every call's id
@@ -95,11 +96,11 @@
 
 use super::history::BYTES_PER_TOKEN;
 use super::message::CallId;
+use super::pairing::check_pairing;
 use super::policy::Media;
 use super::round::{Answer, HookRound, ToolBatch};
 use super::{Machine, Message, Resume, State, Then};
 use crate::hooks::Hook;
-use crate::testing::check_pairing;
 
 /// How much of a state an encoding keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -261,6 +262,10 @@ impl Machine {
             }
         }
         let core = self.sm.inner();
+        // The policy's part a fact changes (`PermissionSettingChanged`). The rest of the policy
+        // is fixed for a session, so every state of one exploration shares it; a setting that
+        // a fact comes to change must join the encoding here.
+        e.bool(core.policy.ask_permission);
         e.num(core.counters.objections.into());
         if !coarse {
             e.num(core.counters.compactions.into());

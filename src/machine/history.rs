@@ -6,10 +6,9 @@ use std::collections::HashSet;
 use crate::machine::digest::Digest;
 use crate::machine::fresh_lineage;
 use crate::machine::message::{CallId, Message};
+// Re-exported for the machine's other rooms, which count tokens as the history does.
+pub(super) use crate::machine::policy::BYTES_PER_TOKEN;
 use crate::machine::policy::Media;
-
-/// Bytes per token in the estimate used before the provider reports usage.
-pub const BYTES_PER_TOKEN: u64 = 4;
 
 /// The conversation of one session.
 #[derive(Debug)]

@@ -13,20 +13,40 @@ use crate::machine::message::{CallId, ToolCall, ToolOutput};
 #[serde(tag = "fact", rename_all = "snake_case")]
 pub enum Input {
     /// The user sent a prompt. Starts a prompt when the machine is idle.
-    Prompted { text: String },
+    Prompted {
+        /// The prompt.
+        text: String,
+    },
     /// The tool catalog changed (start-up, `list_changed`, a server gone or back).
-    CatalogChanged { catalog: Catalog },
+    CatalogChanged {
+        /// The whole new catalog.
+        catalog: Catalog,
+    },
     /// The model answered the last [`Effect::CallLlm`](crate::machine::Effect::CallLlm).
-    LlmReplied { reply: LlmReply },
+    LlmReplied {
+        /// The reply.
+        reply: LlmReply,
+    },
     /// The model request failed after the client's own retries.
-    LlmFailed { error: String },
+    LlmFailed {
+        /// What went wrong, after the client's retries.
+        error: String,
+    },
     /// One tool call of the last [`Effect::CallTools`](crate::machine::Effect::CallTools) ended.
-    ToolFinished { id: CallId, output: ToolOutput },
+    ToolFinished {
+        /// The call that finished.
+        id: CallId,
+        /// Its result.
+        output: ToolOutput,
+    },
     /// One server's hook call of the last [`Effect::CallHooks`](crate::machine::Effect::CallHooks)
     /// ended, one way or another (a timeout included: time reaches the core only as facts).
     HookAnswered {
+        /// The server that answered.
         server: ServerName,
+        /// The hook it answered for.
         hook: Hook,
+        /// Its answer.
         reply: HookReply,
         /// Which of the order's `subjects` this call was about; none when it had none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,14 +55,19 @@ pub enum Input {
     /// The user decided whether the call of the last
     /// [`Effect::AskPermission`](crate::machine::Effect::AskPermission) may run.
     PermissionDecided {
+        /// The call asked about.
         id: CallId,
+        /// What the user decided.
         decision: PermissionDecision,
     },
     /// The front end's setting of whether destructive tool calls wait for the user's decision
     /// ([`Policy::ask_permission`](crate::Policy::ask_permission)) is now `ask`: a session
     /// restored from a record goes on under the front end's current setting, and the change is
     /// a fact so that a replay of the record follows it. Accepted between prompts.
-    PermissionSettingChanged { ask: bool },
+    PermissionSettingChanged {
+        /// Ask before destructive tools from now on.
+        ask: bool,
+    },
     /// The embedder cancelled the running prompt.
     Cancelled,
     /// The session is over; every later fact is refused.
@@ -72,9 +97,13 @@ impl Input {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionDecision {
+    /// Run this call.
     AllowOnce,
+    /// Run this call and every later call of the same tool in this session.
     AllowAlways,
+    /// Do not run this call.
     RejectOnce,
+    /// Run no call of this tool for the rest of the session.
     RejectAlways,
 }
 
@@ -99,10 +128,14 @@ impl PermissionDecision {
 /// The model's answer to one request.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LlmReply {
+    /// The reply's text; empty when it only calls tools.
     pub text: String,
+    /// The tools the model asked for, in its order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Why the model stopped.
     pub stop: StopReason,
+    /// Tokens the provider counted, when it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }
@@ -110,6 +143,7 @@ pub struct LlmReply {
 /// Why the model stopped generating, in provider-neutral terms.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StopReason {
     /// The model ended its turn. A genuine end: `_Stop` is consulted.
     #[default]
@@ -136,6 +170,7 @@ pub enum StopReason {
 pub struct Usage {
     /// The whole prompt, cached parts included.
     pub input_tokens: u64,
+    /// Tokens of the reply.
     pub output_tokens: u64,
     /// Of `input_tokens`, how many were read from the provider's cache.
     #[serde(default)]
@@ -148,30 +183,46 @@ pub struct Usage {
 /// How one server's hook call ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HookReply {
     /// A successful result; its text blocks joined. Non-empty after trimming = an objection.
-    Text { text: String },
+    Text {
+        /// The text.
+        text: String,
+    },
     /// The server answered with `isError`. Counts as no objection; the server is alive.
-    ErrorResult { text: String },
+    ErrorResult {
+        /// The error's text blocks, joined.
+        text: String,
+    },
     /// The call failed without an answer: transport error, crash, protocol error.
-    Failed { error: String },
+    Failed {
+        /// What went wrong, said plainly.
+        error: String,
+    },
     /// No answer within the hook timeout.
     TimedOut,
     /// The server sat the round out: it was between lives when the round started, so it was
     /// not asked. Counts as no objection and not as a timeout.
-    Skipped { reason: String },
+    Skipped {
+        /// Why the server was not asked.
+        reason: String,
+    },
 }
 
 /// Every server's tools, in server configuration order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Catalog {
+    /// One entry per server.
     pub servers: Vec<ServerTools>,
 }
 
 /// The tools of one server, hooks included.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerTools {
+    /// The server's configured name.
     pub server: ServerName,
+    /// Its tools and hooks, in the order it lists them.
     pub tools: Vec<ToolInfo>,
 }
 
@@ -180,12 +231,26 @@ pub struct ServerTools {
 pub struct ToolInfo {
     /// The bare name, as the server lists it.
     pub name: String,
+    /// What the tool does, for the model.
     #[serde(default)]
     pub description: String,
+    /// A JSON Schema object for the tool's arguments.
     pub input_schema: Value,
     /// What the server says about the tool's behaviour; absent when it says nothing.
     #[serde(default, skip_serializing_if = "ToolHints::is_unknown")]
     pub hints: ToolHints,
+}
+
+impl ToolInfo {
+    /// A tool with no description and no hints.
+    pub fn new(name: impl Into<String>, input_schema: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: String::new(),
+            input_schema,
+            hints: ToolHints::default(),
+        }
+    }
 }
 
 /// A server's hints about what a tool does (MCP tool annotations). Hints, not guarantees:

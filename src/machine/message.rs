@@ -8,8 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::machine::history::BYTES_PER_TOKEN;
-use crate::machine::policy::Media;
+use crate::machine::policy::{BYTES_PER_TOKEN, Media};
 
 /// The id of one tool call, as the model (or the machine, for synthetic hook calls) named it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -40,16 +39,26 @@ impl From<&str> for CallId {
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     /// The user's words: a prompt, or the summary that opens a compacted context.
-    User { text: String },
+    User {
+        /// What the user (or the engine, for hook context) said.
+        text: String,
+    },
     /// The model's turn: text and the tool calls it asked for (possibly none).
     Assistant {
+        /// The model's text.
         text: String,
+        /// The tools it asked for.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
     },
     /// The answer to one earlier tool call. It always follows the assistant message that made
     /// the call, after the answers to that message's earlier calls.
-    ToolResult { call_id: CallId, output: ToolOutput },
+    ToolResult {
+        /// The call this answers.
+        call_id: CallId,
+        /// The result.
+        output: ToolOutput,
+    },
 }
 
 impl Message {
@@ -98,6 +107,7 @@ impl ToolCall {
 /// What a tool call produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutput {
+    /// The content blocks, in the server's order.
     pub content: Vec<Content>,
     /// The tool reported failure (MCP's `isError`), or the engine refused or could not run it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -147,21 +157,29 @@ impl ToolOutput {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Content {
+    /// Text.
     Text {
+        /// The text.
         text: String,
     },
     /// Base64 data, as MCP carries it.
     Image {
+        /// Its MIME type.
         mime_type: String,
+        /// The image, base64-encoded.
         data: String,
     },
     /// An embedded resource: its text, or its base64 blob.
     Resource {
+        /// The resource's URI.
         uri: String,
+        /// Its MIME type, when the server gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mime_type: Option<String>,
+        /// Its text, for a text resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
+        /// Its bytes, base64-encoded, for a binary resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         blob: Option<String>,
     },
@@ -199,6 +217,7 @@ impl Content {
 pub struct ToolSpec {
     /// Qualified: `<server>__<tool>`.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
     /// A JSON Schema object.
     pub input_schema: Value,

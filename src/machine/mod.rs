@@ -44,6 +44,7 @@
 //! reply's calls, gated and answered once), `rules` (hook rounds and each hook's rule). The unit
 //! tests (`tests.rs`) are named after the rules.
 
+mod agents;
 mod catalog;
 mod digest;
 mod effect;
@@ -54,6 +55,7 @@ pub use self::fingerprint::{Canon, Grain, SizeRegion};
 mod history;
 mod input;
 mod message;
+mod pairing;
 mod phase;
 mod policy;
 mod request;
@@ -68,17 +70,19 @@ use std::sync::Arc;
 
 use statig::prelude::*;
 
+pub use self::agents::{AGENT_TOOL, AgentId, AgentRef, Subagents, agent_limit_text};
 use self::catalog::Tools;
 pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
-pub use self::history::{BYTES_PER_TOKEN, History};
+pub use self::history::History;
 pub use self::input::{
     Catalog, HookReply, Input, LlmReply, PermissionDecision, ServerTools, StopReason, ToolHints,
     ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
+pub use self::pairing::check_pairing;
 pub use self::phase::{MachineError, Phase};
-pub use self::policy::{Counters, Media, Policy};
+pub use self::policy::{BYTES_PER_TOKEN, Counters, Media, Policy};
 pub(crate) use self::request::fresh_lineage;
 pub use self::request::{Lineage, LlmRequest};
 use self::round::{HookRound, ToolBatch};
@@ -117,20 +121,10 @@ pub struct Machine {
 impl Machine {
     /// A machine for a new session, idle, with an empty catalog.
     pub fn new(policy: Policy, system_prompt: Option<String>) -> Self {
-        let core = Core {
-            history: History::new(policy.media.clone()),
-            policy,
-            system_prompt,
-            tools: Arc::default(),
-            counters: Counters::default(),
-            turn: Turn::default(),
-            post_compact_owed: false,
-            session_started: false,
-            session_ended: false,
-            standing: BTreeMap::new(),
-            summary_instruction: SUMMARY_INSTRUCTION.to_owned(),
-            next_id: 0,
-        };
+        Self::from_core(Core::new(policy, system_prompt))
+    }
+
+    fn from_core(core: Core) -> Self {
         let mut outbox = Outbox::default();
         let sm = core
             .uninitialized_state_machine()
@@ -262,6 +256,31 @@ pub(crate) struct Core {
     summary_instruction: String,
     /// Source of the machine's own call ids (hook pairs, renamed model ids).
     next_id: u64,
+    /// `agent` calls named so far: the source of the ids of this agent's children.
+    agents_started: u32,
+    /// Who this machine is when it is a subagent; `None` for a session's top-level agent.
+    child: Option<Box<agents::Child>>,
+}
+
+impl Core {
+    fn new(policy: Policy, system_prompt: Option<String>) -> Self {
+        Self {
+            history: History::new(policy.media.clone()),
+            policy,
+            system_prompt,
+            tools: Arc::default(),
+            counters: Counters::default(),
+            turn: Turn::default(),
+            post_compact_owed: false,
+            session_started: false,
+            session_ended: false,
+            standing: BTreeMap::new(),
+            summary_instruction: SUMMARY_INSTRUCTION.to_owned(),
+            next_id: 0,
+            agents_started: 0,
+            child: None,
+        }
+    }
 }
 
 /// Data of the running prompt.
@@ -342,7 +361,7 @@ impl Core {
                 self.start_prompt(context, PromptStage::SessionStart)
             }
             Input::CatalogChanged { catalog } => {
-                self.tools = Arc::new(Tools::new(catalog, &self.policy.hook_servers));
+                self.tools = self.tools_of(catalog);
                 Handled
             }
             Input::PermissionSettingChanged { ask } => {
@@ -570,7 +589,7 @@ impl Core {
                 self.end_session(context)
             }
             Input::CatalogChanged { catalog } => {
-                self.tools = Arc::new(Tools::new(catalog, &self.policy.hook_servers));
+                self.tools = self.tools_of(catalog);
                 Handled
             }
             Input::Prompted { .. }

@@ -8,19 +8,29 @@ use crate::hooks::{Hook, ServerName};
 /// The machine's state, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Phase {
+    /// Waiting for a prompt.
     Idle,
+    /// Waiting for the model's reply to a turn.
     Prompting,
+    /// Waiting for tool results.
     RunningTools,
+    /// Waiting for the `_Stop` round after the model ended its turn.
     AwaitingStop,
+    /// Waiting for the model's reply to an objection.
     Objected,
+    /// Waiting for a compaction summary.
     Summarizing,
+    /// Waiting for the `_PostCompact` round after a compaction.
     PostCompacting,
     /// Waiting for the user to decide whether a destructive tool call may run.
     AwaitingPermission,
     /// Waiting for the answers of another hook: `_SessionStart`, `_UserPromptSubmit`,
-    /// `_PreToolUse`, `_PostToolUse`, `_PreCompact` or `_SessionEnd`.
+    /// `_PreToolUse`, `_PostToolUse`, `_PreCompact`, `_SessionEnd`, or a subagent's
+    /// `_SubagentStart` or `_SubagentStop`.
     AwaitingHook(Hook),
+    /// Closed: absorbing.
     Done,
 }
 
@@ -35,7 +45,9 @@ impl Phase {
             | Hook::PreToolUse
             | Hook::PostToolUse
             | Hook::PreCompact
-            | Hook::SessionEnd => Self::AwaitingHook(hook),
+            | Hook::SessionEnd
+            | Hook::SubagentStart
+            | Hook::SubagentStop => Self::AwaitingHook(hook),
         }
     }
 }
@@ -64,19 +76,36 @@ impl fmt::Display for Phase {
 /// A fact the machine refused. The driver (or a transcript) fed something the protocol does not
 /// allow here: this is API misuse, never the fault of a model, tool or hook.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MachineError {
+    /// A fact the current state does not expect.
     #[error("unexpected {got} while {phase}: expected {expected}")]
     Unexpected {
+        /// The state the machine was in.
         phase: Phase,
+        /// The facts it expected there.
         expected: &'static str,
+        /// The fact that came.
         got: &'static str,
     },
+    /// A tool result for a call that is not running.
     #[error("result for tool call {0}, which is not awaiting a result")]
     UnknownCall(CallId),
+    /// A hook answer nobody is waiting for.
     #[error("{hook} answer from server {server}, which was not asked or already answered")]
-    UnexpectedHookAnswer { server: ServerName, hook: Hook },
+    UnexpectedHookAnswer {
+        /// The server named by the answer.
+        server: ServerName,
+        /// The hook named by the answer.
+        hook: Hook,
+    },
+    /// A permission decision nobody asked for.
     #[error("permission decision for call {0}, which is not awaiting one")]
     UnexpectedDecision(CallId),
+    /// A fact after the session closed.
     #[error("the session is closed: {got} refused")]
-    Closed { got: &'static str },
+    Closed {
+        /// The fact that came.
+        got: &'static str,
+    },
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::agents::Subagents;
 use crate::hooks::{HookServers, ServerName};
 
 /// The machine's settings. [`Config`](crate::Config) builds one; the defaults are the spec's.
@@ -33,7 +34,14 @@ pub struct Policy {
     /// and waits for the decision. Off by default: only a front end that can ask turns it on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ask_permission: bool,
+    /// The subagent capability: the built-in `agent` tool and its limits. Off (`None`) by
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<Subagents>,
 }
+
+/// Bytes per token in the estimate used before the provider reports usage.
+pub const BYTES_PER_TOKEN: u64 = 4;
 
 /// How a model's dialect carries the images and binary resources of tool results, which decides
 /// what they cost in its context. The default sends none of them: each is a one-line
@@ -65,12 +73,22 @@ impl Media {
 }
 
 impl Policy {
+    /// The default hook timeout, in ms.
     pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 2_500;
+    /// The default `_Stop` budget per session.
     pub const DEFAULT_STOP_MAX_REJECTIONS: u32 = 3;
+    /// The default context window, in tokens.
     pub const DEFAULT_MAX_CONTEXT_TOKENS: u64 = 200_000;
+    /// The default output reservation, in tokens.
     pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
     /// Consecutive hook timeouts of one server that get it killed.
     pub const KILL_AFTER_TIMEOUTS: u32 = 2;
+
+    /// Whether an agent at `depth` (0 = the top-level agent) is offered `agent`: subagents are
+    /// on and it is above the depth limit.
+    pub fn offers_agent_at(&self, depth: u32) -> bool {
+        self.subagents.is_some_and(|s| depth < s.max_depth)
+    }
 
     /// Tokens the history (with system prompt and tools) may use before it is compacted.
     pub fn context_budget(&self) -> u64 {
@@ -90,6 +108,7 @@ impl Default for Policy {
             max_output_tokens: Self::DEFAULT_MAX_OUTPUT_TOKENS,
             media: Media::default(),
             ask_permission: false,
+            subagents: None,
         }
     }
 }
@@ -97,6 +116,7 @@ impl Default for Policy {
 /// Session-wide counters. They survive across prompts: a session gets one objection budget,
 /// however many prompts it runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Counters {
     /// `_Stop` rounds that objected.
     pub objections: u32,

@@ -12,7 +12,9 @@ use crate::hooks::Hook;
 /// A model request, as the machine sees it; providers translate it to their dialect.
 #[derive(Clone, Copy, Debug)]
 pub struct LlmRequest<'a> {
+    /// What the request is for.
     pub purpose: Purpose,
+    /// The system prompt, if any.
     pub system: Option<&'a str>,
     /// The conversation to send. It may begin with an assistant message (a summary request
     /// starts at the newest history that fits); it never holds a tool result without its call.
@@ -21,6 +23,7 @@ pub struct LlmRequest<'a> {
     pub tools: &'a [ToolSpec],
     /// A final user message to send after `messages` (the summary instruction).
     pub instruction: Option<&'a str>,
+    /// Tokens reserved for the reply.
     pub max_output_tokens: u32,
     /// What this request shares with earlier ones of the same session, so a provider may
     /// reuse what it encoded for them; `None` promises nothing.

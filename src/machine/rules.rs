@@ -126,7 +126,8 @@ impl Core {
         }
     }
 
-    /// `_SessionStart`'s rule: its answers are context, injected after the first prompt.
+    /// `_SessionStart`'s rule, and `_SubagentStart`'s in a subagent: its answers are context,
+    /// injected after the first prompt (a subagent's task).
     pub(super) fn on_session_start(
         &mut self,
         context: &mut Outbox,
@@ -193,8 +194,9 @@ impl Core {
         self.request_turn(context, Resume::Prompting)
     }
 
-    /// `_Stop`'s rule: any non-empty answer is an objection, injected, and the model is asked
-    /// again (once per round, whatever the number of objecting servers).
+    /// `_Stop`'s rule, and `_SubagentStop`'s in a subagent: any non-empty answer is an
+    /// objection, injected, and the model is asked again (once per round, whatever the number
+    /// of objecting servers).
     pub(super) fn on_stop(&mut self, context: &mut Outbox, round: HookRound) -> Outcome<State> {
         let mut objections = round
             .said()
@@ -205,8 +207,9 @@ impl Core {
         }
         self.counters.objections += 1;
         let budget_left = self.counters.budget_left(&self.policy);
+        let hook = self.stop_hook();
         for (server, text) in objections {
-            self.inject_hook_pair(Hook::Stop, &server, &text);
+            self.inject_hook_pair(hook, &server, &text);
             context.notify(Notice::Objection {
                 server,
                 text,
@@ -305,6 +308,7 @@ impl Core {
             objections_so_far: self.counters.objections,
             budget_left: self.counters.budget_left(&self.policy),
             compactions: self.counters.compactions,
+            agent: self.child.as_ref().map(|child| child.me.clone()),
         }
     }
 }

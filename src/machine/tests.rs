@@ -1166,7 +1166,8 @@ fn hook_context_reports_the_session_counters() {
         HookContext {
             objections_so_far: 1,
             budget_left: 2,
-            compactions: 0
+            compactions: 0,
+            agent: None,
         }
     );
 }

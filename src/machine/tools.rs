@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 use statig::prelude::*;
 
+use super::agents::{AGENT_TOOL, check_task};
 use super::round::ToolBatch;
 use super::{
     CallId, Core, Effect, Message, Notice, Outbox, Resume, State, Then, ToolCall, ToolOutput,
@@ -23,6 +24,7 @@ impl Core {
     ) -> Outcome<State> {
         let mut batch = ToolBatch::default();
         let mut run = Vec::new();
+        let mut agents = 0;
         for call in calls {
             let refusal = if !self.tools.names.contains(&call.name) {
                 context.notify(Notice::UnknownToolRefused {
@@ -34,6 +36,13 @@ impl Core {
                     &call.name,
                     &call.arguments,
                 )))
+            } else if call.name == AGENT_TOOL {
+                let allowed =
+                    check_task(&call.arguments).and_then(|()| self.agent_call_allowed(agents));
+                if allowed.is_ok() {
+                    agents += 1;
+                }
+                allowed.err().map(ToolOutput::error)
             } else {
                 None
             };
@@ -159,7 +168,11 @@ impl Core {
             .iter()
             .map(|call| {
                 let mut call = call.clone();
-                if call.id.0.is_empty()
+                // An `agent` call's id names the subagent it starts: the machine gives it one,
+                // unique in the session, whatever the model chose.
+                if call.name == AGENT_TOOL && self.offers_agent() {
+                    call.id = self.fresh_agent_id();
+                } else if call.id.0.is_empty()
                     || self.history.has_call_id(&call.id)
                     || seen.contains(&call.id)
                 {

@@ -43,6 +43,7 @@ impl Core {
     }
 
     pub(super) fn finish(&mut self, context: &mut Outbox, reason: FinishReason) -> Outcome<State> {
+        self.settle_agent(&reason);
         context.emit(Effect::Finish { reason });
         Transition(State::idle())
     }
@@ -55,6 +56,7 @@ impl Core {
         resume: Resume,
     ) -> Outcome<State> {
         self.turn.compacted = false;
+        self.note_reply_text(&reply.text);
         // A usage block without input tokens (0, or left out and defaulted) measures nothing:
         // anchoring on it would zero the context estimate and put off compaction.
         if let Some(usage) = reply.usage.filter(|usage| usage.input_tokens > 0) {
@@ -113,9 +115,11 @@ impl Core {
         }
     }
 
-    /// A genuine end of turn: ask `_Stop`, unless a sovereignty rule says not to.
+    /// A genuine end of turn: ask `_Stop` (a subagent `_SubagentStop`, under the same rules and
+    /// a budget of its own), unless a sovereignty rule says not to.
     pub(super) fn on_end_turn(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
-        if self.tools.servers(Hook::Stop).is_empty() || self.policy.stop_max_rejections == 0 {
+        let hook = self.stop_hook();
+        if self.tools.servers(hook).is_empty() || self.policy.stop_max_rejections == 0 {
             return self.finish(context, FinishReason::EndTurn);
         }
         // Consecutive end_turn: the model heard the objection and declined.
@@ -131,7 +135,8 @@ impl Core {
             });
             return self.finish(context, FinishReason::EndTurn);
         }
-        match self.ask(context, Hook::Stop, Vec::new()) {
+        let subjects = self.stop_subjects();
+        match self.ask(context, hook, subjects) {
             Some(round) => Transition(State::hooking(round, Then::Stop)),
             None => self.finish(context, FinishReason::EndTurn),
         }
@@ -170,7 +175,8 @@ impl Core {
     }
 
     /// The start of a prompt, from `stage` on: `_SessionStart` (first prompt only),
-    /// `_UserPromptSubmit`, an owed `_PostCompact`, then the first request.
+    /// `_UserPromptSubmit`, an owed `_PostCompact`, then the first request. A subagent's one
+    /// prompt asks `_SubagentStart` in place of the first two: they belong to the session.
     pub(super) fn start_prompt(
         &mut self,
         context: &mut Outbox,
@@ -181,11 +187,15 @@ impl Core {
                 PromptStage::SessionStart => {
                     if !self.session_started {
                         self.session_started = true;
-                        if let Some(round) = self.ask(context, Hook::SessionStart, Vec::new()) {
+                        let (hook, subjects) = self.start_hook();
+                        if let Some(round) = self.ask(context, hook, subjects) {
                             return Transition(State::hooking(round, Then::SessionStart));
                         }
                     }
                     PromptStage::UserPromptSubmit
+                }
+                PromptStage::UserPromptSubmit if self.child.is_some() => {
+                    PromptStage::OwedPostCompact
                 }
                 PromptStage::UserPromptSubmit => {
                     let subject = json!({"prompt": self.turn.text});
@@ -205,9 +215,11 @@ impl Core {
         }
     }
 
-    /// Ends the session: `_SessionEnd` once, if a server has it, then Done.
+    /// Ends the session: `_SessionEnd` once, if a server has it, then Done. A subagent's end is
+    /// not the session's: it goes to Done without it.
     pub(super) fn end_session(&mut self, context: &mut Outbox) -> Outcome<State> {
-        if self.session_ended {
+        if self.session_ended || self.child.is_some() {
+            self.session_ended = true;
             return Transition(State::done());
         }
         self.session_ended = true;

@@ -158,6 +158,7 @@ impl Eq for TokenStore {}
 
 /// Why a server's authorization stopped it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AuthProblem {
     /// It asked for a login and none is stored.
     LoginNeeded,
@@ -722,8 +723,11 @@ pub enum LoginState {
     None,
     /// A token is stored; `expires_in_secs` is what was left of it when read, if known.
     LoggedIn {
+        /// Seconds until the access token expires, when known.
         expires_in_secs: Option<u64>,
+        /// A refresh token is stored.
         refreshable: bool,
+        /// The scopes granted.
         scopes: Vec<String>,
     },
     /// The login's token was dropped (its refresh was refused); log in again.

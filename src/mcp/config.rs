@@ -15,6 +15,7 @@ use crate::mcp::McpError;
 /// How to reach one MCP server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RawServerConfig", into = "RawServerConfig")]
+#[non_exhaustive]
 pub enum ServerConfig {
     /// A child process speaking MCP over its stdin and stdout.
     Stdio(StdioConfig),
@@ -31,6 +32,7 @@ pub enum ServerConfig {
 pub struct StdioConfig {
     /// The program; looked up on `PATH` when it has no slash.
     pub command: String,
+    /// The program's arguments.
     pub args: Vec<String>,
     /// Added to the child's otherwise clean environment (see [`CHILD_ENV_PASSTHROUGH`]).
     pub env: BTreeMap<String, String>,
@@ -42,6 +44,7 @@ pub struct StdioConfig {
 /// [`ServerConfig::Sse`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HttpConfig {
+    /// The server's URL.
     pub url: String,
     /// Sent with every request (an `Authorization` header, for instance).
     pub headers: BTreeMap<String, String>,

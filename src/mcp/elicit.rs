@@ -15,6 +15,7 @@ use crate::hooks::ServerName;
 
 /// One question a server asks the person.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Elicitation {
     /// The server that asks.
     pub server: ServerName,
@@ -29,10 +30,18 @@ pub struct Elicitation {
 pub enum ElicitationMode {
     /// Fill in a form: `schema` is the requested JSON schema, an object of primitive
     /// properties (string, number, integer, boolean, enums), as the server sent it.
-    Form { schema: Map<String, Value> },
+    Form {
+        /// The JSON Schema of the answer.
+        schema: Map<String, Value>,
+    },
     /// Visit `url` out of band (a sign-in page, a payment); nothing comes back but the action.
     /// `id` is the server's elicitation id, empty on protocol versions that dropped it.
-    Url { url: String, id: String },
+    Url {
+        /// The URL to open.
+        url: String,
+        /// The elicitation's id.
+        id: String,
+    },
 }
 
 /// What the person did with a question.

@@ -38,11 +38,16 @@ use crate::text::lock;
 pub const META_SESSION: &str = "hookloop/session";
 /// The `_meta` key of the hook's own context on every hook call.
 pub const META_HOOK: &str = "hookloop/hook";
+/// The `_meta` key of a subagent's hook calls: `{"id", "parent"}`, the agent asking.
+pub const META_AGENT: &str = "hookloop/agent";
 
 /// A server that did not start; the session runs without it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct StartupFailure {
+    /// The server that failed to start.
     pub server: ServerName,
+    /// Why.
     pub error: McpError,
 }
 
@@ -381,7 +386,7 @@ fn supervisor_policy(options: &HostOptions) -> SupervisorPolicy {
 /// The `_meta` of a hook call: the session id and the hook's context.
 fn hook_meta(session: &str, call: &HookCall) -> RequestMetaObject {
     let hook = match call.hook {
-        Hook::Stop => json!({
+        Hook::Stop | Hook::SubagentStop => json!({
             "name": call.hook.tool_name(),
             "objectionsSoFar": call.context.objections_so_far,
             "budgetLeft": call.context.budget_left,
@@ -394,13 +399,17 @@ fn hook_meta(session: &str, call: &HookCall) -> RequestMetaObject {
         | Hook::UserPromptSubmit
         | Hook::PreToolUse
         | Hook::PostToolUse
-        | Hook::SessionEnd => json!({"name": call.hook.tool_name()}),
+        | Hook::SessionEnd
+        | Hook::SubagentStart => json!({"name": call.hook.tool_name()}),
     };
     let mut meta = RequestMetaObject::new();
     meta.0
         .0
         .insert(META_SESSION.into(), Value::String(session.into()));
     meta.0.0.insert(META_HOOK.into(), hook);
+    if let Some(agent) = &call.context.agent {
+        meta.0.0.insert(META_AGENT.into(), json!(agent));
+    }
     meta
 }
 

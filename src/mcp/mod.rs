@@ -5,26 +5,39 @@
 //! rmcp's types stay inside this module: the rest of the engine sees [`Catalog`],
 //! [`ToolOutput`] and [`HookReply`] only.
 
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod auth;
+#[cfg(feature = "mcp")]
 mod backlog;
+#[cfg(feature = "mcp")]
 mod child;
+#[cfg(feature = "mcp")]
 mod config;
+#[cfg(feature = "mcp")]
 mod convert;
 mod elicit;
+#[cfg(feature = "mcp")]
 mod host;
+#[cfg(feature = "mcp")]
 mod sse;
+#[cfg(feature = "mcp")]
 mod transport;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub use self::config::{
     CHILD_ENV_PASSTHROUGH, HostOptions, HttpConfig, McpServers, ServerConfig, StdioConfig,
 };
 pub use self::elicit::{
     Answer, ElicitAnswer, Elicitation, ElicitationMode, Nobody, Person, schema_defaults,
 };
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub use self::host::{McpHost, StartupFailure};
 
 use crate::hooks::{Hook, ServerName};
@@ -56,7 +69,9 @@ impl std::fmt::Display for TransportKind {
 /// One hook call on one server, as the driver hands it to the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookCall {
+    /// The server to call.
     pub server: ServerName,
+    /// The hook to call.
     pub hook: Hook,
     /// Answer [`HookReply::TimedOut`] past this; the driver also stops waiting shortly after.
     pub timeout: Duration,
@@ -110,35 +125,65 @@ pub trait ToolHost: Send + Sync {
 }
 
 /// Why the MCP host could not start, or could not reach a server.
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum McpError {
     /// The server configuration is unusable.
     #[error("invalid mcp configuration: {0}")]
     Config(String),
     /// A server could not be started: spawn, connect, initialize or `tools/list` failed.
     #[error("server {server} failed to start: {reason}")]
-    Startup { server: ServerName, reason: String },
+    Startup {
+        /// The server.
+        server: ServerName,
+        /// What failed.
+        reason: String,
+    },
     /// A server did not finish starting within the start-up timeout.
     #[error("server {server} did not start within {secs} s")]
-    StartupTimeout { server: ServerName, secs: u64 },
+    StartupTimeout {
+        /// The server.
+        server: ServerName,
+        /// The start-up timeout, in seconds.
+        secs: u64,
+    },
     /// A server listed two tools under one qualified name.
     #[error("server {server} lists two tools named {tool:?} (both would be {qualified:?})")]
     DuplicateTool {
+        /// The server.
         server: ServerName,
+        /// The second tool's bare name.
         tool: String,
+        /// The qualified name both would have.
         qualified: String,
     },
     /// The servers offer more tools than the session allows.
     #[error("the servers offer {count} tools, more than the limit of {max}")]
-    TooManyTools { count: usize, max: usize },
+    TooManyTools {
+        /// Tools offered.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Some servers failed to start and the embedder asked for all or nothing.
     #[error("{} of the servers failed to start: {}", failures.len(), list_failures(failures))]
-    NotAllStarted { failures: Vec<StartupFailure> },
+    NotAllStarted {
+        /// Each server that failed, with why.
+        failures: Vec<StartupFailure>,
+    },
     /// A server is gone: killed, crashed, or out of restarts.
     #[error("server {server} is unavailable: {reason}")]
-    Unavailable { server: ServerName, reason: String },
+    Unavailable {
+        /// The server.
+        server: ServerName,
+        /// Why it is gone.
+        reason: String,
+    },
 }
 
+#[cfg(feature = "mcp")]
 fn list_failures(failures: &[StartupFailure]) -> String {
     failures
         .iter()

@@ -51,21 +51,34 @@ impl Jitter {
 #[serde(tag = "fact", rename_all = "snake_case")]
 pub enum Fact {
     /// A life started: connected, negotiated, tools listed.
-    ServerStarted { server: ServerName, at_ms: u64 },
+    ServerStarted {
+        /// The server.
+        server: ServerName,
+        /// When, on the host's clock.
+        at_ms: u64,
+    },
     /// A start ordered by [`Order::StartServer`] (or the first) failed.
     StartFailed {
+        /// The server.
         server: ServerName,
+        /// When, on the host's clock.
         at_ms: u64,
+        /// Why it could not start.
         error: String,
+        /// The randomness for the backoff, drawn by the host.
         jitter: Jitter,
     },
     /// The current life ended: killed on the machine's order, or its connection broke.
     ServerExited {
+        /// The server.
         server: ServerName,
+        /// When, on the host's clock.
         at_ms: u64,
         /// Whether the life answered at least one call.
         answered: bool,
+        /// Why it ended, as the host saw it.
         reason: String,
+        /// The randomness for the backoff, drawn by the host.
         jitter: Jitter,
     },
 }
@@ -95,9 +108,19 @@ impl Fact {
 pub enum Order {
     /// Start a new life of the server after waiting `after_ms`; answer with
     /// [`Fact::ServerStarted`] or [`Fact::StartFailed`].
-    StartServer { server: ServerName, after_ms: u64 },
+    StartServer {
+        /// The server.
+        server: ServerName,
+        /// The backoff before the start, in ms.
+        after_ms: u64,
+    },
     /// The server is out of restarts: take its tools out of the catalog for good. No answer.
-    RetireServer { server: ServerName, bad_ends: u32 },
+    RetireServer {
+        /// The server.
+        server: ServerName,
+        /// Bad ends in a row that retired it.
+        bad_ends: u32,
+    },
 }
 
 /// A fact or an order, as a transcript records it. Untagged: a fact carries its `fact` tag and
@@ -105,7 +128,9 @@ pub enum Order {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Event {
+    /// A fact the supervisor took.
     Fact(Fact),
+    /// An order it gave.
     Order(Order),
 }
 
@@ -115,15 +140,21 @@ pub enum HookTurn {
     /// The server is live: call it.
     Call,
     /// The server is not live; the round goes on without it (no objection, not a timeout).
-    Skip { reason: String },
+    Skip {
+        /// Why the server sat the round out.
+        reason: String,
+    },
 }
 
 /// A fact the supervisor did not expect: a bug in the host, never the fault of a server.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("supervisor: unexpected {fact} for server {server} while it is {state}")]
 pub struct UnexpectedFact {
+    /// The fact.
     pub fact: &'static str,
+    /// The server it was about.
     pub server: ServerName,
+    /// The state the server was in.
     pub state: &'static str,
 }
 

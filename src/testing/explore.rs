@@ -160,9 +160,11 @@ pub fn fingerprint(machine: &Machine, out: &mut Canon) {
 /// Which servers' hooks run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Allow {
+    /// No server's hooks.
     Off,
     /// `s0` only.
     One,
+    /// Every server's hooks.
     All,
 }
 
@@ -171,6 +173,7 @@ pub enum Allow {
 pub struct Setup {
     /// Per server (`s0`, `s1`), a bit per hook of [`Hook::ALL`].
     pub servers: Vec<u8>,
+    /// Which servers' hooks run.
     pub allow: Allow,
     /// The `_Stop` budget.
     pub budget: u32,
@@ -393,6 +396,7 @@ pub fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
 /// What one exploration found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
+    /// The configuration explored.
     pub setup: Setup,
     /// Distinct states visited (the start included).
     pub states: usize,
@@ -447,7 +451,9 @@ impl fmt::Display for Report {
 /// A violated invariant and the shortest sequence of facts that reaches it.
 #[derive(Clone, Debug)]
 pub struct Counterexample {
+    /// The configuration it was found in.
     pub setup: Setup,
+    /// The invariant broken.
     pub violation: Violation,
     /// The facts after the first catalog, in order; the last one broke the rule.
     pub facts: Vec<Input>,

@@ -13,10 +13,11 @@ use std::fmt;
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
     CallId, Canon, Effect, Grain, HookReply, Input, Machine, Message, Notice, Phase, Policy,
-    Purpose, StopReason,
+    Purpose, SUMMARY_PREFIX, StopReason,
 };
 
 use super::check_pairing;
+use super::liveness::HookLiveness;
 
 /// A rule the machine broke on one fact.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +43,11 @@ fn broken(rule: &'static str, detail: impl Into<String>) -> Result<(), Violation
     })
 }
 
-fn ensure(ok: bool, rule: &'static str, detail: impl FnOnce() -> String) -> Result<(), Violation> {
+pub(super) fn ensure(
+    ok: bool,
+    rule: &'static str,
+    detail: impl FnOnce() -> String,
+) -> Result<(), Violation> {
     if ok { Ok(()) } else { broken(rule, detail()) }
 }
 
@@ -74,6 +79,10 @@ pub struct Invariants {
     denied: BTreeSet<CallId>,
     /// Calls the user rejected whose error result has not been checked yet.
     rejected: BTreeSet<CallId>,
+    /// The running prompt's words: a compaction keeps them.
+    prompt: String,
+    /// When each hook's round must happen.
+    liveness: HookLiveness,
 }
 
 impl Invariants {
@@ -93,6 +102,8 @@ impl Invariants {
             pre_tool: None,
             denied: BTreeSet::new(),
             rejected: BTreeSet::new(),
+            prompt: String::new(),
+            liveness: HookLiveness::new(policy.hook_servers.clone()),
         }
     }
 
@@ -136,6 +147,7 @@ impl Invariants {
             return Ok(());
         }
         self.check_orders(m, effects)?;
+        self.liveness.check(before, fact, m, effects)?;
         self.check_kills(fact, effects)?;
         self.check_stop(before, fact, m, effects)?;
         self.check_injections(fact, m, effects, history_before)?;
@@ -216,6 +228,7 @@ impl Invariants {
         for set in [&self.denied, &self.rejected] {
             e.id_set(set.iter());
         }
+        self.liveness.fingerprint(e);
     }
 
     /// At most one awaited order per fact, last; each in the phase that waits for it; requests
@@ -482,18 +495,18 @@ impl Invariants {
         history_before: &[Message],
     ) -> Result<(), Violation> {
         const RULE: &str = "injections only at their points";
-        let compacted = effects.iter().any(|e| {
-            matches!(
-                e,
-                Effect::Notify {
-                    notice: Notice::Compacted { .. }
-                }
-            )
+        if let Input::Prompted { text } = fact {
+            self.prompt.clone_from(text);
+        }
+        let compacted = effects.iter().find_map(|e| match e {
+            Effect::Notify {
+                notice: Notice::Compacted { summarized, .. },
+            } => Some(*summarized),
+            _ => None,
         });
         let after = m.history();
-        if compacted {
-            // A fresh context: a summary and the prompt, or the newest turns kept as they were.
-            return Ok(());
+        if let Some(summarized) = compacted {
+            return self.check_compacted(summarized, after, history_before);
         }
         ensure(
             after.len() >= history_before.len() && after[..history_before.len()] == *history_before,
@@ -549,6 +562,42 @@ impl Invariants {
             self.session_started = true;
         }
         Ok(())
+    }
+
+    /// A fresh context holds the summary and the running prompt, nothing else; without a
+    /// summary, the newest messages kept as they were, the running prompt among them, every
+    /// result still answering a call kept with it.
+    fn check_compacted(
+        &self,
+        summarized: bool,
+        after: &[Message],
+        history_before: &[Message],
+    ) -> Result<(), Violation> {
+        const RULE: &str = "a compacted context keeps the running prompt and nothing new";
+        let prompt = Message::user(self.prompt.clone());
+        if summarized {
+            return ensure(
+                after.len() == 2
+                    && matches!(&after[0], Message::User { text } if text.starts_with(SUMMARY_PREFIX))
+                    && after[1] == prompt,
+                RULE,
+                || format!("summarized into {after:?}"),
+            );
+        }
+        // Kept: a run of whole turns ending at the prompt, then the newest units after it.
+        let kept = after.iter().rposition(|m| *m == prompt).is_some_and(|at| {
+            let (head, tail) = after.split_at(at + 1);
+            let rest = history_before.len().saturating_sub(tail.len());
+            history_before.ends_with(tail)
+                && history_before[..rest]
+                    .iter()
+                    .rposition(|m| *m == prompt)
+                    .is_some_and(|q| history_before[..=q].ends_with(head))
+        });
+        ensure(kept, RULE, || {
+            format!("{} messages cut to {after:?}", history_before.len())
+        })?;
+        check_pairing(after).map_err(|detail| Violation { rule: RULE, detail })
     }
 
     /// A call a `_PreToolUse` round denied never runs, and is answered exactly once, with an

@@ -6,7 +6,7 @@
 //! closures and scripted answers in this process. Neither pretends to be a real provider or a
 //! real MCP server; the integration tests of those use real ones.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -23,60 +23,23 @@ use crate::mcp::{HookCall, ToolHost};
 
 pub mod explore;
 mod invariants;
+pub mod liveness;
 
 pub use self::invariants::{Invariants, Violation};
-
-/// Checks the pairing invariant on one request's messages: every tool result answers a call
-/// made earlier in the same request, exactly once, and every call is answered.
-pub fn check_pairing(messages: &[Message]) -> Result<(), String> {
-    let mut open: Vec<&CallId> = Vec::new();
-    let mut answered: HashSet<&CallId> = HashSet::new();
-    let mut made: HashSet<&CallId> = HashSet::new();
-    for (i, message) in messages.iter().enumerate() {
-        match message {
-            Message::Assistant { tool_calls, .. } => {
-                if let Some(id) = open.first() {
-                    return Err(format!("message {i}: call {id} was never answered"));
-                }
-                for call in tool_calls {
-                    if !made.insert(&call.id) {
-                        return Err(format!("message {i}: call id {} used twice", call.id));
-                    }
-                    open.push(&call.id);
-                }
-            }
-            Message::ToolResult { call_id, .. } => {
-                if answered.contains(call_id) {
-                    return Err(format!("message {i}: call {call_id} answered twice"));
-                }
-                let Some(pos) = open.iter().position(|id| *id == call_id) else {
-                    return Err(format!(
-                        "message {i}: result for {call_id}, which no earlier call made"
-                    ));
-                };
-                open.remove(pos);
-                answered.insert(call_id);
-            }
-            Message::User { .. } => {
-                if let Some(id) = open.first() {
-                    return Err(format!("message {i}: call {id} was never answered"));
-                }
-            }
-        }
-    }
-    match open.first() {
-        Some(id) => Err(format!("call {id} was never answered")),
-        None => Ok(()),
-    }
-}
+pub use crate::machine::check_pairing;
 
 /// A request as the scripted model saw it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeenRequest {
+    /// What the request was for.
     pub purpose: Purpose,
+    /// The system prompt.
     pub system: Option<String>,
+    /// The history sent.
     pub messages: Vec<Message>,
+    /// The tools offered.
     pub tools: Vec<ToolSpec>,
+    /// The summary instruction, for a summary request.
     pub instruction: Option<String>,
 }
 
@@ -269,9 +232,25 @@ struct HostState {
 /// Something the host was asked to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostEvent {
-    Tool { name: String, arguments: Value },
-    Hook { server: ServerName, hook: Hook },
-    Kill { server: ServerName },
+    /// A tool was called.
+    Tool {
+        /// The qualified tool name.
+        name: String,
+        /// The arguments.
+        arguments: Value,
+    },
+    /// A hook was called.
+    Hook {
+        /// The server.
+        server: ServerName,
+        /// The hook.
+        hook: Hook,
+    },
+    /// A server was killed.
+    Kill {
+        /// The server.
+        server: ServerName,
+    },
 }
 
 impl InProcessHost {

@@ -139,6 +139,7 @@ fn drain(machine: &mut Machine, at_ms: u64, records: &mut Vec<Record>) {
 
 /// A folder whose transcripts all replayed (or were blessed).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Checked {
     /// Transcripts found.
     pub files: usize,

@@ -108,7 +108,7 @@ pub(crate) fn redact_effect(effect: &Effect) -> Effect {
             hook: *hook,
             servers: servers.clone(),
             timeout_ms: *timeout_ms,
-            context: *context,
+            context: context.clone(),
             subjects: subjects.iter().map(json_strings).collect(),
         },
         Effect::CallLlm { .. } | Effect::KillServer { .. } | Effect::Finish { .. } => {
@@ -136,7 +136,7 @@ pub(crate) fn canonical_effect(effect: &Effect) -> Option<Effect> {
         hook: *hook,
         servers: servers.clone(),
         timeout_ms: *timeout_ms,
-        context: *context,
+        context: context.clone(),
         subjects: subjects.iter().map(sorted_keys).collect(),
     })
 }

@@ -63,10 +63,16 @@ impl fmt::Display for ForkPoint {
 
 /// Why a transcript cannot be forked there.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ForkError {
     /// The point is past the record.
     #[error("the transcript has no {point}: {reason}")]
-    NoSuchPoint { point: ForkPoint, reason: String },
+    NoSuchPoint {
+        /// The point asked for.
+        point: ForkPoint,
+        /// Why the transcript has no such point.
+        reason: String,
+    },
     /// The record diverges before the point.
     #[error("the record diverges before the fork point: {0}")]
     Diverged(Box<Divergence>),
@@ -77,16 +83,27 @@ pub enum ForkError {
          {order} instead, where that order is given"
     )]
     MidRound {
+        /// The record index of the fork point.
         index: usize,
+        /// The machine's state there.
         phase: Phase,
+        /// The order the round was waiting on.
         order: usize,
     },
     /// Nothing is left to do there: the session is idle and no prompt follows.
     #[error("at record {index} the session is {phase} and no prompt follows: nothing to continue")]
-    NothingToContinue { index: usize, phase: Phase },
+    NothingToContinue {
+        /// The record index asked for.
+        index: usize,
+        /// The machine's state there.
+        phase: Phase,
+    },
     /// `--objection` needs a `_Stop` round at the point.
     #[error("an objection answers a _Stop round, and record {index} is not one")]
-    NotAStopRound { index: usize },
+    NotAStopRound {
+        /// The record index asked for.
+        index: usize,
+    },
 }
 
 /// A session rebuilt from a record's prefix, ready to go on live.

@@ -33,6 +33,7 @@ pub const VERSION: u32 = 2;
 /// The first line of a transcript: what the session was, before anything happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Header {
     /// Always [`FORMAT`].
     pub format: String,
@@ -130,8 +131,11 @@ pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// client, which a transcript does not record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RecordedConfig {
+    /// The machine's policy.
     pub policy: Policy,
+    /// The system prompt, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
 }
@@ -143,15 +147,21 @@ pub struct RecordedConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerEntry {
+    /// The server's configured name.
     pub name: String,
+    /// Its command, for a stdio server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// Its arguments, for a stdio server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// Its environment (values redacted as the header says).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Its URL, for a remote server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Its HTTP headers (values redacted as the header says).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
 }
@@ -162,11 +172,13 @@ pub struct Record {
     /// Milliseconds since the session started, on the driver's clock (tokio's, so a test with
     /// a paused clock records the same times on every run).
     pub at_ms: u64,
+    /// What happened.
     pub event: Event,
 }
 
 /// What crossed the machine's boundary, or the supervisor's.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Event {
     /// An order the machine emitted.
     Effect(Effect),
@@ -288,7 +300,9 @@ impl<'de> Deserialize<'de> for Record {
 /// A whole transcript, read into memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transcript {
+    /// The header.
     pub header: Header,
+    /// The records, in order.
     pub records: Vec<Record>,
     /// The line in the file of each record (1-based; the header is line 1).
     pub lines: Vec<usize>,

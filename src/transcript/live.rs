@@ -79,6 +79,7 @@ pub async fn replay_live<H: ToolHost>(transcript: &Transcript, host: &H) -> Live
 
 /// What a live-tools replay found.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct LiveReport {
     /// Records replayed before the end or the divergence.
     pub records: usize,
@@ -125,34 +126,47 @@ impl fmt::Display for LiveReport {
 
 /// One answer from a live server that differs from the record.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Drift {
     /// The index of the recorded answer.
     pub index: usize,
     /// Its line in the file.
     pub line: usize,
+    /// What differs.
     pub kind: DriftKind,
 }
 
 /// What drifted.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum DriftKind {
     /// A tool call's result.
     Tool {
+        /// The call's id.
         id: CallId,
+        /// The qualified tool name.
         name: String,
+        /// The result in the record.
         recorded: ToolOutput,
+        /// The live result.
         live: ToolOutput,
     },
     /// A hook's answer.
     Hook {
+        /// The server.
         server: ServerName,
+        /// The hook.
         hook: crate::Hook,
+        /// The answer in the record.
         recorded: HookReply,
+        /// The live answer.
         live: HookReply,
     },
     /// The tool catalog.
     Catalog {
+        /// The catalog in the record.
         recorded: crate::machine::Catalog,
+        /// The catalog the live servers have.
         live: crate::machine::Catalog,
     },
 }
@@ -248,9 +262,10 @@ impl Live {
                 subjects,
             } => {
                 let timeout = Duration::from_millis(timeout_ms);
-                let calls: Vec<HookCall> = hook_calls(hook, &servers, timeout, context, &subjects)
-                    .map(|(_, call)| call)
-                    .collect();
+                let calls: Vec<HookCall> =
+                    hook_calls(hook, &servers, timeout, context.clone(), &subjects)
+                        .map(|(_, call)| call)
+                        .collect();
                 let keys: Vec<_> = hook_calls(hook, &servers, timeout, context, &subjects)
                     .map(|(subject, call)| (call.server, subject))
                     .collect();

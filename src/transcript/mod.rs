@@ -54,7 +54,10 @@ mod content;
 mod diff;
 mod fork;
 mod format;
+#[cfg(feature = "html")]
 mod html;
+#[cfg(feature = "junit")]
+mod junit;
 mod live;
 mod parse;
 mod recorder;
@@ -69,12 +72,15 @@ use std::path::PathBuf;
 
 pub use self::check::{BLESS_VAR, CheckFailed, Checked, bless, check_dir, check_dir_with};
 pub use self::diff::line_diff;
+#[cfg(feature = "acp")]
 pub(crate) use self::fork::Offset;
 pub use self::fork::{Continuation, Fork, ForkError, ForkPoint, ForkRun, fork};
 pub use self::format::{
     ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
     Truncation, VERSION,
 };
+#[cfg(feature = "html")]
+#[cfg_attr(docsrs, doc(cfg(feature = "html")))]
 pub use self::html::render_html;
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::parse::MAX_LINE_BYTES;
@@ -101,43 +107,78 @@ fn version_advice(found: &u64) -> &'static str {
 
 /// A transcript that cannot be read or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TranscriptError {
     /// The file could not be read.
     #[error("could not read transcript {}: {source}", path.display())]
-    Read { path: PathBuf, source: io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
     /// The transcript could not be written.
     #[error("could not write transcript {target}: {source}")]
-    Write { target: String, source: io::Error },
+    Write {
+        /// Where the transcript was going.
+        target: String,
+        /// The error.
+        source: io::Error,
+    },
     /// Nothing to read.
     #[error("the transcript is empty: it has no header line")]
     Empty,
     /// Line 1 is not a hookloop transcript header.
     #[error("not a hookloop transcript: {reason}")]
-    NotATranscript { reason: String },
+    NotATranscript {
+        /// Why it is not.
+        reason: String,
+    },
     /// A transcript of a format version this engine does not read.
     #[error(
         "transcript format version {found} is not supported: this engine reads version {VERSION}{}",
         version_advice(.found)
     )]
-    UnsupportedVersion { found: u64 },
+    UnsupportedVersion {
+        /// The version the header names.
+        found: u64,
+    },
     /// The header is of this format and version but malformed.
     #[error("line 1: invalid transcript header: {source}")]
-    Header { source: serde_json::Error },
+    Header {
+        /// What the parser said.
+        source: serde_json::Error,
+    },
     /// A record before the last line is malformed.
     #[error("line {line}: invalid record: {source}")]
     Record {
+        /// The line, counted from 1.
         line: usize,
+        /// What the parser said.
         source: serde_json::Error,
     },
     /// A line holds a field this engine does not know (`path` is where, as `.a.b[0].c`).
     #[error("line {line}: unknown field `{path}`: this engine would ignore it, so it refuses it")]
-    UnknownField { line: usize, path: String },
+    UnknownField {
+        /// The line, counted from 1.
+        line: usize,
+        /// Where the field is.
+        path: String,
+    },
     /// A line is longer than [`MAX_LINE_BYTES`].
     #[error("line {line} is longer than {limit} bytes: refused rather than read whole")]
-    LineTooLong { line: usize, limit: usize },
+    LineTooLong {
+        /// The line, counted from 1.
+        line: usize,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A line is not valid UTF-8.
     #[error("line {line}: not valid UTF-8")]
-    NotUtf8 { line: usize },
+    NotUtf8 {
+        /// The line, counted from 1.
+        line: usize,
+    },
     /// The record's content was redacted (`--redact-content`): it shows the session's course
     /// but no longer pins what the model was sent.
     #[error(

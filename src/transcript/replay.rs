@@ -271,6 +271,7 @@ fn check_header_catalog(
 
 /// What a clean replay found.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayReport {
     /// Records replayed.
     pub records: usize,
@@ -353,6 +354,7 @@ impl fmt::Display for ReplayReport {
 
 /// Why a replay could not complete.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The transcript could not be read.
     #[error(transparent)]
@@ -374,6 +376,7 @@ impl ReplayError {
 
 /// Where and how the machine first parted from the record.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Divergence {
     /// The index of the record (0 = the first after the header); the number of records for a
     /// divergence at the end.
@@ -382,34 +385,55 @@ pub struct Divergence {
     pub line: usize,
     /// The machine's state when it met the record.
     pub phase: Phase,
+    /// How the machine parted from the record.
     pub kind: DivergenceKind,
 }
 
 /// The ways a machine can part from its record.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum DivergenceKind {
     /// The machine's next order is not the recorded one.
-    EffectMismatch { expected: Effect, actual: Effect },
+    EffectMismatch {
+        /// The recorded effect.
+        expected: Effect,
+        /// The one the machine gave.
+        actual: Effect,
+    },
     /// The record has an order where the machine gave none.
-    MissingEffect { expected: Effect },
+    MissingEffect {
+        /// The recorded effect the machine did not give.
+        expected: Effect,
+    },
     /// The machine gave an order the record does not have: before the fact `before`, or at
     /// the end of the transcript.
     UnrecordedEffect {
+        /// The effect the machine gave.
         actual: Effect,
+        /// The recorded fact it came before, if any.
         before: Option<Input>,
     },
     /// The machine refused a recorded fact.
-    FactRefused { fact: Input, error: MachineError },
+    FactRefused {
+        /// The recorded fact.
+        fact: Input,
+        /// Why the machine refused it.
+        error: MachineError,
+    },
     /// The supervisor refused a recorded supervision fact, or its orders differ from the
     /// record's.
     SupervisionMismatch {
+        /// The recorded supervision event.
         recorded: supervisor::Event,
+        /// How the supervisor disagrees.
         problem: String,
     },
     /// The header's catalog is not the one the first fact gave the machine (`first` is `None`
     /// when the first fact is no catalog change).
     HeaderCatalog {
+        /// The catalog of the header.
         header: Catalog,
+        /// The first recorded catalog, if any.
         first: Option<Catalog>,
     },
 }

@@ -26,6 +26,7 @@ mod build;
 
 /// A whole session, ready to read.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct SessionView {
     /// The engine that wrote the transcript.
     pub engine: String,
@@ -33,6 +34,7 @@ pub struct SessionView {
     pub version: u32,
     /// The settings the session ran under.
     pub policy: Policy,
+    /// The system prompt, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
     /// Every step, in record order.
@@ -43,11 +45,13 @@ pub struct SessionView {
 
 /// One step of the session.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Entry {
     /// The record it starts at (0 = the first record after the header).
     pub index: usize,
     /// Its recorded time, in ms since the session started.
     pub at_ms: u64,
+    /// What the step was.
     #[serde(flatten)]
     pub kind: EntryKind,
 }
@@ -55,22 +59,36 @@ pub struct Entry {
 /// What a step was.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "entry", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EntryKind {
     /// The servers and their tools, at start-up or after a change (a server gone or back).
-    Catalog { servers: Vec<ServerView> },
+    Catalog {
+        /// Each server with its tools.
+        servers: Vec<ServerView>,
+    },
     /// The user's prompt; `number` counts from 1.
-    Prompt { number: usize, text: String },
+    Prompt {
+        /// Prompts so far, this one included.
+        number: usize,
+        /// The prompt.
+        text: String,
+    },
     /// A model request, as the machine built it. Messages the previous request also began
     /// with are folded: `folded` counts them and `messages` holds the rest.
     Request {
+        /// Model requests so far, this one included.
         round: usize,
+        /// What the request is for.
         purpose: Purpose,
+        /// Leading messages shared with the previous request and not shown again.
         folded: usize,
+        /// The rest of the messages.
         messages: Vec<Message>,
         /// The tools offered, when they differ from the previous request's; `None` when they
         /// are the same.
         #[serde(skip_serializing_if = "Option::is_none")]
         tools: Option<Vec<String>>,
+        /// How many tools were offered.
         tools_offered: usize,
         /// The final instruction of a summary request.
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,112 +96,192 @@ pub enum EntryKind {
     },
     /// The model's answer to request `round`, `latency_ms` after it was sent.
     Reply {
+        /// The request answered.
         round: usize,
+        /// How long after it was sent, in ms.
         latency_ms: u64,
+        /// The answer.
         reply: LlmReply,
     },
     /// Request `round` failed after the client's retries.
     ModelFailed {
+        /// The request that failed.
         round: usize,
+        /// How long after it was sent, in ms.
         latency_ms: u64,
+        /// What went wrong.
         error: String,
     },
     /// Tool calls run together, each with its result when it came.
-    Tools { calls: Vec<ToolRun> },
+    Tools {
+        /// Each call with its result.
+        calls: Vec<ToolRun>,
+    },
     /// A hook called on each server at once, with each server's answer: one call per server
     /// and subject (one per server when the round has no subjects).
     HookRound {
+        /// The hook.
         hook: Hook,
         /// Rounds of this hook so far, this one included.
         number: usize,
+        /// The timeout of each call, in ms.
         timeout_ms: u64,
+        /// The session facts sent with the calls.
         context: HookContext,
         /// What each call was about (a `_PreToolUse` or `_PostToolUse` tool call, say); empty
         /// when the calls carry no arguments.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         subjects: Vec<Value>,
+        /// Each server's answers.
         answers: Vec<HookAnswer>,
     },
     /// A `_Stop` answer objected: the model is asked again.
     Objection {
+        /// The server.
         server: ServerName,
+        /// What the hook said.
         text: String,
+        /// Objections the session may still make.
         budget_left: u32,
     },
     /// The history was compacted; sizes in messages and in bytes of content.
     Compaction {
+        /// Whether the model summarized the older history (otherwise the oldest turns were dropped).
         summarized: bool,
+        /// Messages in the history before.
         messages_before: usize,
+        /// Messages in the history after.
         messages_after: usize,
+        /// Bytes of content before.
         bytes_before: usize,
+        /// Bytes of content after.
         bytes_after: usize,
     },
     /// A `_PostCompact` answer was put into the fresh context.
-    PostCompactInjected { server: ServerName, text: String },
+    PostCompactInjected {
+        /// The server.
+        server: ServerName,
+        /// The text put into the fresh context.
+        text: String,
+    },
     /// A `_SessionStart`, `_UserPromptSubmit` or `_PostToolUse` answer was injected as
     /// context, or a `_PreCompact` answer added to the summary instruction.
     HookInjected {
+        /// The hook.
         hook: Hook,
+        /// The server.
         server: ServerName,
+        /// The text injected.
         text: String,
     },
     /// A `_PreToolUse` answer denied a tool call: it did not run, the model got the denial.
     ToolDenied {
+        /// The server.
         server: ServerName,
+        /// The qualified name of the denied tool.
         tool: String,
+        /// The denial, as the hook gave it.
         text: String,
     },
     /// The user was asked whether a call of a destructive tool may run, and what they decided
     /// (`None` when the record ends, or the prompt was cancelled, first).
     Permission {
+        /// The call asked about.
         call: ToolCall,
+        /// What the user decided; `None` when the record ends first.
         decision: Option<PermissionDecision>,
     },
     /// A call the user rejected (now, or with an earlier "always") did not run.
-    PermissionRejected { tool: String, standing: bool },
+    PermissionRejected {
+        /// The qualified name of the rejected tool.
+        tool: String,
+        /// The rejection stands for the rest of the session.
+        standing: bool,
+    },
     /// A server sat a hook round out (it was between lives); the round went on without it.
     HookSkipped {
+        /// The server.
         server: ServerName,
+        /// The hook.
         hook: Hook,
+        /// Why the server sat the round out.
         reason: String,
     },
     /// A hook call ended without a usable answer and counted as none.
     HookFailedOpen {
+        /// The server.
         server: ServerName,
+        /// The hook.
         hook: Hook,
+        /// Why the call gave no usable answer.
         reason: String,
     },
     /// The model ended its turn and `_Stop` was not asked.
-    StopSkipped { reason: SkipReason },
+    StopSkipped {
+        /// Why `_Stop` was not asked.
+        reason: SkipReason,
+    },
     /// The model called a hook or an unknown tool; it was refused.
-    UnknownToolRefused { name: String },
+    UnknownToolRefused {
+        /// The name the model called.
+        name: String,
+    },
     /// The engine killed a server (it comes back on its next use).
-    ServerKilled { server: ServerName },
+    ServerKilled {
+        /// The server.
+        server: ServerName,
+    },
     /// Supervision: a life of the server started.
-    ServerStarted { server: ServerName },
+    ServerStarted {
+        /// The server.
+        server: ServerName,
+    },
     /// Supervision: a start of the server failed.
-    StartFailed { server: ServerName, error: String },
+    StartFailed {
+        /// The server.
+        server: ServerName,
+        /// Why it could not start.
+        error: String,
+    },
     /// Supervision: the server's life ended; `answered` says whether it answered any call.
     ServerExited {
+        /// The server.
         server: ServerName,
+        /// It was answering a call when it ended.
         answered: bool,
+        /// Why it ended, as the host saw it.
         reason: String,
     },
     /// Supervision: the server is to be started again after `after_ms`.
-    RestartScheduled { server: ServerName, after_ms: u64 },
+    RestartScheduled {
+        /// The server.
+        server: ServerName,
+        /// The backoff before the start, in ms.
+        after_ms: u64,
+    },
     /// Supervision: the server ran out of restarts; its tools are gone for good.
-    ServerRetired { server: ServerName, bad_ends: u32 },
+    ServerRetired {
+        /// The server.
+        server: ServerName,
+        /// Bad ends in a row that retired it.
+        bad_ends: u32,
+    },
     /// The user cancelled the prompt.
     Cancelled,
     /// The prompt ended.
-    Finish { reason: FinishReason },
+    Finish {
+        /// Why the prompt ended.
+        reason: FinishReason,
+    },
     /// The session was closed.
     Closed,
 }
 
 /// One server of a catalog.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ServerView {
+    /// The server.
     pub server: ServerName,
     /// Its tools' bare names, hooks included.
     pub tools: Vec<String>,
@@ -191,8 +289,11 @@ pub struct ServerView {
 
 /// One tool call and, once it came, its result.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ToolRun {
+    /// The call.
     pub call: ToolCall,
+    /// Its result; `None` when the record ends first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<ToolOutput>,
     /// When the result came, in ms since the session started.
@@ -202,7 +303,9 @@ pub struct ToolRun {
 
 /// One server's answer in a hook round.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct HookAnswer {
+    /// The server.
     pub server: ServerName,
     /// Which of the round's subjects the call was about; `None` when the round has none.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -210,6 +313,7 @@ pub struct HookAnswer {
     /// `None` while the server has not answered (the transcript stops before it did).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply: Option<HookReply>,
+    /// How long it took to answer, in ms; `None` when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<u64>,
 }
@@ -219,17 +323,26 @@ pub struct HookAnswer {
 #[serde(tag = "end", rename_all = "snake_case")]
 pub enum End {
     /// Every record replayed.
-    Complete { records: usize },
+    Complete {
+        /// Records read.
+        records: usize,
+    },
     /// The last line was cut short; every record before it replayed.
     Truncated {
+        /// Records read.
         records: usize,
+        /// The line cut short.
         line: usize,
+        /// What is wrong with it.
         reason: String,
     },
     /// The machine parted from the record at record `index`; the view shows what came before.
     Diverged {
+        /// The record index where it diverged.
         index: usize,
+        /// Its line in the file.
         line: usize,
+        /// The divergence, said plainly.
         message: String,
     },
 }

@@ -231,7 +231,7 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
                 write!(out, ", {} subject(s)", subjects.len())?;
             }
             match hook {
-                Hook::Stop => write!(
+                Hook::Stop | Hook::SubagentStop => write!(
                     out,
                     ", {} objection(s) so far, budget left {}",
                     context.objections_so_far, context.budget_left
@@ -243,7 +243,8 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
                 | Hook::UserPromptSubmit
                 | Hook::PreToolUse
                 | Hook::PostToolUse
-                | Hook::SessionEnd => {}
+                | Hook::SessionEnd
+                | Hook::SubagentStart => {}
             }
             out.push('\n');
             for (i, subject) in subjects.iter().enumerate() {
@@ -306,7 +307,9 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
                 | Hook::PostToolUse
                 | Hook::Stop
                 | Hook::PostCompact
-                | Hook::SessionEnd => "injected as context",
+                | Hook::SessionEnd
+                | Hook::SubagentStart
+                | Hook::SubagentStop => "injected as context",
             };
             writeln!(out, "{hook} from {server} {how}")?;
             write_block(out, "hook", text)?;

@@ -10,7 +10,7 @@
 //! | `TS_STATE_DIR` | keep the script position in files here, so it survives restarts |
 //! | `TS_EXTRA_TOOLS` | more tool names, comma-separated (invalid or duplicate ones too) |
 //! | `TS_TOOL_COUNT` | this many more tools, `t0`, `t1`… |
-//! | `TS_LOG` | append `call <tool>`, `meta <json>`, `args <json>` (a hook's arguments) and `cancelled` (a hung call was) lines here |
+//! | `TS_LOG` | append `call <tool>`, `meta <json>`, `args <json>` (a hook's arguments), `traceparent <tool> <value>` (a call's W3C trace context in `_meta`) and `cancelled` (a hung call was) lines here |
 //! | `TS_PID_FILE` | append this process's pid at start |
 //! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
 //! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
@@ -396,6 +396,9 @@ impl ServerHandler for TestServer {
         };
         let name = request.name.as_ref();
         log(&format!("call {name}"));
+        if let Some(traceparent) = context.meta.0.0.get("traceparent").and_then(Value::as_str) {
+            log(&format!("traceparent {name} {traceparent}"));
+        }
         if name.starts_with('_') {
             let meta: serde_json::Map<String, Value> = context
                 .meta

@@ -32,7 +32,7 @@ use reqwest::header::HeaderName;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::assemble::OnDelta;
+use crate::llm::OnDelta;
 use crate::llm::body::{BodyWriter, RequestBody};
 use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport, Wire};

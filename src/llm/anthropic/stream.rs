@@ -10,8 +10,9 @@ use serde_json::{Map, Value};
 
 use crate::llm::LlmError;
 use crate::llm::anthropic::parse::parse_response;
-use crate::llm::assemble::{Decoder, Delta, OnDelta, invalid_event};
+use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
+use crate::llm::{Delta, OnDelta};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
 

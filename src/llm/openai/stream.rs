@@ -9,9 +9,10 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use crate::llm::LlmError;
-use crate::llm::assemble::{Decoder, Delta, OnDelta, invalid_event};
+use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
 use crate::llm::openai::parse::parse_response;
+use crate::llm::{Delta, OnDelta};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
 

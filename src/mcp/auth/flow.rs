@@ -44,6 +44,7 @@ const CLIENT_NAME: &str = "hookloop";
 
 /// Why an authorization did not end with tokens.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FlowError {
     /// A step of the OAuth exchange failed (discovery, registration, token request...).
     #[error("{0}")]

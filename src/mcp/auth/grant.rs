@@ -256,7 +256,12 @@ pub enum GrantError {
     Key(#[from] jose::KeyError),
     /// The token request failed or was refused.
     #[error("the token request to {endpoint} failed: {reason}")]
-    Token { endpoint: String, reason: String },
+    Token {
+        /// The token endpoint asked.
+        endpoint: String,
+        /// Why it failed, with any secret it quoted replaced.
+        reason: String,
+    },
     /// The enterprise exchange failed.
     #[error("the enterprise token exchange failed: {0}")]
     Enterprise(String),

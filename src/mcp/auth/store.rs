@@ -23,6 +23,7 @@ const FORMAT: u32 = 1;
 
 /// Why the token store could not be read or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// Neither `XDG_CONFIG_HOME` nor `HOME` is set.
     #[error("no config directory: set XDG_CONFIG_HOME or HOME")]
@@ -30,13 +31,20 @@ pub enum StoreError {
     /// The file could not be read or written.
     #[error("token store {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
     /// The file is not a token store this version understands.
     #[error("token store {path} is unreadable: {reason}")]
-    Invalid { path: PathBuf, reason: String },
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// What the store keeps for one server.

@@ -190,20 +190,22 @@ impl Slot {
     pub(super) async fn call(
         self: &Arc<Self>,
         conn: &Conn,
-        params: CallToolRequestParams,
+        mut params: CallToolRequestParams,
         kind: CallKind,
     ) -> Result<CallToolResult, McpError> {
         let _in_flight = self.in_flight.enter(kind);
+        let span = self.trace_call(conn, &mut params);
         // Boxed where it is made: rmcp's call is a large future, copied whole at every move
         // (into the task-local scope, the timeout, the host's call) unboxed.
         let call = Box::pin(conn.service.call_tool(params));
-        match client::in_call(kind, call).await {
+        match tracing::Instrument::instrument(client::in_call(kind, call), span.clone()).await {
             Ok(result) => {
                 conn.answered.store(true, Ordering::Release);
                 Ok(result)
             }
             Err(error) => {
                 let reason = error.to_string();
+                crate::telemetry::mcp_failed(&span, &reason);
                 if breaks_transport(&error) {
                     self.end_life(conn.life, &reason);
                 }
@@ -213,6 +215,24 @@ impl Slot {
                 })
             }
         }
+    }
+
+    /// The span of a `tools/call` request, under the span of the call it serves, and its trace
+    /// context in the request's `_meta` (nothing is added when no trace records it).
+    fn trace_call(&self, conn: &Conn, params: &mut CallToolRequestParams) -> tracing::Span {
+        let version = conn.protocol_version();
+        let pipe = matches!(conn.transport, TransportKind::Stdio);
+        let span =
+            crate::telemetry::mcp_call(self.name.as_str(), &params.name, version.as_deref(), pipe);
+        for (key, value) in crate::telemetry::trace_context(&span) {
+            let meta = params
+                .meta
+                .get_or_insert_with(rmcp::model::RequestMetaObject::new);
+            meta.0
+                .0
+                .insert(key.to_owned(), serde_json::Value::String(value));
+        }
+        span
     }
 
     /// Ends the current life, if it is still `life` (reports about an earlier life are stale

@@ -130,6 +130,7 @@ fn stop_call(timeout_ms: u64) -> HookCall {
             objections_so_far: 1,
             budget_left: 2,
             compactions: 0,
+            agent: None,
         },
         arguments: serde_json::Map::new(),
     }

@@ -13,7 +13,7 @@ pub(super) struct Builder {
     entries: Vec<Entry>,
     prompts: usize,
     rounds: usize,
-    hook_rounds: [usize; Hook::ALL.len()],
+    hook_rounds: [usize; Hook::EVERY.len()],
     /// The last request's round and time, until its answer.
     open_request: Option<(usize, u64)>,
     /// The entry of the tool round or hook round being answered.
@@ -162,7 +162,7 @@ impl Builder {
                     hook: *hook,
                     number: *count,
                     timeout_ms: *timeout_ms,
-                    context: *context,
+                    context: context.clone(),
                     subjects: subjects.clone(),
                     answers: servers
                         .iter()

@@ -1,0 +1,419 @@
+//! Liveness of the hook rounds: a round of hook H happens on exactly the allowed servers that
+//! have H, with exactly the subjects its rule names, exactly when its rule says. Computed from
+//! the facts and the orders alone, beside the safety rules of [`Invariants`](super::Invariants),
+//! which hold one [`HookLiveness`] and feed it every fact.
+//!
+//! Each hook's trigger, as the spec and the crate doc state it:
+//!
+//! | hook | a round is opened on |
+//! |---|---|
+//! | `_SessionStart` | the session's first prompt |
+//! | `_UserPromptSubmit` | every prompt, right after `_SessionStart`'s round if there is one |
+//! | `_PreToolUse` | a reply with calls that can run (offered tools, object arguments), before any runs |
+//! | `_PostToolUse` | the last result of a batch in which at least one call ran |
+//! | `_Stop` | a genuine end of turn the budget rules allow (checked by `Invariants::check_stop`) |
+//! | `_PreCompact` | the start of a compaction, before the summary is asked for |
+//! | `_PostCompact` | the compaction itself; and a prompt after one whose round a cancel cut short |
+//! | `_SessionEnd` | the first close of the session |
+//!
+//! When no allowed server has the hook, the round is skipped and the rule goes on to what the
+//! round would have led to; a skipped round never shows as an order.
+
+use std::collections::BTreeSet;
+
+use crate::hooks::{self, Hook, ServerName};
+use crate::machine::{Effect, Input, Machine, Notice, Phase, Purpose, StopReason};
+
+use super::invariants::{Violation, ensure};
+
+/// The rule a missing, extra or misplaced hook round breaks.
+pub const RULE: &str =
+    "a round of each hook on exactly the allowed servers that have it, exactly when its rule says";
+
+/// What the liveness rules remember between facts.
+#[derive(Clone, Debug)]
+pub struct HookLiveness {
+    allow: hooks::HookServers,
+    /// A prompt has come: `_SessionStart` had its chance.
+    prompted: bool,
+    /// The session was closed once: `_SessionEnd` had its chance.
+    closed: bool,
+    /// A `_PostCompact` round was cut short by a cancel: the next prompt asks it again.
+    post_compact_owed: bool,
+    /// The open hook round and how many answers it still waits for.
+    open: Option<(Hook, usize)>,
+    /// How many calls the open batch ran (the subjects `_PostToolUse` is owed).
+    ran: usize,
+    /// Compactions seen so far (the machine's counter, to see one start).
+    compactions: u32,
+}
+
+/// Where the start of a prompt is, as [`HookLiveness::prompt_start`] walks it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    SessionStart,
+    UserPromptSubmit,
+    OwedPostCompact,
+}
+
+impl HookLiveness {
+    /// The rules of a new session whose allowlist is `allow`.
+    pub fn new(allow: hooks::HookServers) -> Self {
+        Self {
+            allow,
+            prompted: false,
+            closed: false,
+            post_compact_owed: false,
+            open: None,
+            ran: 0,
+            compactions: 0,
+        }
+    }
+
+    /// Appends what the rules remember to `e`, for an explorer's fingerprint.
+    pub fn fingerprint(&self, e: &mut crate::machine::Canon) {
+        e.bool(self.prompted);
+        e.bool(self.closed);
+        e.bool(self.post_compact_owed);
+        match self.open {
+            None => e.tag(0),
+            Some((hook, left)) => {
+                e.tag(1);
+                e.num(hook.index() as u64);
+                e.num(left as u64);
+            }
+        }
+        e.num(self.ran as u64);
+    }
+
+    /// Checks the hook rounds `fact` opened against the rules: `before` is the phase the
+    /// machine was in when it came, `m` the machine after it, `effects` its orders.
+    pub fn check(
+        &mut self,
+        before: Phase,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+    ) -> Result<(), Violation> {
+        let compaction_started = m.counters().compactions > self.compactions;
+        self.compactions = m.counters().compactions;
+        let expected = self.expected(before, fact, m, effects, compaction_started);
+        let asked: Vec<(Hook, &[ServerName], usize)> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::CallHooks {
+                    hook,
+                    servers,
+                    subjects,
+                    ..
+                } => Some((*hook, servers.as_slice(), subjects.len())),
+                _ => None,
+            })
+            .collect();
+        let actual = asked.first().map(|(hook, ..)| *hook);
+        match expected {
+            // A genuine end of turn: whether `_Stop` is asked is the stop rule's to say.
+            Expect::StopRule => ensure(matches!(actual, None | Some(Hook::Stop)), RULE, || {
+                format!("{actual:?} at an end of turn")
+            })?,
+            Expect::Round(hook) => ensure(actual == hook, RULE, || {
+                format!(
+                    "after {} in {before}: expected {}, got {}",
+                    fact.kind(),
+                    name(hook),
+                    name(actual)
+                )
+            })?,
+        }
+        for (hook, servers, subjects) in asked {
+            ensure(servers == m.hook_servers(hook), RULE, || {
+                format!(
+                    "{hook} on {servers:?}, the allowed servers that have it: {:?}",
+                    m.hook_servers(hook)
+                )
+            })?;
+            let owed = match hook {
+                Hook::PreToolUse => runnable(fact, m),
+                Hook::PostToolUse => self.ran,
+                Hook::UserPromptSubmit => 1,
+                Hook::SessionStart
+                | Hook::Stop
+                | Hook::PreCompact
+                | Hook::PostCompact
+                | Hook::SessionEnd
+                | Hook::SubagentStart
+                | Hook::SubagentStop => 0,
+            };
+            ensure(subjects == owed, RULE, || {
+                format!("{hook} about {subjects} subjects, its rule names {owed}")
+            })?;
+            if hook == Hook::PostCompact {
+                self.post_compact_owed = false;
+            }
+            self.open = Some((hook, servers.len() * subjects.max(1)));
+        }
+        self.check_summary(before, fact, effects, compaction_started)?;
+        if let Input::CatalogChanged { catalog } = fact {
+            for hook in Hook::ALL {
+                let servers = servers_of(catalog, &self.allow, hook);
+                ensure(servers == m.hook_servers(hook), RULE, || {
+                    format!(
+                        "the catalog gives {hook} to {servers:?}, the machine asks {:?}",
+                        m.hook_servers(hook)
+                    )
+                })?;
+            }
+        }
+        if effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Notify {
+                    notice: Notice::Compacted { .. }
+                }
+            )
+        }) {
+            // A compaction asks `_PostCompact` itself: nothing stays owed.
+            self.post_compact_owed = false;
+        }
+        if matches!(fact, Input::Cancelled) && before == Phase::of_hook(Hook::PostCompact) {
+            self.post_compact_owed = true;
+        }
+        if matches!(fact, Input::Cancelled | Input::Closed) && actual.is_none() {
+            self.open = None;
+        }
+        for effect in effects {
+            if let Effect::CallTools { calls } = effect {
+                self.ran = calls.len();
+            }
+        }
+        Ok(())
+    }
+
+    /// The round `fact` must open, if any.
+    fn expected(
+        &mut self,
+        before: Phase,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+        compaction_started: bool,
+    ) -> Expect {
+        let has = |hook: Hook| !m.hook_servers(hook).is_empty();
+        // What a model request the rules make next leads to: a compaction's `_PreCompact`.
+        let request = || {
+            Expect::Round((compaction_started && has(Hook::PreCompact)).then_some(Hook::PreCompact))
+        };
+        let turn_phase = matches!(before, Phase::Prompting | Phase::Objected);
+        match fact {
+            Input::Prompted { .. } if before == Phase::Idle => self
+                .prompt_start(Stage::SessionStart, m)
+                .map_or_else(request, |h| Expect::Round(Some(h))),
+            Input::Closed if !std::mem::replace(&mut self.closed, true) => {
+                Expect::Round(has(Hook::SessionEnd).then_some(Hook::SessionEnd))
+            }
+            Input::HookAnswered { hook, .. } if self.completes(*hook) => {
+                let next = match hook {
+                    Hook::SessionStart => self.prompt_start(Stage::UserPromptSubmit, m),
+                    Hook::UserPromptSubmit => self.prompt_start(Stage::OwedPostCompact, m),
+                    Hook::PreCompact
+                    | Hook::PostCompact
+                    | Hook::SessionEnd
+                    | Hook::PreToolUse
+                    | Hook::PostToolUse
+                    | Hook::Stop
+                    // A child's rounds: children are checked by tests/subagent_props.rs, and
+                    // the explored configurations never start one.
+                    | Hook::SubagentStart
+                    | Hook::SubagentStop => None,
+                };
+                next.map_or_else(request, |h| Expect::Round(Some(h)))
+            }
+            Input::LlmReplied { .. } | Input::LlmFailed { .. } if before == Phase::Summarizing => {
+                let compacted = effects.iter().any(|e| {
+                    matches!(
+                        e,
+                        Effect::Notify {
+                            notice: Notice::Compacted { .. }
+                        }
+                    )
+                });
+                Expect::Round((compacted && has(Hook::PostCompact)).then_some(Hook::PostCompact))
+            }
+            Input::LlmReplied { reply } if turn_phase => {
+                let runs = matches!(
+                    reply.stop,
+                    StopReason::ToolUse
+                        | StopReason::EndTurn
+                        | StopReason::StopSequence
+                        | StopReason::PauseTurn
+                );
+                if !reply.tool_calls.is_empty()
+                    && runs
+                    && runnable(fact, m) > 0
+                    && has(Hook::PreToolUse)
+                {
+                    Expect::Round(Some(Hook::PreToolUse))
+                } else if reply.tool_calls.is_empty()
+                    && matches!(reply.stop, StopReason::EndTurn | StopReason::StopSequence)
+                {
+                    Expect::StopRule
+                } else {
+                    request()
+                }
+            }
+            Input::ToolFinished { .. }
+                if before == Phase::RunningTools && m.phase() != Phase::RunningTools =>
+            {
+                if has(Hook::PostToolUse) {
+                    Expect::Round(Some(Hook::PostToolUse))
+                } else {
+                    request()
+                }
+            }
+            Input::Prompted { .. }
+            | Input::Closed
+            | Input::HookAnswered { .. }
+            | Input::LlmReplied { .. }
+            | Input::LlmFailed { .. }
+            | Input::ToolFinished { .. }
+            | Input::PermissionDecided { .. }
+            | Input::CatalogChanged { .. }
+            | Input::PermissionSettingChanged { .. }
+            | Input::Cancelled => request(),
+        }
+    }
+
+    /// Whether an answer of `hook` completes the open round.
+    fn completes(&mut self, hook: Hook) -> bool {
+        match &mut self.open {
+            Some((open, left)) if *open == hook && *left > 0 => {
+                *left -= 1;
+                if *left == 0 {
+                    self.open = None;
+                    return true;
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// The start of a prompt from `stage` on: the first of `_SessionStart` (first prompt),
+    /// `_UserPromptSubmit` and an owed `_PostCompact` that a server has; `None` once the
+    /// prompt goes on to its first request.
+    fn prompt_start(&mut self, mut stage: Stage, m: &Machine) -> Option<Hook> {
+        let has = |hook: Hook| !m.hook_servers(hook).is_empty();
+        if stage == Stage::SessionStart {
+            let first = !std::mem::replace(&mut self.prompted, true);
+            if first && has(Hook::SessionStart) {
+                return Some(Hook::SessionStart);
+            }
+            stage = Stage::UserPromptSubmit;
+        }
+        if stage == Stage::UserPromptSubmit && has(Hook::UserPromptSubmit) {
+            return Some(Hook::UserPromptSubmit);
+        }
+        if std::mem::take(&mut self.post_compact_owed) && has(Hook::PostCompact) {
+            return Some(Hook::PostCompact);
+        }
+        None
+    }
+
+    /// The summary is asked for exactly once per compaction: on the fact that started it when
+    /// no server has `_PreCompact`, else on the fact that completed that round; and the
+    /// context is compacted only on the summary's answer.
+    fn check_summary(
+        &self,
+        before: Phase,
+        fact: &Input,
+        effects: &[Effect],
+        compaction_started: bool,
+    ) -> Result<(), Violation> {
+        let summary = effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::CallLlm {
+                    purpose: Purpose::Summary { .. },
+                    ..
+                }
+            )
+        });
+        let pre_compact_done = before == Phase::of_hook(Hook::PreCompact)
+            && matches!(fact, Input::HookAnswered { .. })
+            && self.open.is_none();
+        let pre_compact_asked = effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::CallHooks {
+                    hook: Hook::PreCompact,
+                    ..
+                }
+            )
+        });
+        let expected = (compaction_started && !pre_compact_asked) || pre_compact_done;
+        ensure(summary == expected, RULE, || {
+            format!(
+                "summary asked: {summary} after {} in {before} (compaction started: \
+                 {compaction_started}, _PreCompact round done: {pre_compact_done})",
+                fact.kind()
+            )
+        })?;
+        let compacted = effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Notify {
+                    notice: Notice::Compacted { .. }
+                }
+            )
+        });
+        ensure(
+            !compacted || before == Phase::Summarizing,
+            "the context is compacted only on the summary's answer",
+            || format!("compacted after {} in {before}", fact.kind()),
+        )
+    }
+}
+
+/// What a fact must open.
+enum Expect {
+    /// This round, or none.
+    Round(Option<Hook>),
+    /// A genuine end of turn: `_Stop` or nothing, as the stop rule says.
+    StopRule,
+}
+
+fn name(hook: Option<Hook>) -> String {
+    hook.map_or_else(|| "no round".to_owned(), |h| h.to_string())
+}
+
+/// The calls of a reply that can run: offered tools, with object arguments.
+fn runnable(fact: &Input, m: &Machine) -> usize {
+    let Input::LlmReplied { reply } = fact else {
+        return 0;
+    };
+    let offered: BTreeSet<&str> = m.model_tools().iter().map(|t| t.name.as_str()).collect();
+    reply
+        .tool_calls
+        .iter()
+        .filter(|call| offered.contains(call.name.as_str()) && call.arguments.is_object())
+        .count()
+}
+
+/// The allowed servers that have each hook, computed from a catalog as the spec says: a
+/// server's tool whose bare name is a hook's, on a server the allowlist names.
+pub fn servers_of(
+    catalog: &crate::machine::Catalog,
+    allow: &hooks::HookServers,
+    hook: Hook,
+) -> Vec<ServerName> {
+    let mut servers = Vec::new();
+    for entry in &catalog.servers {
+        if allow.allows(entry.server.as_str())
+            && entry.tools.iter().any(|t| t.name == hook.tool_name())
+            && !servers.contains(&entry.server)
+        {
+            servers.push(entry.server.clone());
+        }
+    }
+    servers
+}
