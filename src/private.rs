@@ -33,6 +33,7 @@ pub(crate) fn create_file(path: &Path) -> io::Result<File> {
 }
 
 /// Writes `contents` to the file at `path` as [`create_file`] opens it.
+#[cfg_attr(not(feature = "acp"), allow(dead_code))]
 pub(crate) fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> io::Result<()> {
     use std::io::Write;
     create_file(path)?.write_all(contents.as_ref())

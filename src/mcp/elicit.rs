@@ -6,6 +6,9 @@
 //! declined by the host before a [`Person`] hears of it (hooks are advisory and must not wait
 //! on a person).
 
+// The answer checks below serve the MCP host; without it (feature `mcp`) only the seam is used.
+#![cfg_attr(not(feature = "mcp"), allow(dead_code))]
+
 use std::future::Future;
 use std::pin::Pin;
 

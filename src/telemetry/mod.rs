@@ -44,6 +44,15 @@ pub mod names;
 #[cfg(feature = "otel")]
 mod propagate;
 
+/// A random number for ids that only need to be unlikely to repeat, without a dependency in the
+/// core: std's hasher keys are random per process and differ for every `RandomState`.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
 /// What a session's spans say about it beyond each order: the conversation and the model.
 #[derive(Clone, Debug)]
 pub struct SessionTrace {
@@ -62,7 +71,7 @@ impl SessionTrace {
     /// A session with a fresh conversation id and no model named yet.
     pub fn new() -> Self {
         Self {
-            conversation: format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..)),
+            conversation: format!("{:016x}{:016x}", random_u64(), random_u64()),
             provider: None,
             model: None,
         }
