@@ -316,7 +316,7 @@ pub mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod text;
-#[cfg(any(feature = "providers", feature = "mcp"))]
+#[cfg(any(feature = "providers", feature = "mcp", feature = "otel"))]
 mod tls;
 pub mod transcript;
 
