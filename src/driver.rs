@@ -214,7 +214,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     }
 
     /// What the session's trace spans say of it: the conversation id and the model (see
-    /// [`telemetry`](crate::telemetry)).
+    /// [`crate::telemetry`]).
     pub fn trace_mut(&mut self) -> &mut SessionTrace {
         &mut self.trace
     }

@@ -1,8 +1,7 @@
 //! Streamed replies, for embedders, tests and fuzzing: the [`Delta`]s people see as a reply is
 //! written, and [`parse_stream`], which reads a whole streamed answer of either dialect as a
-//! client would. Each dialect's decoder lives beside its other wire code
-//! ([`openai`](crate::llm::openai), [`anthropic`](crate::llm::anthropic)), over the shared
-//! assembler.
+//! client would. Each dialect's decoder lives beside its other wire code ([`openai`],
+//! [`anthropic`]), over the shared assembler.
 
 use crate::llm::assemble::Assembler;
 use crate::llm::limits::ReplyLimits;

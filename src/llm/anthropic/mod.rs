@@ -19,7 +19,7 @@
 //!   to the machine), `max_tokens` and `model_context_window_exceeded` → output limit,
 //!   `tool_use` → tool use, `refusal` → refusal, `pause_turn` → pause (the machine asks again
 //!   with the partial turn in the history); any other reason is passed on by name
-//!   ([`StopReason::Other`]) for the machine to decide; none at all → end of turn.
+//!   ([`StopReason::Other`](crate::machine::StopReason::Other)) for the machine to decide; none at all → end of turn.
 //! - Usage: `input_tokens` + `cache_read_input_tokens` + `cache_creation_input_tokens` is the
 //!   whole prompt; the cache counts are also reported on their own.
 //! - Prompt caching: the last block of each request is a cache breakpoint (`cache_control`,

@@ -12,7 +12,7 @@
 //!   parameters), and servers that send an object instead of a string are understood.
 //! - `finish_reason`: `stop` → end of turn, `tool_calls` → tool use, `length` → output limit,
 //!   `content_filter` → content filter; a `refusal` → refusal; any other reason is passed on by
-//!   name ([`StopReason::Other`]) for the machine to decide; none at all (servers that copy the
+//!   name ([`StopReason::Other`](crate::machine::StopReason::Other)) for the machine to decide; none at all (servers that copy the
 //!   dialect sometimes leave it out) → end of turn.
 //! - Usage: `prompt_tokens` (cached tokens included, as the dialect counts them) and
 //!   `prompt_tokens_details.cached_tokens`.
