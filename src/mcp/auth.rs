@@ -343,6 +343,19 @@ impl ServerAuth {
         Ok(None)
     }
 
+    /// Counts one more authorization of this server, or refuses it past [`MAX_AUTHORIZATIONS`]:
+    /// a server that refuses every token it is given must not make the agent authorize forever.
+    fn count_authorization(&self, state: &mut State) -> Result<(), AuthError> {
+        if state.authorizations >= MAX_AUTHORIZATIONS {
+            let reason =
+                format!("the server still refuses after {MAX_AUTHORIZATIONS} authorizations");
+            self.note(AuthProblem::Failed(reason.clone()));
+            return Err(AuthError::AuthorizationFailed(reason));
+        }
+        state.authorizations += 1;
+        Ok(())
+    }
+
     /// Obtains a token with the grant from the authorization server of `metadata`, and keeps
     /// it. A refusal is final for this connection: the grant is not tried again and no other
     /// grant is tried.
@@ -354,13 +367,7 @@ impl ServerAuth {
         let (Some(grant), Some(http)) = (&self.grant, &self.grant_http) else {
             return Err(AuthError::InternalError("no grant is configured".into()));
         };
-        if state.authorizations >= MAX_AUTHORIZATIONS {
-            let reason =
-                format!("the server still refuses after {MAX_AUTHORIZATIONS} authorizations");
-            self.note(AuthProblem::Failed(reason.clone()));
-            return Err(AuthError::AuthorizationFailed(reason));
-        }
-        state.authorizations += 1;
+        self.count_authorization(state)?;
         let endpoint = grant::Endpoint {
             issuer: metadata
                 .issuer
@@ -463,13 +470,7 @@ impl ServerAuth {
                 problem.describe(&self.server),
             ));
         }
-        if state.authorizations >= MAX_AUTHORIZATIONS {
-            let reason =
-                format!("the server still refuses after {MAX_AUTHORIZATIONS} authorizations");
-            self.note(AuthProblem::Failed(reason.clone()));
-            return Err(AuthError::AuthorizationFailed(reason));
-        }
-        state.authorizations += 1;
+        self.count_authorization(&mut state)?;
         let flow = flow::Flow {
             url: &self.url,
             store: &self.options.store,

@@ -105,8 +105,8 @@ fn visible_to_model(tool: &Tool) -> bool {
     }
 }
 
-/// The serialised length of a JSON value, counted without building the text.
-fn json_len(value: &Value) -> usize {
+/// The serialised length of `value` as JSON, counted without building the text.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -118,7 +118,8 @@ fn json_len(value: &Value) -> usize {
         }
     }
     let mut count = Count(0);
-    // A `Value` always serialises (its keys are strings) and this sink never fails.
+    // This sink never fails, and what is counted here (a `Value`, rmcp's `Tool`) always
+    // serialises: its map keys are strings.
     let _ = serde_json::to_writer(&mut count, value);
     count.0
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 use rmcp::ServiceError;
 use rmcp::model::{ListToolsResult, Tool};
 
+use crate::mcp::convert::json_len;
+
 /// Pages one listing may take. A server that pages a few tools at a time still fits; one
 /// whose cursors never end is stopped here if no other cap stops it first.
 pub(crate) const MAX_LIST_PAGES: usize = 128;
@@ -75,24 +77,6 @@ where
         .unwrap_or(Err(ListError::TimedOut {
             secs: deadline.as_secs(),
         }))
-}
-
-/// The length of a tool's JSON, counted without building it.
-fn json_len(tool: &Tool) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail, and a `Tool` always serialises.
-    let _ = serde_json::to_writer(&mut count, tool);
-    count.0
 }
 
 #[cfg(test)]
