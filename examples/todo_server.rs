@@ -1,9 +1,11 @@
-//! A todo list as an MCP server (stdio) that steers an agent through four hook tools:
+//! A todo list as an MCP server (stdio) that steers an agent through five hook tools:
 //!
 //! - `_SessionStart` lists the open todos, if any, as context for the session's first prompt.
 //! - `_PreToolUse` denies `complete` of a todo that does not exist, before the call runs.
 //! - `_Stop` objects while todos are open: `2 open: write tests; update docs`. Empty when all
 //!   are done, so the agent may stop.
+//! - `_SubagentStop` does the same when a subagent ends its turn, naming it: the list is
+//!   shared, so a subagent sent to finish it is held to it.
 //! - `_PostCompact` returns the open list, so it survives a compaction of the history.
 //!
 //! The model sees `add`, `complete` and `list`; it never sees the hooks, which the engine calls.
@@ -53,6 +55,13 @@ struct PreToolUse {
     /// The call's arguments.
     #[serde(default)]
     arguments: serde_json::Value,
+}
+
+/// The arguments of `_SubagentStop`: the subagent that ended its turn, and its answer.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct SubagentStop {
+    /// The subagent's id.
+    agent: String,
 }
 
 impl Todos {
@@ -116,6 +125,21 @@ impl Todos {
             String::new()
         } else {
             format!("{} open: {}", open.len(), open.join("; "))
+        }
+    }
+
+    /// Objects to a subagent's end of turn while todos are open.
+    #[tool(
+        name = "_SubagentStop",
+        description = "Lists the open todos, if any, when a subagent ends its turn."
+    )]
+    fn subagent_stop(
+        &self,
+        Parameters(SubagentStop { agent }): Parameters<SubagentStop>,
+    ) -> String {
+        match self.stop() {
+            open if open.is_empty() => open,
+            open => format!("{agent}: {open}"),
         }
     }
 

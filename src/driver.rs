@@ -102,6 +102,18 @@ pub trait PermissionAsker: Send + Sync {
         &'a self,
         call: &'a ToolCall,
     ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>>;
+
+    /// The user's decision on `call`, made by the subagent `agent`: call ids are the model's,
+    /// unique within one agent's history only, so an asker that names calls to the user tells
+    /// a child's apart here. By default, the same question as [`decide`](Self::decide).
+    fn decide_in<'a>(
+        &'a self,
+        agent: &'a AgentId,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>> {
+        let _ = agent;
+        self.decide(call)
+    }
 }
 
 /// The asker of a session that has no way to ask: every call is allowed, once.

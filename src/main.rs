@@ -40,7 +40,8 @@ enum Command {
     /// Act one: the model tries to stop with todos open, `_Stop` objects, the model works
     /// through the list, a compaction re-injects the open todos through `_PostCompact`, and the
     /// model stops for good. Act two: a stubborn hook objects forever, the objection budget runs
-    /// out, and the engine stops anyway. The model is scripted — no API key, no network — and
+    /// out, and the engine stops anyway. Act three: `_PreToolUse` denies a wrong call. Act four:
+    /// a subagent is held to its task by `_SubagentStop`. The model is scripted — no API key, no network — and
     /// the demo prints the command that runs the same story against a real provider.
     Demo,
 
@@ -48,7 +49,8 @@ enum Command {
     ///
     /// Progress goes to stderr as it happens: a spinner while the model thinks (plain lines when
     /// stderr is not a terminal), each tool call with its duration, each objection with its
-    /// server and text and the budget left, compactions. Ctrl-C cancels the prompt.
+    /// server and text and the budget left, compactions; a subagent's lines start with its id
+    /// (`[agent-1] `). Ctrl-C cancels the prompt.
     ///
     /// Exit status: 0 the model ended its turn; 1 the run failed (model unreachable, bad MCP
     /// configuration); 2 invalid arguments or environment; 3 the output limit cut the reply
@@ -62,7 +64,8 @@ enum Command {
         mcp_config: Option<PathBuf>,
 
         /// Print one JSON object per line on stdout (every progress event, then the answer)
-        /// instead of progress on stderr and the answer on stdout.
+        /// instead of progress on stderr and the answer on stdout. A subagent's events carry
+        /// its id as "agent".
         #[arg(long)]
         json: bool,
 

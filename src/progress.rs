@@ -10,6 +10,11 @@
 //! [`Event::ModelText`]); a front end that shows text as it arrives asks for them with
 //! [`ProgressObserver::with_deltas`]. Pieces of a compaction summary are never handed on: a
 //! summary is not something the model says to anyone.
+//!
+//! A subagent's progress is the same events, drawn from its own boundary: a front end that
+//! shows children asks for them with [`ProgressObserver::with_agents`] (and their reply pieces
+//! with [`ProgressObserver::with_agent_deltas`]), each with the subagent's id. Without them it
+//! sees the `agent` call that started a child as one tool call, and nothing of the child.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,7 +25,7 @@ use serde_json::Value;
 use crate::driver::Observer;
 use crate::hooks::{Hook, ServerName};
 use crate::llm::Delta;
-use crate::machine::{CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
+use crate::machine::{AgentId, CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
 use crate::text::one_line;
 
 /// The output of the [`Event::ToolFinished`] reported for a call still running when its prompt
@@ -175,6 +180,24 @@ impl Event {
     /// One line saying what happened, for a person watching; `None` for events a person does
     /// not need to see (a model request starting, a hook being called, the prompt ending).
     pub fn describe(&self) -> Option<String> {
+        self.describe_with(Hook::Stop)
+    }
+
+    /// [`describe`](Self::describe) for an event of `agent`: a subagent's line starts with its
+    /// id in brackets (`[agent-1] → fs__read {}`) and names its end-of-turn hook,
+    /// `_SubagentStop`; the top-level agent's (`None`) is [`describe`](Self::describe)'s.
+    pub fn describe_in(&self, agent: Option<&AgentId>) -> Option<String> {
+        match agent {
+            None => self.describe(),
+            Some(agent) => Some(format!(
+                "[{agent}] {}",
+                self.describe_with(Hook::SubagentStop)?
+            )),
+        }
+    }
+
+    /// The line, naming `stop` as the hook asked at an end of turn.
+    fn describe_with(&self, stop: Hook) -> Option<String> {
         Some(match self {
             Self::Thinking { summary: true } => {
                 "compacting: asking the model for a summary of the session".to_owned()
@@ -217,12 +240,12 @@ impl Event {
                 text,
                 budget_left,
             } => format!(
-                "⚑ _Stop objection from {server} ({budget_left} left in the budget): {}",
+                "⚑ {stop} objection from {server} ({budget_left} left in the budget): {}",
                 one_line(text, 200)
             ),
             Self::StopSkipped {
                 reason: SkipReason::BudgetSpent,
-            } => "■ _Stop budget spent: the turn ends whatever the hooks say".to_owned(),
+            } => format!("■ {stop} budget spent: the turn ends whatever the hooks say"),
             Self::StopSkipped {
                 reason: SkipReason::DeclinedObjection,
             } => "■ the model ended its turn again after an objection: it declined".to_owned(),
@@ -264,22 +287,33 @@ impl Event {
 /// Receives the pieces of a reply as they stream in.
 type DeltaSink = Box<dyn FnMut(Duration, &Delta) + Send>;
 
+/// Receives a subagent's events.
+type AgentSink = Box<dyn FnMut(Duration, &AgentId, Event) + Send>;
+
+/// Receives the pieces of a subagent's reply as they stream in.
+type AgentDeltaSink = Box<dyn FnMut(Duration, &AgentId, &Delta) + Send>;
+
 /// An [`Observer`] that hands each [`Event`] to `sink`, with the time since the session started.
 pub struct ProgressObserver<F> {
     sink: F,
-    purpose: Purpose,
-    running: HashMap<CallId, (String, Duration)>,
+    top: Track,
     deltas: Option<DeltaSink>,
+    /// What is followed of each subagent still running, when a sink takes their events.
+    agents: HashMap<AgentId, Track>,
+    agent_sink: Option<AgentSink>,
+    agent_deltas: Option<AgentDeltaSink>,
 }
 
 impl<F: FnMut(Duration, Event) + Send> ProgressObserver<F> {
-    /// An observer feeding `sink`.
+    /// An observer feeding `sink` the top-level agent's events.
     pub fn new(sink: F) -> Self {
         Self {
             sink,
-            purpose: Purpose::Turn,
-            running: HashMap::new(),
+            top: Track::default(),
             deltas: None,
+            agents: HashMap::new(),
+            agent_sink: None,
+            agent_deltas: None,
         }
     }
 
@@ -291,10 +325,117 @@ impl<F: FnMut(Duration, Event) + Send> ProgressObserver<F> {
         self.deltas = Some(Box::new(sink));
         self
     }
+
+    /// The same observer, also handing each subagent's events to `sink`, with its id. They are
+    /// drawn from the subagent's boundary as the top-level agent's are from the session's, and
+    /// come before the event that ends the `agent` call that started it.
+    #[must_use]
+    pub fn with_agents(
+        mut self,
+        sink: impl FnMut(Duration, &AgentId, Event) + Send + 'static,
+    ) -> Self {
+        self.agent_sink = Some(Box::new(sink));
+        self
+    }
+
+    /// The same observer, also handing the pieces of each subagent's turn replies to `sink` as
+    /// they stream in, with its id, as [`with_deltas`](Self::with_deltas) does for the
+    /// top-level agent's. Only with [`with_agents`](Self::with_agents).
+    #[must_use]
+    pub fn with_agent_deltas(
+        mut self,
+        sink: impl FnMut(Duration, &AgentId, &Delta) + Send + 'static,
+    ) -> Self {
+        self.agent_deltas = Some(Box::new(sink));
+        self
+    }
 }
 
 impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
     fn on_effect(&mut self, at: Duration, effect: &Effect) {
+        let sink = &mut self.sink;
+        self.top
+            .effect(at, effect, &mut |at, event| sink(at, event));
+    }
+
+    fn on_call_started(&mut self, at: Duration, id: &CallId) {
+        if let Some(event) = self.top.call_started(id) {
+            (self.sink)(at, event);
+        }
+    }
+
+    fn on_delta(&mut self, at: Duration, delta: &Delta) {
+        if let (Purpose::Turn, Some(sink)) = (self.top.purpose, self.deltas.as_mut()) {
+            sink(at, delta);
+        }
+    }
+
+    fn on_fact(&mut self, at: Duration, fact: &Input) {
+        if let Some(event) = self.top.fact(at, fact) {
+            (self.sink)(at, event);
+        }
+    }
+
+    fn on_agent_effect(&mut self, at: Duration, agent: &AgentId, effect: &Effect) {
+        let Some(sink) = self.agent_sink.as_mut() else {
+            return;
+        };
+        let track = self.agents.entry(agent.clone()).or_default();
+        track.effect(at, effect, &mut |at, event| sink(at, agent, event));
+        // A subagent's finish is its last order that shows: nothing of it is followed after.
+        if matches!(effect, Effect::Finish { .. }) {
+            self.agents.remove(agent);
+        }
+    }
+
+    fn on_agent_fact(&mut self, at: Duration, agent: &AgentId, fact: &Input) {
+        let (Some(sink), Some(track)) = (self.agent_sink.as_mut(), self.agents.get_mut(agent))
+        else {
+            return;
+        };
+        if let Some(event) = track.fact(at, fact) {
+            sink(at, agent, event);
+        }
+    }
+
+    fn on_agent_delta(&mut self, at: Duration, agent: &AgentId, delta: &Delta) {
+        let (Some(sink), Some(track)) = (self.agent_deltas.as_mut(), self.agents.get(agent)) else {
+            return;
+        };
+        if track.purpose == Purpose::Turn {
+            sink(at, agent, delta);
+        }
+    }
+
+    fn on_agent_call_started(&mut self, at: Duration, agent: &AgentId, id: &CallId) {
+        let (Some(sink), Some(track)) = (self.agent_sink.as_mut(), self.agents.get(agent)) else {
+            return;
+        };
+        if let Some(event) = track.call_started(id) {
+            sink(at, agent, event);
+        }
+    }
+}
+
+/// What is followed of one agent's boundary to draw its events: what its model request is for,
+/// and its calls still running.
+struct Track {
+    purpose: Purpose,
+    running: HashMap<CallId, (String, Duration)>,
+}
+
+impl Default for Track {
+    fn default() -> Self {
+        Self {
+            purpose: Purpose::Turn,
+            running: HashMap::new(),
+        }
+    }
+}
+
+impl Track {
+    /// The events an order makes, each handed to `emit`.
+    fn effect(&mut self, at: Duration, effect: &Effect, emit: &mut dyn FnMut(Duration, Event)) {
         let event = match effect {
             Effect::CallLlm { purpose, .. } => {
                 self.purpose = *purpose;
@@ -306,7 +447,7 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
                 for call in calls {
                     self.running
                         .insert(call.id.clone(), (call.name.clone(), at));
-                    (self.sink)(
+                    emit(
                         at,
                         Event::ToolStarted {
                             id: call.id.to_string(),
@@ -336,7 +477,7 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
                 let mut left: Vec<_> = self.running.drain().collect();
                 left.sort_by(|a, b| a.0.cmp(&b.0));
                 for (id, (name, started)) in left {
-                    (self.sink)(
+                    emit(
                         at,
                         Event::ToolFinished {
                             id: id.to_string(),
@@ -352,36 +493,30 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
                 }
             }
         };
-        (self.sink)(at, event);
+        emit(at, event);
     }
 
-    fn on_call_started(&mut self, at: Duration, id: &CallId) {
-        if self.running.contains_key(id) {
-            (self.sink)(at, Event::ToolRunning { id: id.to_string() });
-        }
+    /// The event of a call that begins to run, if it is one this track started.
+    fn call_started(&self, id: &CallId) -> Option<Event> {
+        self.running
+            .contains_key(id)
+            .then(|| Event::ToolRunning { id: id.to_string() })
     }
 
-    fn on_delta(&mut self, at: Duration, delta: &Delta) {
-        if let (Purpose::Turn, Some(sink)) = (self.purpose, self.deltas.as_mut()) {
-            sink(at, delta);
-        }
-    }
-
-    fn on_fact(&mut self, at: Duration, fact: &Input) {
-        let event = match fact {
+    /// The event a fact makes, if any.
+    fn fact(&mut self, at: Duration, fact: &Input) -> Option<Event> {
+        Some(match fact {
             Input::LlmReplied { reply } => {
                 // A summary's text is the compacted context, not something the model says.
                 if matches!(self.purpose, Purpose::Summary { .. }) || reply.text.trim().is_empty() {
-                    return;
+                    return None;
                 }
                 Event::ModelText {
                     text: reply.text.clone(),
                 }
             }
             Input::ToolFinished { id, output } => {
-                let Some((name, started)) = self.running.remove(id) else {
-                    return;
-                };
+                let (name, started) = self.running.remove(id)?;
                 Event::ToolFinished {
                     id: id.to_string(),
                     name,
@@ -397,9 +532,8 @@ impl<F: FnMut(Duration, Event) + Send> Observer for ProgressObserver<F> {
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
-            | Input::Closed => return,
-        };
-        (self.sink)(at, event);
+            | Input::Closed => return None,
+        })
     }
 }
 
@@ -585,6 +719,86 @@ mod tests {
             Event::Finished {
                 reason: FinishReason::Cancelled
             }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subagents_events_go_to_the_agent_sink_with_its_id_and_never_to_the_top_one() {
+        let llm = ScriptedLlm::new([
+            Step::tools(
+                1,
+                &[("agent", json!({"description": "look", "prompt": "read a"}))],
+            ),
+            Step::tools(1, &[("fs__read", json!({"path": "a"}))]),
+            Step::text("a says hi"),
+            Step::text("Done."),
+        ]);
+        let host = InProcessHost::new().tool("fs", "read", echo);
+        let config = Config::builder()
+            .subagents(crate::machine::Subagents::new(1))
+            .build()
+            .unwrap();
+        let mut session = Session::new(config, llm, host);
+        let children = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&children);
+        let (events, observer) = recorder();
+        session.add_observer(observer.with_agents(move |_, agent, event| {
+            sink.lock().unwrap().push((agent.clone(), event));
+        }));
+        assert_eq!(session.prompt("go").await.unwrap(), PromptStop::EndTurn);
+
+        let top = events.lock().unwrap().clone();
+        let started = |events: &[Event], name: &str| {
+            events
+                .iter()
+                .any(|e| matches!(e, Event::ToolStarted { name: n, .. } if n == name))
+        };
+        assert!(started(&top, "agent"), "{top:?}");
+        assert!(!started(&top, "fs__read"), "{top:?}");
+        assert!(top.iter().any(|e| matches!(e,
+            Event::ToolFinished { name, output, is_error: false, .. }
+                if name == "agent" && output == "a says hi")));
+        let children = children.lock().unwrap().clone();
+        assert!(!children.is_empty());
+        assert!(children.iter().all(|(agent, _)| agent.0 == "agent-1"));
+        let child: Vec<Event> = children.into_iter().map(|(_, e)| e).collect();
+        assert!(started(&child, "fs__read"), "{child:?}");
+        assert!(
+            child
+                .iter()
+                .any(|e| matches!(e, Event::ModelText { text } if text == "a says hi"))
+        );
+        assert!(matches!(
+            child.last(),
+            Some(Event::Finished {
+                reason: FinishReason::EndTurn
+            })
+        ));
+        assert!(
+            !top.iter()
+                .any(|e| matches!(e, Event::ModelText { text } if text == "a says hi")),
+            "{top:?}"
+        );
+    }
+
+    #[test]
+    fn a_subagents_line_names_it_and_its_stop_hook() {
+        let event = Event::Objection {
+            server: ServerName::new("todo").unwrap(),
+            text: "1 open".into(),
+            budget_left: 2,
+        };
+        let agent = AgentId("agent-1".into());
+        assert_eq!(
+            event.describe_in(Some(&agent)).unwrap(),
+            "[agent-1] ⚑ _SubagentStop objection from todo (2 left in the budget): 1 open"
+        );
+        assert_eq!(event.describe_in(None), event.describe());
+        assert!(event.describe().unwrap().starts_with("⚑ _Stop objection"));
+        assert!(
+            Event::Thinking { summary: false }
+                .describe_in(Some(&agent))
+                .is_none()
         );
     }
 

@@ -32,6 +32,11 @@ fn the_demo_tells_the_whole_story_offline() {
         "the engine ended the turn anyway",
         "denied by _PreToolUse of todo",
         "the wrong call was denied before it ran",
+        "→ agent {",
+        "[agent-1] ⚑ _SubagentStop objection from todo",
+        "[agent-1] → todo__complete",
+        "✓ agent (",
+        "the subagent was kept at it until its todo was done",
         "Run the same story against a real model",
     ];
     let mut at = 0;

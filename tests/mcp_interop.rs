@@ -26,7 +26,8 @@ use serde_json::json;
 use common::{Scratch, connect, eventually_async, fast_options};
 
 const TESTS: &str = "python_sdk_hook_server, python_sdk_server_with_every_hook, \
-                     python_sdk_guard_server_denies, python_sdk_hook_server_over_sse, \
+                     python_sdk_guard_server_denies, python_sdk_subagent_guard_holds_a_child_to_its_task, \
+                     python_sdk_hook_server_over_sse, \
                      everything_over_stdio, everything_over_http, everything_over_sse, \
                      everything_over_sse_from_an_http_url, memory_over_stdio, \
                      filesystem_works_in_the_roots_it_is_offered";
@@ -311,6 +312,57 @@ async fn python_sdk_guard_server_denies() {
             "todo__add denied: its arguments contain rm -rf"
         )]
     );
+    assert_eq!(llm.violations(), Vec::<String>::new());
+}
+
+/// `examples/subagent_guard.py` as the hook server of a session with subagents: its
+/// `_SubagentStart` tells the child how to end, and its `_SubagentStop` objects until the
+/// child's answer says `TASK COMPLETE`; the parent gets that answer alone.
+#[tokio::test]
+async fn python_sdk_subagent_guard_holds_a_child_to_its_task() {
+    let Some(interop) = interop() else { return };
+    let guard = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/subagent_guard.py");
+    let host = connect(
+        vec![(
+            "guard",
+            ServerConfig::stdio(interop.python.to_string_lossy(), [guard]),
+        )],
+        fast_options(),
+    )
+    .await;
+    let task = json!({"description": "the changelog", "prompt": "Write the changelog."});
+    // One child, so the requests come in order: the parent's call, the child's two answers,
+    // the parent's end.
+    let llm = ScriptedLlm::new([
+        Step::tools(1, &[("agent", task)]),
+        Step::text("The changelog is half written."),
+        Step::text("The changelog is written.\nTASK COMPLETE"),
+        Step::text("The subagent wrote it."),
+    ]);
+    let config = Config::builder()
+        .hook_servers(HookServers::parse(Some("guard")).unwrap())
+        .hook_timeout(Duration::from_secs(5))
+        .subagents(hookloop::machine::Subagents::new(2))
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm.clone(), host);
+    assert_eq!(session.prompt("Go.").await.unwrap(), PromptStop::EndTurn);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    let texts = |n: usize| format!("{:?}", requests[n].messages);
+    // `_SubagentStart` reached the child's first request, and only the child's.
+    let start = "When the changelog is done, end your answer with the line TASK COMPLETE.";
+    assert!(texts(1).contains(start), "{}", texts(1));
+    assert!(!texts(0).contains(start) && !texts(3).contains(start));
+    // `_SubagentStop` objected to the unfinished answer, naming the child, and let the
+    // finished one through.
+    let objection =
+        "agent-1: the task is unfinished; finish it, then end with the line TASK COMPLETE.";
+    assert!(texts(2).contains(objection), "{}", texts(2));
+    // The parent got the child's final answer as the call's result, and nothing before it.
+    let results = tool_texts(&requests[3].messages);
+    assert_eq!(results, ["The changelog is written.\nTASK COMPLETE"]);
+    assert!(!texts(3).contains("half written") && !texts(3).contains(objection));
     assert_eq!(llm.violations(), Vec::<String>::new());
 }
 

@@ -21,6 +21,12 @@
 //! compaction or a failed-open hook as an `agent_thought_chunk`. So is, once, a recorded
 //! session's transcript that could not be written whole (checked after each prompt).
 //!
+//! A subagent's `agent` call is one `tool_call` of kind `think` titled with its description,
+//! whose content follows the child: its text as it streams, a line per tool call with its
+//! status, what its hooks did, and its answer (see `agents.rs` for the bounds). A child's
+//! destructive tools are asked about through the same client, under an id of their own
+//! (`<agent>/<call>`), since a call id is unique only within one agent's history.
+//!
 //! # Framing
 //!
 //! Frames are read by a [`FrameReader`] with a size cap ([`DEFAULT_MAX_FRAME_BYTES`]); a frame
@@ -30,6 +36,7 @@
 //! ends the connection but the end of its input.
 
 mod actor;
+mod agents;
 mod elicit;
 pub mod frame;
 mod lines;

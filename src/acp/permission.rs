@@ -19,10 +19,11 @@ use agent_client_protocol::v1::schema::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
     SessionId, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
+use serde_json::json;
 
 use super::lock;
 use crate::driver::PermissionAsker;
-use crate::machine::{PermissionDecision, ToolCall};
+use crate::machine::{AgentId, PermissionDecision, ToolCall};
 
 /// Whether the agent asks before destructive tools run (`HOOKLOOP_ACP_PERMISSIONS`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,7 +86,10 @@ pub(super) struct ClientAsker {
 }
 
 impl ClientAsker {
-    async fn ask(&self, call: &ToolCall) -> PermissionDecision {
+    /// Asks about `call`, made by the subagent `agent` when there is one: its question names
+    /// the call `<agent>/<call>` (the model's ids are unique within one agent's history only)
+    /// and carries the agent in `_meta`.
+    async fn ask(&self, agent: Option<&AgentId>, call: &ToolCall) -> PermissionDecision {
         let kind = lock(&self.kinds)
             .get(&call.name)
             .copied()
@@ -95,14 +99,21 @@ impl ClientAsker {
             .map(|(id, name, kind, _)| PermissionOption::new(*id, *name, *kind))
             .collect();
         let fields = ToolCallUpdateFields::new()
-            .title(call.name.clone())
             .kind(kind)
             .raw_input(call.arguments.clone());
-        let request = RequestPermissionRequest::new(
-            self.session.clone(),
-            ToolCallUpdate::new(call.id.to_string(), fields),
-            options,
-        );
+        let update = match agent {
+            None => ToolCallUpdate::new(call.id.to_string(), fields.title(call.name.clone())),
+            Some(agent) => ToolCallUpdate::new(
+                format!("{agent}/{}", call.id),
+                fields.title(format!("{} (subagent {agent})", call.name)),
+            )
+            .meta(
+                json!({"hookloop/agent": {"id": agent}})
+                    .as_object()
+                    .cloned(),
+            ),
+        };
+        let request = RequestPermissionRequest::new(self.session.clone(), update, options);
         let outcome = match self.cx.send_request(request).block_task().await {
             Ok(response) => response.outcome,
             Err(e) => {
@@ -125,7 +136,15 @@ impl PermissionAsker for ClientAsker {
         &'a self,
         call: &'a ToolCall,
     ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>> {
-        Box::pin(self.ask(call))
+        Box::pin(self.ask(None, call))
+    }
+
+    fn decide_in<'a>(
+        &'a self,
+        agent: &'a AgentId,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>> {
+        Box::pin(self.ask(Some(agent), call))
     }
 }
 

@@ -384,7 +384,9 @@ impl<F: SessionFactory> AgentState<F> {
             outflow: Arc::clone(&self.outflow),
         };
         let (progress, pieces) = (notifier.clone(), notifier.clone());
+        let (child_progress, child_pieces) = (notifier.clone(), notifier.clone());
         let events = Arc::clone(&translator);
+        let (child_events, child_deltas) = (Arc::clone(&translator), Arc::clone(&translator));
         session.add_observer(
             ProgressObserver::new(move |_, event| {
                 let updates = lock(&events).updates(event);
@@ -396,6 +398,18 @@ impl<F: SessionFactory> AgentState<F> {
                 let update = lock(&translator).delta(delta);
                 if let Some(update) = update {
                     pieces.send(update);
+                }
+            })
+            .with_agents(move |_, agent, event| {
+                let update = lock(&child_events).agent_event(agent, event);
+                if let Some(update) = update {
+                    child_progress.send(update);
+                }
+            })
+            .with_agent_deltas(move |_, agent, delta| {
+                let update = lock(&child_deltas).agent_delta(agent, delta);
+                if let Some(update) = update {
+                    child_pieces.send(update);
                 }
             }),
         );

@@ -11,9 +11,10 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::v1::schema::{Notice as AcpNotice, NoticeSeverity};
 use serde_json::{Value, json};
 
+use super::agents::Children;
 use crate::hooks::Hook;
 use crate::llm::Delta;
-use crate::machine::{Message, SkipReason, ToolHints};
+use crate::machine::{AgentId, Message, SkipReason, ToolHints};
 use crate::progress::Event;
 use crate::text::lock;
 
@@ -43,6 +44,8 @@ pub(super) struct Translator {
     /// The current reply's text has been sent piece by piece, so its whole text is not sent
     /// again. Cleared when a model request starts.
     pub(super) streamed: bool,
+    /// The `agent` calls running, each shown with its child's trail.
+    children: Children,
 }
 
 impl Translator {
@@ -53,7 +56,18 @@ impl Translator {
             announced: HashSet::new(),
             budget,
             streamed: false,
+            children: Children::default(),
         }
+    }
+
+    /// An event of the subagent `agent`: shown in the content of the call that started it.
+    pub(super) fn agent_event(&mut self, agent: &AgentId, event: Event) -> Option<SessionUpdate> {
+        self.children.event(agent, event)
+    }
+
+    /// A piece of the subagent `agent`'s reply, likewise.
+    pub(super) fn agent_delta(&mut self, agent: &AgentId, delta: &Delta) -> Option<SessionUpdate> {
+        self.children.delta(agent, delta)
     }
 
     /// A piece of the current reply: text as a message chunk, reasoning as a thought chunk.
@@ -72,7 +86,10 @@ impl Translator {
     }
 
     /// A model tool call, `pending` until the session starts it.
-    fn pending_call(&self, id: String, name: String, arguments: Value) -> SessionUpdate {
+    fn pending_call(&mut self, id: String, name: String, arguments: Value) -> SessionUpdate {
+        if let Some(call) = self.children.started(&id, &name, &arguments) {
+            return SessionUpdate::ToolCall(call);
+        }
         let kind = lock(&self.kinds)
             .get(&name)
             .copied()
@@ -133,7 +150,10 @@ impl Translator {
                 is_error,
                 output,
                 ..
-            } => vec![finished(id, is_error, output)],
+            } => match self.children.finished(&id, is_error, &output) {
+                Some(update) => vec![update],
+                None => vec![finished(id, is_error, output)],
+            },
             Event::ToolRefused { name } => {
                 let text = crate::machine::unknown_tool_text(&name);
                 vec![self.synthetic(name, ToolKind::Other, ToolCallStatus::Failed, text, None)]

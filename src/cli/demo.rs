@@ -1,10 +1,10 @@
-//! `hookloop demo`: the three-act story, offline, with a scripted model and the real todo server.
+//! `hookloop demo`: the four-act story, offline, with a scripted model and the real todo server.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use super::script::{Act, DemoModel, Narrator};
-use hookloop::machine::{FinishReason, SkipReason};
+use hookloop::machine::{FinishReason, SkipReason, Subagents};
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::{Config, Hook, HookServers, PromptStop, ServerName, Session};
 
@@ -16,8 +16,9 @@ const SERVER: &str = "todo";
 const ACT_ONE_PROMPT: &str = "Get the release out: work through the todo list.";
 const ACT_TWO_PROMPT: &str = "Tidy up the backlog.";
 const ACT_THREE_PROMPT: &str = "Write the release notes and tick them off.";
+const ACT_FOUR_PROMPT: &str = "Get the upgrade guide written; a subagent can do it.";
 
-/// Runs the three acts; exits 1 if the story did not unfold as told (so CI notices).
+/// Runs the four acts; exits 1 if the story did not unfold as told (so CI notices).
 pub async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
@@ -36,6 +37,10 @@ struct Seen {
     denials: u32,
     last_hook_quiet: bool,
     finished: Option<FinishReason>,
+    /// `_SubagentStop` objections, in any subagent.
+    agent_objections: u32,
+    /// Tool calls a subagent completed without error.
+    agent_tool_calls: u32,
 }
 
 async fn run() -> Result<(), Failure> {
@@ -57,7 +62,9 @@ async fn run() -> Result<(), Failure> {
     say(
         "real: the engine, and the todo MCP server, started from this binary as a child process over",
     )?;
-    say("stdio, with its _Stop, _PostCompact and _PreToolUse hooks on (MCP_HOOK_SERVERS=todo).")?;
+    say(
+        "stdio, with its _Stop, _PostCompact, _PreToolUse and _SubagentStop hooks on (MCP_HOOK_SERVERS=todo).",
+    )?;
     say("")?;
 
     say("Act 1 — the model wants to stop early")?;
@@ -152,6 +159,41 @@ async fn run() -> Result<(), Failure> {
     say("  ✓ the wrong call was denied before it ran, and the model completed the real todo.")?;
     say("")?;
 
+    say("Act 4 — a subagent, held to its task")?;
+    say("------------------------------------")?;
+    say(
+        "With subagents on (HOOKLOOP_SUBAGENTS=1) the model may hand a task to a subagent: a fresh",
+    )?;
+    say("conversation with the same servers and hooks. Its hooks say which agent they are asked")?;
+    say("for, and _SubagentStop stands in for _Stop: the todo server objects while the todo the")?;
+    say("subagent was sent to finish is open. The parent sees only the subagent's final answer.")?;
+    say(&format!("user: {ACT_FOUR_PROMPT}"))?;
+    let config = Config::builder()
+        .hook_servers(HookServers::Named(vec![
+            ServerName::new(SERVER).map_err(Failure::failed)?,
+        ]))
+        .subagents(Subagents::new(1))
+        .build()?;
+    let host = wire::todo_host(SERVER).await?;
+    let model = DemoModel::new(Act::Delegate, SERVER);
+    let four = play(config, model, host, ACT_FOUR_PROMPT, &out).await?;
+    check(
+        four.agent_objections == 1,
+        "act 4: _SubagentStop did not object once",
+    )?;
+    check(
+        four.agent_tool_calls >= 1,
+        "act 4: the subagent completed no todo",
+    )?;
+    check(
+        four.last_hook_quiet && four.finished == Some(FinishReason::EndTurn),
+        "act 4: the parent did not stop with the list empty",
+    )?;
+    say(
+        "  ✓ the subagent was kept at it until its todo was done; the parent got its answer and stopped.",
+    )?;
+    say("")?;
+
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "hookloop".into());
@@ -176,34 +218,52 @@ async fn play(
     let seen = Arc::new(Mutex::new(Seen::default()));
     let mut session = Session::new(config, model, host);
     let (narrate, record) = (Arc::clone(out), Arc::clone(&seen));
-    session.add_observer(ProgressObserver::new(move |_, event| {
+    let (narrate_agents, record_agents) = (Arc::clone(out), Arc::clone(&seen));
+    let agents = move |_, agent: &hookloop::machine::AgentId, event: Event| {
         {
-            let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seen = record_agents.lock().unwrap_or_else(|p| p.into_inner());
             match &event {
-                Event::Objection { .. } => {
-                    seen.objections += 1;
-                    seen.last_hook_quiet = false;
-                }
-                Event::HookCalled {
-                    hook: Hook::Stop, ..
-                } => seen.last_hook_quiet = true,
-                Event::Compacted { .. } => seen.compactions += 1,
-                Event::PostCompactInjected { .. } => seen.post_compact += 1,
-                Event::ToolDenied { .. } => seen.denials += 1,
+                Event::Objection { .. } => seen.agent_objections += 1,
                 Event::ToolFinished {
                     is_error: false, ..
-                } => seen.tool_calls += 1,
-                Event::StopSkipped {
-                    reason: SkipReason::BudgetSpent,
-                } => seen.budget_spent = true,
-                Event::Finished { reason } => seen.finished = Some(reason.clone()),
+                } => seen.agent_tool_calls += 1,
                 _ => {}
             }
         }
-        let mut narrator = narrate.lock().unwrap_or_else(|p| p.into_inner());
-        // The story is the product here; a closed stdout ends the demo at the next check.
-        let _ = narrator.event(&event);
-    }));
+        let mut narrator = narrate_agents.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = narrator.event_in(Some(agent), &event);
+    };
+    session.add_observer(
+        ProgressObserver::new(move |_, event| {
+            {
+                let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+                match &event {
+                    Event::Objection { .. } => {
+                        seen.objections += 1;
+                        seen.last_hook_quiet = false;
+                    }
+                    Event::HookCalled {
+                        hook: Hook::Stop, ..
+                    } => seen.last_hook_quiet = true,
+                    Event::Compacted { .. } => seen.compactions += 1,
+                    Event::PostCompactInjected { .. } => seen.post_compact += 1,
+                    Event::ToolDenied { .. } => seen.denials += 1,
+                    Event::ToolFinished {
+                        is_error: false, ..
+                    } => seen.tool_calls += 1,
+                    Event::StopSkipped {
+                        reason: SkipReason::BudgetSpent,
+                    } => seen.budget_spent = true,
+                    Event::Finished { reason } => seen.finished = Some(reason.clone()),
+                    _ => {}
+                }
+            }
+            let mut narrator = narrate.lock().unwrap_or_else(|p| p.into_inner());
+            // The story is the product here; a closed stdout ends the demo at the next check.
+            let _ = narrator.event(&event);
+        })
+        .with_agents(agents),
+    );
     let stop = session
         .prompt(prompt)
         .await

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use hookloop::llm::Delta;
+use hookloop::machine::AgentId;
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::text::for_terminal;
 use hookloop::transcript::{Recorder, TranscriptError};
@@ -107,10 +108,11 @@ pub enum Mode {
     Json,
 }
 
-/// What the renderer is handed, in the order the session produced it.
+/// What the renderer is handed, in the order the session produced it, with the subagent it is
+/// of (`None` for the top-level agent).
 enum Shown {
-    Event(Duration, Event),
-    Delta(Duration, Delta),
+    Event(Duration, Option<AgentId>, Event),
+    Delta(Duration, Option<AgentId>, Delta),
 }
 
 /// The most bytes of a prompt read from stdin: more is refused rather than held.
@@ -159,14 +161,27 @@ pub async fn drive<L: LlmClient + 'static, H: ToolHost + 'static>(
     // Every sender lives in the observer: the renderer ends when the session is dropped.
     // Events and deltas share the channel, so the renderer sees them in order.
     let deltas = (mode != Mode::Lines).then(|| tx.clone());
+    // A subagent's pieces are shown only as JSON: on a terminal, children running at once
+    // would interleave their text on one line; their replies show as lines when whole.
+    let agent_deltas = (mode == Mode::Json).then(|| tx.clone());
+    let agent_events = tx.clone();
     let progress = ProgressObserver::new(move |at, event| {
         // The renderer outlives the session; a send fails only if it panicked.
-        let _ = tx.send(Shown::Event(at, event));
+        let _ = tx.send(Shown::Event(at, None, event));
+    })
+    .with_agents(move |at, agent, event| {
+        let _ = agent_events.send(Shown::Event(at, Some(agent.clone()), event));
     });
-    session.add_observer(match deltas {
+    let progress = match deltas {
         None => progress,
         Some(deltas) => progress.with_deltas(move |at, delta| {
-            let _ = deltas.send(Shown::Delta(at, delta.clone()));
+            let _ = deltas.send(Shown::Delta(at, None, delta.clone()));
+        }),
+    };
+    session.add_observer(match agent_deltas {
+        None => progress,
+        Some(deltas) => progress.with_agent_deltas(move |at, agent, delta| {
+            let _ = deltas.send(Shown::Delta(at, Some(agent.clone()), delta.clone()));
         }),
     });
     let renderer = tokio::spawn(render(rx, mode));
@@ -252,6 +267,9 @@ fn stop_words(stop: PromptStop) -> &'static str {
 #[derive(Serialize)]
 struct JsonLine<'a> {
     at_ms: u64,
+    /// The subagent the event is of; absent for the top-level agent's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<&'a AgentId>,
     #[serde(flatten)]
     event: &'a Event,
 }
@@ -284,17 +302,24 @@ async fn render(mut events: mpsc::UnboundedReceiver<Shown>, mode: Mode) -> Strin
                 continue;
             }
         };
-        let (at, event) = match shown {
-            Shown::Event(at, event) => (at, event),
-            Shown::Delta(at, delta) => {
-                show_delta(mode, at, &delta, &mut streaming, &mut thinking_since);
+        let (at, agent, event) = match shown {
+            Shown::Event(at, agent, event) => (at, agent, event),
+            Shown::Delta(at, agent, delta) => {
+                show_delta(
+                    mode,
+                    at,
+                    agent.as_ref(),
+                    &delta,
+                    &mut streaming,
+                    &mut thinking_since,
+                );
                 continue;
             }
         };
         if mode == Mode::Spinner && thinking_since.take().is_some() {
             let _ = write!(stderr, "\r\x1b[2K");
         }
-        if streaming {
+        if streaming && agent.is_none() {
             // The streamed text was the reply's; its event would repeat it.
             streaming = false;
             let _ = writeln!(stderr);
@@ -303,7 +328,8 @@ async fn render(mut events: mpsc::UnboundedReceiver<Shown>, mode: Mode) -> Strin
                 continue;
             }
         }
-        if let Event::ModelText { text } = &event {
+        // The answer is the top-level agent's; a subagent's text is its parent's to use.
+        if let (Event::ModelText { text }, None) = (&event, &agent) {
             answer.clone_from(text);
         }
         if let Event::Thinking { .. } = event {
@@ -313,6 +339,7 @@ async fn render(mut events: mpsc::UnboundedReceiver<Shown>, mode: Mode) -> Strin
             Mode::Json => {
                 let line = JsonLine {
                     at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
+                    agent: agent.as_ref(),
                     event: &event,
                 };
                 if let Ok(text) = serde_json::to_string(&line) {
@@ -322,7 +349,7 @@ async fn render(mut events: mpsc::UnboundedReceiver<Shown>, mode: Mode) -> Strin
                 }
             }
             Mode::Lines | Mode::Spinner => {
-                if let Some(line) = event.describe() {
+                if let Some(line) = event.describe_in(agent.as_ref()) {
                     // Descriptions quote model and tool text: people read them, so no escapes.
                     let line = for_terminal(&line);
                     let _ = writeln!(stderr, "[{:>6.1}s] {line}", at.as_secs_f64());
@@ -344,6 +371,7 @@ async fn render(mut events: mpsc::UnboundedReceiver<Shown>, mode: Mode) -> Strin
 fn show_delta(
     mode: Mode,
     at: Duration,
+    agent: Option<&AgentId>,
     delta: &Delta,
     streaming: &mut bool,
     thinking_since: &mut Option<tokio::time::Instant>,
@@ -355,17 +383,20 @@ fn show_delta(
             } else {
                 "thinking"
             };
-            let line = serde_json::json!({
+            let mut line = serde_json::json!({
                 "at_ms": u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
                 "event": "delta",
                 "kind": kind,
                 "text": text,
             });
+            if let Some(agent) = agent {
+                line["agent"] = serde_json::json!(agent);
+            }
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "{line}");
             let _ = stdout.flush();
         }
-        (Mode::Spinner, Delta::Text(text)) => {
+        (Mode::Spinner, Delta::Text(text)) if agent.is_none() => {
             let mut stderr = std::io::stderr().lock();
             if thinking_since.take().is_some() {
                 let _ = write!(stderr, "\r\x1b[2K");

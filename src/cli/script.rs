@@ -16,6 +16,9 @@
 //! - [`Act::Gated`]: add one todo, then `complete` a todo number that does not exist, which the
 //!   todo server's `_PreToolUse` denies before it runs; after the denial, `list` and complete
 //!   the real one, then end the turn.
+//! - [`Act::Delegate`]: add one todo and hand it to a subagent (the built-in `agent` tool). The
+//!   subagent claims to be done at once; after the todo server's `_SubagentStop` objects, it
+//!   works as in act one (`list`, then `complete`) and ends its turn; the parent then ends its own.
 //!
 //! Compaction requests are answered with a fixed summary.
 
@@ -27,7 +30,9 @@ use serde_json::{Value, json};
 
 use hookloop::hooks;
 use hookloop::llm::{LlmClient, LlmError, LlmRequest};
-use hookloop::machine::{CallId, LlmReply, Message, Purpose, SUMMARY_PREFIX, StopReason, ToolCall};
+use hookloop::machine::{
+    AGENT_TOOL, AgentId, CallId, LlmReply, Message, Purpose, SUMMARY_PREFIX, StopReason, ToolCall,
+};
 use hookloop::progress::Event;
 
 /// Which behaviour the scripted model follows.
@@ -39,7 +44,16 @@ pub enum Act {
     Stubborn,
     /// Plan a todo, then complete the wrong number: a `_PreToolUse` denial sets it right.
     Gated,
+    /// Plan a todo and hand it to a subagent, which a `_SubagentStop` objection keeps at it.
+    Delegate,
 }
+
+/// The todo the model plans in act four, and hands to a subagent.
+pub const DELEGATED_TODO: &str = "write the upgrade guide";
+
+/// The task the model gives the subagent in act four.
+pub const DELEGATED_TASK: &str =
+    "Write the upgrade guide, then complete its todo in the todo server.";
 
 /// The todo the model plans in act three.
 pub const GATED_TODO: &str = "write the release notes";
@@ -111,10 +125,11 @@ impl DemoModel {
                 &format!("Completing todo #{WRONG_TODO}."),
                 vec![(self.tool("complete"), json!({ "id": WRONG_TODO }))],
             ),
-            (Act::Gated, Some(at)) => self.work(messages, at),
+            (Act::Gated, Some(at)) => self.work(messages, at, DONE),
+            (Act::Delegate, hook) => self.delegate(messages, hook),
             (Act::WorkThroughTodos, None) => text("The release is planned and in hand. I'm done."),
             (Act::Stubborn, None) => text("The backlog is written down. I'm done."),
-            (Act::WorkThroughTodos, Some(at)) => self.work(messages, at),
+            (Act::WorkThroughTodos, Some(at)) => self.work(messages, at, DONE),
             (Act::Stubborn, Some(at)) => match self.list_after(messages, at) {
                 None => self.list(messages, "The hook says something is still open. Checking."),
                 Some(_) => text(
@@ -124,7 +139,47 @@ impl DemoModel {
         }
     }
 
-    fn work(&self, messages: &[Message], hook_at: usize) -> LlmReply {
+    /// Act four: the parent plans and delegates; the subagent (whose first message is its
+    /// task) claims to be done until a hook objects, then works through the list.
+    fn delegate(&self, messages: &[Message], hook: Option<usize>) -> LlmReply {
+        let child =
+            matches!(messages.first(), Some(Message::User { text }) if text == DELEGATED_TASK);
+        if child {
+            return match hook {
+                None => text("The upgrade guide is written."),
+                Some(at) => self.work(
+                    messages,
+                    at,
+                    "The upgrade guide is written and its todo is ticked off.",
+                ),
+            };
+        }
+        let planned = messages
+            .iter()
+            .any(|m| self.calls(m, "add").next().is_some());
+        let delegated = messages.iter().any(|m| {
+            matches!(m, Message::Assistant { tool_calls, .. }
+                if tool_calls.iter().any(|c| c.name == AGENT_TOOL))
+        });
+        if !planned {
+            self.call(
+                messages,
+                "Noting the upgrade guide as a todo.",
+                vec![(self.tool("add"), json!({ "text": DELEGATED_TODO }))],
+            )
+        } else if !delegated {
+            let task = json!({"description": "Write the upgrade guide", "prompt": DELEGATED_TASK});
+            self.call(
+                messages,
+                "Handing the guide to a subagent.",
+                vec![(AGENT_TOOL.to_owned(), task)],
+            )
+        } else {
+            text("The subagent wrote the upgrade guide and ticked it off. Done.")
+        }
+    }
+
+    fn work(&self, messages: &[Message], hook_at: usize, finished: &str) -> LlmReply {
         let Some((list_at, open)) = self.list_after(messages, hook_at) else {
             let say = match hook_name(&messages[hook_at]).as_deref() {
                 Some("_PostCompact") => {
@@ -151,7 +206,7 @@ impl DemoModel {
                 &format!("Completing todo #{id}."),
                 vec![(self.tool("complete"), json!({ "id": id }))],
             ),
-            None => text("Every todo is complete: the release is out. Stopping here."),
+            None => text(finished),
         }
     }
 
@@ -221,6 +276,9 @@ impl DemoModel {
             .collect()
     }
 }
+
+/// What the model says when the todos of acts one and three are all complete.
+const DONE: &str = "Every todo is complete: the release is out. Stopping here.";
 
 impl LlmClient for DemoModel {
     async fn complete(&self, request: LlmRequest<'_>) -> Result<LlmReply, LlmError> {
@@ -304,24 +362,34 @@ impl<W: Write> Narrator<W> {
         Self { out }
     }
 
-    /// Narrates one event.
+    /// Narrates one event of the top-level agent.
     pub fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        self.event_in(None, event)
+    }
+
+    /// Narrates one event of `agent` (a subagent), or of the top-level agent with `None`: a
+    /// subagent's lines are indented further and start with its id.
+    pub fn event_in(&mut self, agent: Option<&AgentId>, event: &Event) -> std::io::Result<()> {
+        let indent = if agent.is_some() { "      " } else { "  " };
+        let who = agent.map(|a| format!("[{a}] ")).unwrap_or_default();
         let line = match event {
             Event::HookCalled { hook, servers } => {
                 let names: Vec<&str> = servers.iter().map(|s| s.as_str()).collect();
-                format!("  · engine calls {hook} on {}", names.join(", "))
+                format!("{indent}{who}· engine calls {hook} on {}", names.join(", "))
             }
+            // A subagent's finish is its call's end, which its parent's line shows.
+            Event::Finished { .. } if agent.is_some() => return Ok(()),
             Event::Finished { reason } => {
                 format!(
-                    "  ■ prompt finished: {}",
+                    "{indent}■ prompt finished: {}",
                     serde_json::to_value(reason)
                         .ok()
                         .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_owned))
                         .unwrap_or_else(|| format!("{reason:?}"))
                 )
             }
-            other => match other.describe() {
-                Some(line) => format!("  {line}"),
+            other => match other.describe_in(agent) {
+                Some(line) => format!("{indent}{line}"),
                 None => return Ok(()),
             },
         };

@@ -118,7 +118,7 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
                 Some(Step::Llm(purpose)) => self.ask_model(purpose).await,
                 Some(Step::Permission(call)) => Input::PermissionDecided {
                     id: call.id.clone(),
-                    decision: self.family.asker.decide(&call).await,
+                    decision: self.family.asker.decide_in(&self.id, &call).await,
                 },
                 Some(Step::Tools(calls)) => {
                     self.run_calls(calls).await?;
