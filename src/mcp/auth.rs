@@ -14,28 +14,26 @@
 //!   session, fails the server with a message naming `hookloop mcp login <server>`;
 //! - for a server whose configuration has an `oauth` block ([`OAuthGrant`]), the grant instead
 //!   of a login: client credentials, JWT bearer, enterprise-managed (`grant`), its token kept
-//!   in the store and obtained again before it expires.
+//!   in the store and obtained again before it expires;
+//! - DPoP (RFC 9449) where the authorization server takes it: tokens bound to the store's key
+//!   pair, a proof on every token and resource request, nonce retries (`dpop`, `client`).
 
+mod client;
+mod dpop;
+mod dpop_login;
 mod flow;
 mod grant;
 mod grant_config;
 mod jose;
 mod store;
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use futures_util::stream::BoxStream;
-use http::{HeaderName, HeaderValue};
-use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::auth::{AuthError, AuthorizationManager, OAuthClientConfig};
-use rmcp::transport::streamable_http_client::{
-    InsufficientScopeError, SseError, StreamableHttpClient, StreamableHttpError,
-    StreamableHttpPostResponse, StreamableHttpResponseLimits,
-};
+use rmcp::transport::streamable_http_client::InsufficientScopeError;
 use serde::{Deserialize, Serialize};
 
+pub(crate) use self::client::{HttpResult, OAuthHttp};
 pub use self::flow::FlowError;
 pub use self::grant::{
     ClientAuth, Enterprise, GrantError, GrantKind, GrantToken, OAuthGrant, Secret, SecretSource,
@@ -200,6 +198,10 @@ pub(crate) struct ServerAuth {
     grant_http: Option<reqwest::Client>,
     state: tokio::sync::Mutex<State>,
     problem: Mutex<Option<AuthProblem>>,
+    /// The latest DPoP nonce of the grant's token endpoint.
+    token_nonce: Arc<dpop::Nonce>,
+    /// The latest DPoP nonce of the server itself.
+    resource_nonce: dpop::Nonce,
 }
 
 #[derive(Default)]
@@ -214,6 +216,22 @@ struct State {
     grant_token: Option<GrantToken>,
     /// The grant's authorization server, once discovered or restored.
     grant_metadata: Option<rmcp::transport::auth::AuthorizationMetadata>,
+    /// The key the login's token is bound to, when it is a DPoP token.
+    login_key: Option<Arc<dpop::DpopKey>>,
+}
+
+/// An access token and, for a DPoP-bound one, the key whose proofs go with it.
+#[derive(Clone)]
+pub(crate) struct AccessToken {
+    value: String,
+    key: Option<Arc<dpop::DpopKey>>,
+}
+
+impl PartialEq for AccessToken {
+    /// The same token (a token is bound to one key).
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
 }
 
 impl ServerAuth {
@@ -239,6 +257,8 @@ impl ServerAuth {
             grant_http,
             state: tokio::sync::Mutex::new(State::default()),
             problem: Mutex::new(None),
+            token_nonce: Arc::default(),
+            resource_nonce: dpop::Nonce::default(),
         })
     }
 
@@ -258,7 +278,7 @@ impl ServerAuth {
 
     /// The access token to send, refreshed first when it has expired; `None` when there is
     /// none (the request goes without, and the server's challenge decides).
-    async fn token(&self) -> Result<Option<String>, AuthError> {
+    async fn token(&self) -> Result<Option<AccessToken>, AuthError> {
         if self.grant.is_some() {
             return self.grant_token().await;
         }
@@ -267,11 +287,12 @@ impl ServerAuth {
             state.restored = true;
             // Every HTTP server's requests come here, OAuth or not: a store that cannot be
             // read must cost its logins, not the servers that need none.
-            state.manager = match self.restore().await {
-                Ok(manager) => manager,
+            (state.manager, state.login_key) = match self.restore().await {
+                Ok(Some((manager, key))) => (Some(manager), key),
+                Ok(None) => (None, None),
                 Err(error) => {
                     tracing::warn!(server = %self.server, %error, "the stored login cannot be used; going on without it");
-                    None
+                    (None, None)
                 }
             };
         }
@@ -279,7 +300,10 @@ impl ServerAuth {
             return Ok(None);
         };
         match manager.get_access_token().await {
-            Ok(token) => Ok(Some(token)),
+            Ok(value) => Ok(Some(AccessToken {
+                value,
+                key: state.login_key.clone(),
+            })),
             Err(AuthError::AuthorizationRequired) => {
                 self.note(AuthProblem::LoginExpired);
                 Ok(None)
@@ -288,9 +312,11 @@ impl ServerAuth {
         }
     }
 
-    /// The client of the stored login, without touching the network: the authorization
-    /// server's metadata was stored with the tokens.
-    async fn restore(&self) -> Result<Option<AuthorizationManager>, AuthError> {
+    /// The client of the stored login, without touching the network (the authorization
+    /// server's metadata was stored with the tokens), and the key its token is bound to.
+    async fn restore(
+        &self,
+    ) -> Result<Option<(AuthorizationManager, Option<Arc<dpop::DpopKey>>)>, AuthError> {
         let store_error = |e: StoreError| AuthError::CredentialStoreError(e.to_string());
         let Some(entry) = self.options.store.get(&self.url).map_err(store_error)? else {
             return Ok(None);
@@ -299,24 +325,59 @@ impl ServerAuth {
         else {
             return Ok(None);
         };
-        if credentials.token_response.is_none() {
+        let Some(response) = &credentials.token_response else {
             self.note(AuthProblem::LoginExpired);
             return Ok(None);
-        }
-        let mut manager = new_manager(&self.url).await?;
-        manager.set_metadata(metadata);
+        };
+        let key = self.key_for(oauth2::TokenResponse::token_type(response).as_ref())?;
+        // A bound token's refreshes carry proofs of its key.
+        let mut manager = match &key {
+            Some(key) => dpop_login::manager(&self.url, metadata, Arc::clone(key)).await?,
+            None => {
+                let mut manager = new_manager(&self.url).await?;
+                manager.set_metadata(metadata);
+                manager
+            }
+        };
         let mut config = OAuthClientConfig::new(credentials.client_id.clone(), self.url.clone());
         if let Some(secret) = &entry.client_secret {
             config = config.with_client_secret(secret.clone());
         }
         manager.configure_client(config)?;
         manager.set_credential_store(self.options.store.credentials(&self.url, None));
-        Ok(Some(manager))
+        Ok(Some((manager, key)))
+    }
+
+    /// The store's DPoP key when a token of `token_type` is bound to it.
+    fn key_for(&self, token_type: &str) -> Result<Option<Arc<dpop::DpopKey>>, AuthError> {
+        if !dpop::is_dpop_type(token_type) {
+            return Ok(None);
+        }
+        self.options
+            .store
+            .dpop_key()
+            .map(Some)
+            .map_err(|e| AuthError::InternalError(e.to_string()))
+    }
+
+    /// The key of the login just stored, when its token is bound to one.
+    fn stored_login_key(&self) -> Result<Option<Arc<dpop::DpopKey>>, AuthError> {
+        let entry = self
+            .options
+            .store
+            .get(&self.url)
+            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+        let token_type = entry
+            .as_ref()
+            .and_then(|e| e.credentials.as_ref())
+            .and_then(|c| c.token_response.as_ref())
+            .map(|r| oauth2::TokenResponse::token_type(r).as_ref().to_owned());
+        self.key_for(token_type.as_deref().unwrap_or_default())
     }
 
     /// The grant's token: the one held or stored while it has a minute left, else a new one
     /// when the authorization server is known; `None` lets the server's challenge start it.
-    async fn grant_token(&self) -> Result<Option<String>, AuthError> {
+    async fn grant_token(&self) -> Result<Option<AccessToken>, AuthError> {
         let mut state = self.state.lock().await;
         if !state.restored {
             state.restored = true;
@@ -331,16 +392,20 @@ impl ServerAuth {
                 }
             }
         }
-        if let Some(token) = &state.grant_token
-            && token.fresh()
-        {
-            return Ok(Some(token.access_token.clone()));
-        }
-        if let Some(metadata) = state.grant_metadata.clone() {
+        let fresh = state.grant_token.as_ref().is_some_and(GrantToken::fresh);
+        if !fresh {
+            let Some(metadata) = state.grant_metadata.clone() else {
+                return Ok(None);
+            };
             self.run_grant(&mut state, &metadata).await?;
-            return Ok(state.grant_token.as_ref().map(|t| t.access_token.clone()));
         }
-        Ok(None)
+        let Some(token) = &state.grant_token else {
+            return Ok(None);
+        };
+        Ok(Some(AccessToken {
+            value: token.access_token.clone(),
+            key: self.key_for(&token.token_type)?,
+        }))
     }
 
     /// Counts one more authorization of this server, or refuses it past [`MAX_AUTHORIZATIONS`]:
@@ -376,7 +441,21 @@ impl ServerAuth {
             token_endpoint: &metadata.token_endpoint,
             resource: &self.url,
         };
-        let token = match grant.obtain(http, &endpoint).await {
+        // A token endpoint that takes DPoP gets proofs: its token is then bound to the key.
+        let binding = if dpop::advertised(metadata) {
+            let key = self
+                .options
+                .store
+                .dpop_key()
+                .map_err(|e| AuthError::InternalError(e.to_string()))?;
+            Some(dpop::Binding {
+                key,
+                nonce: Arc::clone(&self.token_nonce),
+            })
+        } else {
+            None
+        };
+        let token = match grant.obtain(http, &endpoint, binding.as_ref()).await {
             Ok(token) => token,
             Err(error) => {
                 // Stops the server: the session does not retry a refused grant.
@@ -431,12 +510,16 @@ impl ServerAuth {
             // A grant has no refresh token: the challenge runs the grant again.
             return Ok(false);
         }
-        let state = self.state.lock().await;
+        let mut state = self.state.lock().await;
         let Some(manager) = &state.manager else {
             return Ok(false);
         };
         match manager.refresh_token().await {
-            Ok(response) => Ok(store::rmcp_token(&response) != refused),
+            Ok(response) => {
+                state.login_key =
+                    self.key_for(oauth2::TokenResponse::token_type(&response).as_ref())?;
+                Ok(store::rmcp_token(&response) != refused)
+            }
             Err(AuthError::AuthorizationRequired | AuthError::TokenRefreshRejected(_)) => {
                 self.note(AuthProblem::LoginExpired);
                 Ok(false)
@@ -491,6 +574,7 @@ impl ServerAuth {
                     })
                     .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
                 state.manager = Some(manager);
+                state.login_key = self.stored_login_key()?;
                 state.restored = true;
                 Ok(())
             }
@@ -524,196 +608,6 @@ async fn new_manager(url: &str) -> Result<AuthorizationManager, AuthError> {
     // rmcp builds its own clients for discovery and tokens.
     crate::tls::install_provider();
     AuthorizationManager::new_allowing_private_addresses(url).await
-}
-
-/// The HTTP client of an OAuth-protected server's transport. See the module doc.
-#[derive(Clone)]
-pub(crate) struct OAuthHttp {
-    http: reqwest::Client,
-    auth: Arc<ServerAuth>,
-}
-
-/// An attempt of one request; more means the server or the token store keeps changing its
-/// mind, and the request fails instead of looping.
-const MAX_ATTEMPTS: u32 = 2 + 2 * MAX_AUTHORIZATIONS;
-
-/// What one HTTP exchange of an OAuth-protected server's client gives.
-pub(crate) type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
-
-impl OAuthHttp {
-    /// A client for the server whose authorization is `auth`.
-    pub(crate) fn new(auth: Arc<ServerAuth>) -> Result<Self, String> {
-        // Redirects are not followed: a redirect elsewhere would carry the bearer token there.
-        crate::tls::install_provider();
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self { http, auth })
-    }
-
-    /// Sends with the current token and reacts to the server's verdict (see the module doc).
-    /// `call` makes one exchange with the client and the token it is given; the HTTP+SSE
-    /// transport's requests go through here too.
-    pub(crate) async fn send<T, F, Fut>(&self, call: F) -> HttpResult<T>
-    where
-        F: Fn(reqwest::Client, Option<String>) -> Fut,
-        Fut: Future<Output = HttpResult<T>>,
-    {
-        let mut refreshed = false;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let token = self.auth.token().await?;
-            let result = call(self.http.clone(), token.clone()).await;
-            if attempts >= MAX_ATTEMPTS {
-                return result;
-            }
-            match result {
-                Err(StreamableHttpError::AuthRequired(challenge)) => {
-                    // Another request may have logged in while this one was out.
-                    if self.auth.token().await? != token {
-                        continue;
-                    }
-                    if let Some(sent) = &token
-                        && !refreshed
-                    {
-                        refreshed = true;
-                        if self.auth.refresh(sent).await? {
-                            continue;
-                        }
-                    }
-                    self.auth
-                        .authorize(
-                            &challenge.www_authenticate_header,
-                            None,
-                            AuthProblem::LoginNeeded,
-                        )
-                        .await?;
-                }
-                Err(StreamableHttpError::InsufficientScope(error)) => {
-                    if self.auth.token().await? != token {
-                        continue;
-                    }
-                    let (scopes, required) = self.auth.step_up_scopes(&error).await;
-                    self.auth
-                        .authorize(
-                            &error.www_authenticate_header,
-                            Some(scopes),
-                            AuthProblem::MoreScopes(required),
-                        )
-                        .await?;
-                }
-                other => return other,
-            }
-        }
-    }
-}
-
-impl StreamableHttpClient for OAuthHttp {
-    type Error = reqwest::Error;
-
-    async fn post_message(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        _auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HttpResult<StreamableHttpPostResponse> {
-        self.send(|http, token| {
-            let (uri, message) = (uri.clone(), message.clone());
-            let (session_id, headers) = (session_id.clone(), custom_headers.clone());
-            async move {
-                http.post_message(uri, message, session_id, token, headers)
-                    .await
-            }
-        })
-        .await
-    }
-
-    async fn post_message_with_response_limits(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        _auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        limits: StreamableHttpResponseLimits,
-    ) -> HttpResult<StreamableHttpPostResponse> {
-        self.send(|http, token| {
-            let (uri, message) = (uri.clone(), message.clone());
-            let (session_id, headers) = (session_id.clone(), custom_headers.clone());
-            async move {
-                http.post_message_with_response_limits(
-                    uri, message, session_id, token, headers, limits,
-                )
-                .await
-            }
-        })
-        .await
-    }
-
-    async fn delete_session(
-        &self,
-        uri: Arc<str>,
-        session_id: Arc<str>,
-        _auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HttpResult<()> {
-        // Closing a session is no reason to log in: one try with the current token.
-        let token = self.auth.token().await?;
-        self.http
-            .delete_session(uri, session_id, token, custom_headers)
-            .await
-    }
-
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        _auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HttpResult<BoxStream<'static, Result<sse_stream::Sse, SseError>>> {
-        self.send(|http, token| {
-            let (uri, session_id) = (uri.clone(), session_id.clone());
-            let (last_event_id, headers) = (last_event_id.clone(), custom_headers.clone());
-            async move {
-                http.get_stream(uri, session_id, last_event_id, token, headers)
-                    .await
-            }
-        })
-        .await
-    }
-
-    async fn get_stream_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        _auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> HttpResult<BoxStream<'static, Result<sse_stream::Sse, SseError>>> {
-        self.send(|http, token| {
-            let (uri, session_id) = (uri.clone(), session_id.clone());
-            let (last_event_id, headers) = (last_event_id.clone(), custom_headers.clone());
-            async move {
-                http.get_stream_with_max_sse_event_size(
-                    uri,
-                    session_id,
-                    last_event_id,
-                    token,
-                    headers,
-                    max_sse_event_size,
-                )
-                .await
-            }
-        })
-        .await
-    }
 }
 
 /// What `hookloop mcp list` says of a server's login.

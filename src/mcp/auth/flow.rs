@@ -114,6 +114,17 @@ impl Flow<'_> {
             .remember_scopes(self.url, &scopes)
             .map_err(store_error)?;
 
+        // An authorization server that takes DPoP gets proofs on the token requests, from a
+        // manager whose client adds them; discovery (above) stays with rmcp's own client and
+        // its address policy.
+        if super::dpop::advertised(&metadata) {
+            let key = self
+                .store
+                .dpop_key()
+                .map_err(|e| FlowError::Io(e.to_string()))?;
+            manager = super::dpop_login::manager(self.url, metadata.clone(), key).await?;
+        }
+
         // The client's identity, in the order the MCP authorization spec gives: pre-registered,
         // then a client ID metadata document where the server takes one, then registration.
         // Registration is done here rather than inside rmcp's session so that the secret it

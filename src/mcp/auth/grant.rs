@@ -20,6 +20,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::dpop::{self, Binding};
 use super::jose::{self, Algorithm, Signer};
 use crate::mcp::config::CHILD_ENV_PASSTHROUGH;
 
@@ -338,10 +339,13 @@ struct Form {
 
 impl OAuthGrant {
     /// Obtains a token from `endpoint`.
+    /// With `dpop`, the request carries a proof of its key (and retries once with the nonce
+    /// of a `use_dpop_nonce` refusal).
     pub(crate) async fn obtain(
         &self,
         http: &reqwest::Client,
         endpoint: &Endpoint<'_>,
+        dpop: Option<&Binding>,
     ) -> Result<GrantToken, GrantError> {
         let mut form = Form {
             pairs: Vec::new(),
@@ -367,7 +371,7 @@ impl OAuthGrant {
         }
         form.pairs.push(("resource", endpoint.resource.to_owned()));
         authenticate(&mut form, &self.client_id, &self.auth, endpoint.issuer).await?;
-        post(http, endpoint.token_endpoint, form).await
+        post(http, endpoint.token_endpoint, form, dpop).await
     }
 
     /// Both exchanges of enterprise-managed authorization, by rmcp.
@@ -487,11 +491,13 @@ fn form_encode(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
-/// Posts the token request and reads the token response.
+/// Posts the token request and reads the token response; with `dpop`, each try carries a new
+/// proof, and a `use_dpop_nonce` refusal that brings a nonce is tried once more with it.
 async fn post(
     http: &reqwest::Client,
     endpoint: &str,
     form: Form,
+    dpop: Option<&Binding>,
 ) -> Result<GrantToken, GrantError> {
     let failed = |reason: String| GrantError::Token {
         endpoint: endpoint.to_owned(),
@@ -500,36 +506,48 @@ async fn post(
     let body: String = form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form.pairs.iter().map(|(k, v)| (*k, v.as_str())))
         .finish();
-    let mut request = http
-        .post(endpoint)
-        .timeout(REQUEST_TIMEOUT)
-        .header(
-            http::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .header(http::header::ACCEPT, "application/json")
-        .body(body);
-    if let Some(basic) = &form.basic {
-        request = request.header(http::header::AUTHORIZATION, basic);
-    }
-    let mut response = request
-        .send()
-        .await
-        .map_err(|e| failed(e.without_url().to_string()))?;
-    let status = response.status();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| failed(e.without_url().to_string()))?
-    {
-        if bytes.len() + chunk.len() > MAX_SECRET_BYTES {
-            return Err(failed(format!(
-                "the response is over {MAX_SECRET_BYTES} bytes"
-            )));
+    let mut retried = false;
+    let (status, bytes) = loop {
+        let mut request = http
+            .post(endpoint)
+            .timeout(REQUEST_TIMEOUT)
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(http::header::ACCEPT, "application/json")
+            .body(body.clone());
+        if let Some(basic) = &form.basic {
+            request = request.header(http::header::AUTHORIZATION, basic);
         }
-        bytes.extend_from_slice(&chunk);
-    }
+        if let Some(binding) = dpop {
+            request = request.header(dpop::DPOP, binding.proof("POST", endpoint, None)?);
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| failed(e.without_url().to_string()))?;
+        let status = response.status();
+        let learned = dpop.is_some_and(|binding| binding.nonce.learn(response.headers()));
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| failed(e.without_url().to_string()))?
+        {
+            if bytes.len() + chunk.len() > MAX_SECRET_BYTES {
+                return Err(failed(format!(
+                    "the response is over {MAX_SECRET_BYTES} bytes"
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if learned && !retried && dpop::token_endpoint_wants_nonce(status, &bytes) {
+            retried = true;
+            continue;
+        }
+        break (status, bytes);
+    };
     let json: Value = serde_json::from_slice(&bytes)
         .map_err(|_| failed(format!("HTTP {status} with a body that is not JSON")))?;
     if !status.is_success() {

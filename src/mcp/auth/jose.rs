@@ -122,7 +122,7 @@ pub(crate) fn now_secs() -> u64 {
 }
 
 /// The DER inside the first PEM block labelled `label`.
-fn pem_body(pem: &str, label: &str) -> Option<Vec<u8>> {
+pub(crate) fn pem_body(pem: &str, label: &str) -> Option<Vec<u8>> {
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
     let start = pem.find(&begin)? + begin.len();

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::transport::auth::{AuthError, AuthorizationMetadata, CredentialStore, StoredCredentials};
 use serde::{Deserialize, Serialize};
 
+use super::dpop::{DpopKey, DpopKeyError};
 use crate::text::lock;
 
 /// The file name under the config directory.
@@ -124,6 +125,8 @@ struct Inner {
     backing: Backing,
     /// Serialises this process's read-modify-write cycles of the file.
     writing: Mutex<()>,
+    /// The store's DPoP key, once needed.
+    dpop: Mutex<Option<Arc<DpopKey>>>,
 }
 
 impl TokenStore {
@@ -142,6 +145,7 @@ impl TokenStore {
             inner: Arc::new(Inner {
                 backing,
                 writing: Mutex::new(()),
+                dpop: Mutex::new(None),
             }),
         }
     }
@@ -238,6 +242,21 @@ impl TokenStore {
                 ..ServerTokens::default()
             })
         })
+    }
+
+    /// The store's DPoP key: the one beside the file (made on first use), or one held in
+    /// memory for as long as a memory store lives.
+    pub(super) fn dpop_key(&self) -> Result<Arc<DpopKey>, DpopKeyError> {
+        let mut held = lock(&self.inner.dpop);
+        if let Some(key) = &*held {
+            return Ok(Arc::clone(key));
+        }
+        let key = Arc::new(match &self.inner.backing {
+            Backing::File(path) => DpopKey::for_file_store(path)?,
+            Backing::Memory(_) => DpopKey::generate().map_err(DpopKeyError::Generate)?.0,
+        });
+        *held = Some(Arc::clone(&key));
+        Ok(key)
     }
 
     /// rmcp's view of one server's entry.
