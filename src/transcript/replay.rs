@@ -1,10 +1,12 @@
 //! Deterministic replay: the pure machine against the record, without tokio, servers or model.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
 use crate::machine::{
-    Catalog, Counters, Effect, FinishReason, Input, Machine, MachineError, Phase,
+    AgentId, Catalog, Counters, Effect, FinishReason, Input, Machine, MachineError, Phase,
+    ToolOutput,
 };
 use crate::supervisor::{self, Supervisor};
 use crate::transcript::diff::line_diff;
@@ -60,9 +62,19 @@ impl Transcript {
 /// The driving contract is the machine's own: after each fact the machine's orders are taken
 /// in order, and the next fact comes only once they all are. So a recorded effect must be the
 /// machine's next order, and before a recorded fact the machine must have none left.
+///
+/// Subagents replay beside the top-level agent: each `agent` call of a checked
+/// [`Effect::CallTools`] starts a child machine (as the driver starts one), and the records
+/// of its lane (those with its [`agent`](Event::agent)) are checked against it under the
+/// same contract. The `tool_finished` fact that answers an `agent` call must be the result
+/// the replayed child ended with.
 #[derive(Debug)]
 pub struct Replayer {
     machine: Machine,
+    /// Every subagent started so far, by id.
+    agents: BTreeMap<AgentId, Machine>,
+    /// How each subagent's prompt ended, once it did.
+    agent_finishes: BTreeMap<AgentId, FinishReason>,
     /// Rebuilt when the header has the supervision policy; supervision records are then
     /// checked like the machine's, else skipped.
     supervisor: Option<Supervisor>,
@@ -82,6 +94,8 @@ impl Replayer {
         let servers = header.catalog.servers.iter().map(|s| s.server.clone());
         Self {
             machine: Machine::new(config.policy.clone(), config.system_prompt.clone()),
+            agents: BTreeMap::new(),
+            agent_finishes: BTreeMap::new(),
             supervisor: header
                 .supervision
                 .map(|policy| Supervisor::new(policy, servers)),
@@ -97,62 +111,29 @@ impl Replayer {
     /// Checks one record. The divergence it returns has `index` and `line` 0: the caller knows
     /// where the record came from (a [`Transcript`] fills them in).
     pub fn step(&mut self, record: &Record) -> Result<(), Box<Divergence>> {
-        let phase = self.machine.phase();
         match &record.event {
-            Event::Effect(expected) => match self.machine.poll_effect() {
-                Some(actual) if actual == *expected => {
-                    if let Effect::Finish { reason } = actual {
-                        self.finishes.push(reason);
-                    }
-                    self.effects += 1;
+            Event::Effect(expected) => {
+                if let Effect::Finish { reason } = self.effect(None, expected)? {
+                    self.finishes.push(reason);
                 }
-                Some(actual) => {
-                    return Err(Divergence::new(
-                        phase,
-                        DivergenceKind::EffectMismatch {
-                            expected: expected.clone(),
-                            actual,
-                        },
-                    ));
+            }
+            Event::AgentEffect { agent, effect } => {
+                if let Effect::Finish { reason } = self.effect(Some(agent), effect)? {
+                    self.agent_finishes.insert(agent.clone(), reason);
                 }
-                None => {
-                    return Err(Divergence::new(
-                        phase,
-                        DivergenceKind::MissingEffect {
-                            expected: expected.clone(),
-                        },
-                    ));
-                }
-            },
+            }
             Event::Fact(fact) => {
                 if let Some(header) = self.header_catalog.take() {
-                    check_header_catalog(phase, header, fact)?;
+                    check_header_catalog(self.machine.phase(), header, fact)?;
                 }
-                if let Some(actual) = self.machine.poll_effect() {
-                    return Err(Divergence::new(
-                        phase,
-                        DivergenceKind::UnrecordedEffect {
-                            actual,
-                            before: Some(fact.clone()),
-                        },
-                    ));
-                }
-                if let Err(error) = self.machine.handle(fact.clone()) {
-                    return Err(Divergence::new(
-                        phase,
-                        DivergenceKind::FactRefused {
-                            fact: fact.clone(),
-                            error,
-                        },
-                    ));
-                }
-                self.facts += 1;
+                self.fact(None, fact)?;
             }
+            Event::AgentFact { agent, fact } => self.fact(Some(agent), fact)?,
             Event::Supervision(event) => {
                 if let Some(supervisor) = &mut self.supervisor {
                     check_supervision(supervisor, event).map_err(|problem| {
                         Divergence::new(
-                            phase,
+                            self.machine.phase(),
                             DivergenceKind::SupervisionMismatch {
                                 recorded: event.clone(),
                                 problem,
@@ -167,22 +148,137 @@ impl Replayer {
         Ok(())
     }
 
-    /// Ends the replay. Every order the machine gave must have been recorded, unless the
-    /// transcript was `truncated` (the recorder died before writing them).
+    /// The machine of `agent`'s lane: the top-level agent's for `None`.
+    fn lane(&mut self, agent: Option<&AgentId>) -> Result<&mut Machine, Box<Divergence>> {
+        let Some(id) = agent else {
+            return Ok(&mut self.machine);
+        };
+        let phase = self.machine.phase();
+        self.agents.get_mut(id).ok_or_else(|| {
+            Divergence::new(phase, DivergenceKind::UnknownAgent { agent: id.clone() })
+                .in_agent(Some(id))
+        })
+    }
+
+    /// Checks a recorded order of `agent` against its machine's next; an `agent` call among
+    /// the calls of a checked `call_tools` starts its child, as the driver does when it
+    /// performs the order.
+    fn effect(
+        &mut self,
+        agent: Option<&AgentId>,
+        expected: &Effect,
+    ) -> Result<Effect, Box<Divergence>> {
+        let machine = self.lane(agent)?;
+        let phase = machine.phase();
+        let actual = match machine.poll_effect() {
+            Some(actual) if actual == *expected => actual,
+            Some(actual) => {
+                return Err(Divergence::new(
+                    phase,
+                    DivergenceKind::EffectMismatch {
+                        expected: expected.clone(),
+                        actual,
+                    },
+                )
+                .in_agent(agent));
+            }
+            None => {
+                return Err(Divergence::new(
+                    phase,
+                    DivergenceKind::MissingEffect {
+                        expected: expected.clone(),
+                    },
+                )
+                .in_agent(agent));
+            }
+        };
+        if let Effect::CallTools { calls } = &actual {
+            let children: Vec<Machine> = calls
+                .iter()
+                .filter_map(|call| machine.spawn_child(call))
+                .collect();
+            for child in children {
+                if let Some(me) = child.agent() {
+                    self.agents.insert(me.id.clone(), child);
+                }
+            }
+        }
+        self.effects += 1;
+        Ok(actual)
+    }
+
+    /// Feeds a recorded fact of `agent` to its machine, which must have no order left; the
+    /// result of an `agent` call must be the one its child ended with.
+    fn fact(&mut self, agent: Option<&AgentId>, fact: &Input) -> Result<(), Box<Divergence>> {
+        let child_result = match fact {
+            Input::ToolFinished { id, output } => self
+                .agents
+                .get(&AgentId(id.0.clone()))
+                .filter(|child| is_child_of(child, agent))
+                .map(|child| (child.agent_result().cloned(), output)),
+            _ => None,
+        };
+        let machine = self.lane(agent)?;
+        let phase = machine.phase();
+        if let Some(actual) = machine.poll_effect() {
+            return Err(Divergence::new(
+                phase,
+                DivergenceKind::UnrecordedEffect {
+                    actual,
+                    before: Some(fact.clone()),
+                },
+            )
+            .in_agent(agent));
+        }
+        if let Some((replayed, recorded)) = child_result
+            && replayed.as_ref() != Some(recorded)
+        {
+            return Err(Divergence::new(
+                phase,
+                DivergenceKind::AgentResultMismatch {
+                    recorded: recorded.clone(),
+                    replayed,
+                },
+            )
+            .in_agent(agent));
+        }
+        if let Err(error) = machine.handle(fact.clone()) {
+            return Err(Divergence::new(
+                phase,
+                DivergenceKind::FactRefused {
+                    fact: fact.clone(),
+                    error,
+                },
+            )
+            .in_agent(agent));
+        }
+        self.facts += 1;
+        Ok(())
+    }
+
+    /// Ends the replay. Every order the machine gave must have been recorded, and every order
+    /// a subagent gave, unless the transcript was `truncated` (the recorder died before
+    /// writing them).
     pub fn finish(mut self, truncated: bool) -> Result<ReplayReport, Box<Divergence>> {
         let phase = self.machine.phase();
         let mut unrecorded = 0;
-        while let Some(actual) = self.machine.poll_effect() {
-            if !truncated {
-                return Err(Divergence::new(
-                    phase,
-                    DivergenceKind::UnrecordedEffect {
-                        actual,
-                        before: None,
-                    },
-                ));
+        let lanes = std::iter::once((None, &mut self.machine))
+            .chain(self.agents.iter_mut().map(|(id, child)| (Some(id), child)));
+        for (agent, machine) in lanes {
+            let phase = machine.phase();
+            while let Some(actual) = machine.poll_effect() {
+                if !truncated {
+                    return Err(Divergence::new(
+                        phase,
+                        DivergenceKind::UnrecordedEffect {
+                            actual,
+                            before: None,
+                        },
+                    )
+                    .in_agent(agent));
+                }
+                unrecorded += 1;
             }
-            unrecorded += 1;
         }
         Ok(ReplayReport {
             records: self.records,
@@ -192,6 +288,15 @@ impl Replayer {
             counters: self.machine.counters().clone(),
             history_len: self.machine.history().len(),
             finishes: self.finishes,
+            subagents: self
+                .agents
+                .iter()
+                .map(|(id, child)| SubagentReport {
+                    id: id.clone(),
+                    phase: child.phase(),
+                    finish: self.agent_finishes.remove(id),
+                })
+                .collect(),
             last_at_ms: self.last_at_ms,
             unrecorded_effects: unrecorded,
             truncated: None,
@@ -203,10 +308,22 @@ impl Replayer {
         &self.machine
     }
 
+    /// The machine of the subagent `agent` as the records so far left it, once its `agent`
+    /// call was ordered.
+    pub fn agent(&self, agent: &AgentId) -> Option<&Machine> {
+        self.agents.get(agent)
+    }
+
     /// The machine as the records so far left it, to go on with live.
     pub fn into_machine(self) -> Machine {
         self.machine
     }
+}
+
+/// Whether `child` is a subagent that the lane of `agent` started (the top-level agent's lane
+/// for `None`): a call id of that lane names it only then.
+pub(crate) fn is_child_of(child: &Machine, agent: Option<&AgentId>) -> bool {
+    child.agent().is_some_and(|me| me.parent.as_ref() == agent)
 }
 
 /// Feeds a recorded supervision fact, or checks a recorded order against the supervisor's next.
@@ -287,12 +404,26 @@ pub struct ReplayReport {
     pub history_len: usize,
     /// How each prompt ended, in order.
     pub finishes: Vec<FinishReason>,
+    /// Every subagent the record started, in the order of their ids.
+    pub subagents: Vec<SubagentReport>,
     /// The virtual time of the last record.
     pub last_at_ms: u64,
     /// Orders the machine gave after the last record of a truncated transcript.
     pub unrecorded_effects: usize,
     /// The cut-short last line, if there was one.
     pub truncated: Option<Truncation>,
+}
+
+/// Where a replayed subagent ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubagentReport {
+    /// Its id, the id of the `agent` call that started it.
+    pub id: AgentId,
+    /// Where its machine ended: done, for a subagent whose record is whole.
+    pub phase: Phase,
+    /// How its prompt ended; `None` when it did not finish in the record.
+    pub finish: Option<FinishReason>,
 }
 
 impl ReplayReport {
@@ -345,6 +476,9 @@ impl fmt::Display for ReplayReport {
             self.counters.compactions,
             self.phase,
         )?;
+        if !self.subagents.is_empty() {
+            write!(f, "; {} subagent(s) replayed", self.subagents.len())?;
+        }
         if let Some(incomplete) = self.incompleteness() {
             write!(f, "; {incomplete}")?;
         }
@@ -383,8 +517,11 @@ pub struct Divergence {
     pub index: usize,
     /// Its line in the file (1-based; the header is line 1).
     pub line: usize,
-    /// The machine's state when it met the record.
+    /// The state of the machine that met the record: the subagent's when `agent` is set.
     pub phase: Phase,
+    /// The subagent whose lane parted from the record; `None` for the top-level agent (and
+    /// for the supervisor).
+    pub agent: Option<AgentId>,
     /// How the machine parted from the record.
     pub kind: DivergenceKind,
 }
@@ -436,16 +573,36 @@ pub enum DivergenceKind {
         /// The first recorded catalog, if any.
         first: Option<Catalog>,
     },
+    /// A record of a subagent no replayed `agent` call started.
+    UnknownAgent {
+        /// The subagent the record names.
+        agent: AgentId,
+    },
+    /// The recorded result of an `agent` call is not the one its replayed subagent ended
+    /// with (`replayed` is `None` when the subagent had not finished).
+    AgentResultMismatch {
+        /// The result in the record.
+        recorded: ToolOutput,
+        /// The result of the replayed subagent.
+        replayed: Option<ToolOutput>,
+    },
 }
 
 impl Divergence {
-    fn new(phase: Phase, kind: DivergenceKind) -> Box<Self> {
+    pub(crate) fn new(phase: Phase, kind: DivergenceKind) -> Box<Self> {
         Box::new(Self {
             index: 0,
             line: 0,
             phase,
+            agent: None,
             kind,
         })
+    }
+
+    /// The same divergence, on the lane of `agent`.
+    pub(crate) fn in_agent(mut self: Box<Self>, agent: Option<&AgentId>) -> Box<Self> {
+        self.agent = agent.cloned();
+        self
     }
 
     /// Places the divergence at record `index`, line `line` of its file.
@@ -468,7 +625,9 @@ impl Divergence {
             | DivergenceKind::UnrecordedEffect { .. }
             | DivergenceKind::FactRefused { .. }
             | DivergenceKind::SupervisionMismatch { .. }
-            | DivergenceKind::HeaderCatalog { .. } => Vec::new(),
+            | DivergenceKind::HeaderCatalog { .. }
+            | DivergenceKind::UnknownAgent { .. }
+            | DivergenceKind::AgentResultMismatch { .. } => Vec::new(),
         }
     }
 
@@ -481,9 +640,15 @@ impl Divergence {
             }
             DivergenceKind::MissingEffect { expected } => (pretty(expected), String::new()),
             DivergenceKind::UnrecordedEffect { actual, .. } => (String::new(), pretty(actual)),
-            DivergenceKind::FactRefused { .. } | DivergenceKind::SupervisionMismatch { .. } => {
+            DivergenceKind::FactRefused { .. }
+            | DivergenceKind::SupervisionMismatch { .. }
+            | DivergenceKind::UnknownAgent { .. } => {
                 return String::new();
             }
+            DivergenceKind::AgentResultMismatch { recorded, replayed } => (
+                pretty(recorded),
+                replayed.as_ref().map(pretty).unwrap_or_default(),
+            ),
             DivergenceKind::HeaderCatalog { header, first } => (
                 pretty(header),
                 first.as_ref().map(pretty).unwrap_or_default(),
@@ -495,11 +660,19 @@ impl Divergence {
 
 impl fmt::Display for Divergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "replay diverged at record {} (line {}) while the machine was {}: ",
-            self.index, self.line, self.phase
-        )?;
+        match &self.agent {
+            Some(agent) => write!(
+                f,
+                "replay diverged at record {} (line {}) in subagent {agent}, while its machine \
+                 was {}: ",
+                self.index, self.line, self.phase
+            )?,
+            None => write!(
+                f,
+                "replay diverged at record {} (line {}) while the machine was {}: ",
+                self.index, self.line, self.phase
+            )?,
+        }
         match &self.kind {
             DivergenceKind::EffectMismatch { .. } => {
                 f.write_str("the machine gave another order than recorded")?;
@@ -533,6 +706,21 @@ impl fmt::Display for Divergence {
                     "the header lists tools, but the session's first fact is no catalog_changed",
                 )?;
             }
+            DivergenceKind::UnknownAgent { agent } => {
+                return write!(
+                    f,
+                    "the record has a lane for subagent {agent}, but no replayed `agent` call \
+                     started it"
+                );
+            }
+            DivergenceKind::AgentResultMismatch { replayed: None, .. } => {
+                f.write_str(
+                    "the record answers the subagent's call before the replayed subagent finished",
+                )?;
+            }
+            DivergenceKind::AgentResultMismatch { .. } => {
+                f.write_str("the subagent ended with another result than its call got")?;
+            }
             DivergenceKind::FactRefused { fact, error } => {
                 return write!(
                     f,
@@ -550,7 +738,9 @@ impl fmt::Display for Divergence {
         }
         let (minus, plus) = match &self.kind {
             DivergenceKind::HeaderCatalog { .. } => ("header", "first fact"),
-            DivergenceKind::EffectMismatch { .. }
+            DivergenceKind::AgentResultMismatch { .. } => ("recorded", "the subagent's result"),
+            DivergenceKind::UnknownAgent { .. }
+            | DivergenceKind::EffectMismatch { .. }
             | DivergenceKind::MissingEffect { .. }
             | DivergenceKind::UnrecordedEffect { .. }
             | DivergenceKind::FactRefused { .. }

@@ -205,6 +205,9 @@ impl fmt::Display for FileResult {
                     report.finishes.len(),
                     report.counters.objections
                 )?;
+                if !report.subagents.is_empty() {
+                    write!(f, ", {} subagent(s) replayed", report.subagents.len())?;
+                }
                 if let Some(why) = report.incompleteness() {
                     write!(f, "; not whole: {why}")?;
                 }
@@ -215,11 +218,19 @@ impl fmt::Display for FileResult {
                 "PARTIAL  {path}: matched as far as the record goes, but {}",
                 report.incompleteness().unwrap_or_default()
             ),
-            Outcome::Diverged(divergence) => write!(
-                f,
-                "DIVERGED {path}: at record {} (line {}) while the machine was {}",
-                divergence.index, divergence.line, divergence.phase
-            ),
+            Outcome::Diverged(divergence) => match &divergence.agent {
+                Some(agent) => write!(
+                    f,
+                    "DIVERGED {path}: at record {} (line {}) in subagent {agent}, while its \
+                     machine was {}",
+                    divergence.index, divergence.line, divergence.phase
+                ),
+                None => write!(
+                    f,
+                    "DIVERGED {path}: at record {} (line {}) while the machine was {}",
+                    divergence.index, divergence.line, divergence.phase
+                ),
+            },
             Outcome::Unreadable(message) => write!(f, "ERROR    {path}: {message}"),
         }
     }
