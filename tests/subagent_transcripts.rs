@@ -327,3 +327,43 @@ fn bless_rewrites_a_subagents_lane_with_the_orders_its_machine_gives() {
     let blessed = bless(&stale).expect("the facts still fit");
     assert_eq!(blessed.to_jsonl(), golden.to_jsonl());
 }
+
+#[test]
+fn a_record_written_before_lanes_were_recorded_replays_as_before() {
+    // What the engine wrote before subagents had lanes: the parent's records alone.
+    let golden = committed("subagent_stop_objects_once");
+    let records: Vec<_> = golden
+        .records
+        .iter()
+        .filter(|record| record.event.agent().is_none())
+        .cloned()
+        .collect();
+    let older = Transcript::new(golden.header.clone(), records);
+    let report = older.replay().expect("it replays as it did");
+    assert!(report.is_whole());
+    assert!(!subagent(&report, "agent-1").lane_recorded);
+    assert!(
+        report
+            .to_string()
+            .contains("1 subagent(s) without a recorded lane"),
+        "{report}"
+    );
+    // In a record that holds lanes, a subagent without one is a divergence.
+    let two = committed("two_subagents_run_in_parallel");
+    let kept: Vec<_> = two
+        .records
+        .iter()
+        .filter(|record| record.event.agent().is_none_or(|id| id.0 == "agent-1"))
+        .cloned()
+        .collect();
+    let divergence = Transcript::new(two.header.clone(), kept)
+        .replay()
+        .expect_err("a lane is missing");
+    assert!(
+        matches!(
+            divergence.kind,
+            DivergenceKind::AgentResultMismatch { replayed: None, .. }
+        ),
+        "{divergence}"
+    );
+}

@@ -1,6 +1,6 @@
 //! Deterministic replay: the pure machine against the record, without tokio, servers or model.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
@@ -67,7 +67,9 @@ impl Transcript {
 /// [`Effect::CallTools`] starts a child machine (as the driver starts one), and the records
 /// of its lane (those with its [`agent`](Event::agent)) are checked against it under the
 /// same contract. The `tool_finished` fact that answers an `agent` call must be the result
-/// the replayed child ended with.
+/// the replayed child ended with. A record that holds no lane at all was written before lanes
+/// were recorded: it replays as before, its `agent` calls' results taken as recorded
+/// ([`SubagentReport::lane_recorded`] says which).
 #[derive(Debug)]
 pub struct Replayer {
     machine: Machine,
@@ -75,6 +77,9 @@ pub struct Replayer {
     agents: BTreeMap<AgentId, Machine>,
     /// How each subagent's prompt ended, once it did.
     agent_finishes: BTreeMap<AgentId, FinishReason>,
+    /// The subagents whose lanes the record holds. Once it holds one, every `agent` call's
+    /// result is checked against its subagent's.
+    lanes: BTreeSet<AgentId>,
     /// Rebuilt when the header has the supervision policy; supervision records are then
     /// checked like the machine's, else skipped.
     supervisor: Option<Supervisor>,
@@ -96,6 +101,7 @@ impl Replayer {
             machine: Machine::new(config.policy.clone(), config.system_prompt.clone()),
             agents: BTreeMap::new(),
             agent_finishes: BTreeMap::new(),
+            lanes: BTreeSet::new(),
             supervisor: header
                 .supervision
                 .map(|policy| Supervisor::new(policy, servers)),
@@ -118,6 +124,7 @@ impl Replayer {
                 }
             }
             Event::AgentEffect { agent, effect } => {
+                self.lanes.insert(agent.clone());
                 if let Effect::Finish { reason } = self.effect(Some(agent), effect)? {
                     self.agent_finishes.insert(agent.clone(), reason);
                 }
@@ -128,7 +135,10 @@ impl Replayer {
                 }
                 self.fact(None, fact)?;
             }
-            Event::AgentFact { agent, fact } => self.fact(Some(agent), fact)?,
+            Event::AgentFact { agent, fact } => {
+                self.lanes.insert(agent.clone());
+                self.fact(Some(agent), fact)?;
+            }
             Event::Supervision(event) => {
                 if let Some(supervisor) = &mut self.supervisor {
                     check_supervision(supervisor, event).map_err(|problem| {
@@ -211,7 +221,9 @@ impl Replayer {
     /// result of an `agent` call must be the one its child ended with.
     fn fact(&mut self, agent: Option<&AgentId>, fact: &Input) -> Result<(), Box<Divergence>> {
         let child_result = match fact {
-            Input::ToolFinished { id, output } => self
+            // An engine that did not record lanes wrote no record of any subagent: its calls'
+            // results are taken as recorded (and the report says so).
+            Input::ToolFinished { id, output } if !self.lanes.is_empty() => self
                 .agents
                 .get(&AgentId(id.0.clone()))
                 .filter(|child| is_child_of(child, agent))
@@ -295,6 +307,7 @@ impl Replayer {
                     id: id.clone(),
                     phase: child.phase(),
                     finish: self.agent_finishes.remove(id),
+                    lane_recorded: self.lanes.contains(id),
                 })
                 .collect(),
             last_at_ms: self.last_at_ms,
@@ -424,6 +437,10 @@ pub struct SubagentReport {
     pub phase: Phase,
     /// How its prompt ended; `None` when it did not finish in the record.
     pub finish: Option<FinishReason>,
+    /// The record holds its lane. A transcript written before subagents' lanes were recorded
+    /// (within format version 2) holds none: its `agent` calls' results are then taken as
+    /// recorded, unchecked.
+    pub lane_recorded: bool,
 }
 
 impl ReplayReport {
@@ -476,8 +493,17 @@ impl fmt::Display for ReplayReport {
             self.counters.compactions,
             self.phase,
         )?;
-        if !self.subagents.is_empty() {
-            write!(f, "; {} subagent(s) replayed", self.subagents.len())?;
+        let unrecorded = self.subagents.iter().filter(|s| !s.lane_recorded).count();
+        let replayed = self.subagents.len() - unrecorded;
+        if replayed > 0 {
+            write!(f, "; {replayed} subagent(s) replayed")?;
+        }
+        if unrecorded > 0 {
+            write!(
+                f,
+                "; {unrecorded} subagent(s) without a recorded lane (an older recording): \
+                 their calls' results are taken as recorded"
+            )?;
         }
         if let Some(incomplete) = self.incompleteness() {
             write!(f, "; {incomplete}")?;

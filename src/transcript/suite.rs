@@ -205,8 +205,9 @@ impl fmt::Display for FileResult {
                     report.finishes.len(),
                     report.counters.objections
                 )?;
-                if !report.subagents.is_empty() {
-                    write!(f, ", {} subagent(s) replayed", report.subagents.len())?;
+                let lanes = report.subagents.iter().filter(|s| s.lane_recorded).count();
+                if lanes > 0 {
+                    write!(f, ", {lanes} subagent(s) replayed")?;
                 }
                 if let Some(why) = report.incompleteness() {
                     write!(f, "; not whole: {why}")?;
