@@ -13,7 +13,8 @@ use crate::machine::{
     AGENT_TOOL, AgentId, CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput,
 };
 use crate::mcp::{HookCall, ToolHost};
-use crate::transcript::replay::{Divergence, DivergenceKind, is_child_of};
+use crate::transcript::replay::is_child_of;
+use crate::transcript::{Divergence, DivergenceKind};
 use crate::transcript::{Event, Transcript, Truncation};
 
 /// Replays `transcript` with the model's side from the record and tools, hooks and the catalog

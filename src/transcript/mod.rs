@@ -67,6 +67,7 @@ mod parse;
 mod recorder;
 mod redact;
 mod replay;
+mod report;
 mod show;
 mod suite;
 mod text;
@@ -90,10 +91,8 @@ pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::parse::MAX_LINE_BYTES;
 pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
-pub use self::replay::{
-    Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, SubagentReport, replay,
-    replay_str,
-};
+pub use self::replay::{Replayer, replay, replay_str};
+pub use self::report::{Divergence, DivergenceKind, ReplayError, ReplayReport, SubagentReport};
 pub use self::show::{
     AgentLane, End, Entry, EntryKind, HookAnswer, ServerView, SessionView, ToolRun,
 };
