@@ -37,7 +37,7 @@ fn edit(path: &Path, from: &str, to: &str) {
 #[test]
 fn the_golden_transcripts_pass_the_check_a_downstream_test_makes() {
     let checked = check_dir_with(goldens(), false).expect("the goldens replay");
-    assert_eq!(checked.files, 21);
+    assert_eq!(checked.files, 26);
     assert!(checked.blessed.is_empty());
 }
 

@@ -1,8 +1,8 @@
 //! Live-tools replay: the record's model side against tool hosts that answer as recorded, or
 //! not.
 
-use hookloop::machine::{Effect, HookReply, Notice, ToolOutput};
-use hookloop::testing::{HookStep, InProcessHost, ScriptedLlm, Step};
+use hookloop::machine::{AgentId, Effect, HookReply, Notice, Subagents, ToolOutput};
+use hookloop::testing::{HookStep, HostEvent, InProcessHost, ScriptedLlm, Step};
 use hookloop::transcript::{DivergenceKind, DriftKind, Recorder, Transcript, replay_live};
 use hookloop::{Config, Hook, HookServers, Session};
 use serde_json::json;
@@ -103,4 +103,68 @@ async fn a_server_gone_is_catalog_drift() {
     // Without the server's tool and hook, the model's recorded call is refused and the
     // record's course is left at once.
     assert!(report.divergence.is_some());
+}
+
+/// A session whose model starts one subagent; the subagent lists the todos and answers.
+async fn recorded_with_a_subagent(host: InProcessHost) -> Transcript {
+    let llm = ScriptedLlm::new([
+        Step::tools(
+            1,
+            &[(
+                "agent",
+                json!({"description": "todos", "prompt": "List the todos."}),
+            )],
+        ),
+        Step::tools(1, &[("todo__list", json!({}))]),
+        Step::text("1 open."),
+        Step::text("The subagent says 1 open."),
+    ]);
+    let config = Config::builder()
+        .hook_servers(HookServers::All)
+        .subagents(Subagents::new(1))
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm, host);
+    let recorder = Recorder::in_memory(&session.transcript_header());
+    session.record_with(recorder.clone()).unwrap();
+    session.prompt("How many todos?").await.unwrap();
+    session.close().await.unwrap();
+    Transcript::parse(&recorder.text().unwrap()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subagent_replays_from_its_recorded_replies_against_the_live_tools() {
+    let transcript = recorded_with_a_subagent(host("1 open", ["", ""])).await;
+    let live = host("1 open", ["", ""]);
+    let report = replay_live(&transcript, &live).await;
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.records, transcript.records.len());
+    // The subagent's own call reached the live host; the `agent` call did not.
+    let called: Vec<String> = live
+        .log()
+        .into_iter()
+        .filter_map(|event| match event {
+            HostEvent::Tool { name, .. } => Some(name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(called, ["todo__list"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subagents_tool_that_answers_differently_drifts_on_its_lane() {
+    let transcript = recorded_with_a_subagent(host("1 open", ["", ""])).await;
+    let report = replay_live(&transcript, &host("2 open", ["", ""])).await;
+    assert!(report.divergence.is_none(), "{report}");
+    assert_eq!(report.drifts.len(), 1, "{report}");
+    let drift = &report.drifts[0];
+    assert!(
+        matches!(&drift.kind, DriftKind::Tool { live, .. } if live.joined_text() == "2 open"),
+        "{report}"
+    );
+    // The drifted answer is the subagent's, recorded on its lane.
+    assert_eq!(
+        transcript.records[drift.index].event.agent(),
+        Some(&AgentId("agent-1".into()))
+    );
 }

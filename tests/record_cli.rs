@@ -188,3 +188,76 @@ fn the_readme_says_what_a_transcript_redacts_and_what_it_records_verbatim() {
     assert!(!help.contains("Secrets are never written"), "{help}");
     assert!(help.contains("--redact-content"), "{help}");
 }
+
+#[test]
+fn a_recorded_subagent_replays_and_runs_against_live_tools_without_asking_for_agent() {
+    let dir = tempdir("subagent");
+    let config = dir.join("mcp.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"todo": {"command": loopback::hookloop(), "args": ["todo-server"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    // Requests are told apart by their first message: the prompt, or the subagent's task.
+    let provider = FakeProvider::start(|request| {
+        let child = loopback::first_user_text(request) == "List the todos.";
+        match (child, loopback::after_tool(request)) {
+            (true, false) => Reply::tool("todo__list", serde_json::json!({})),
+            (true, true) => Reply::text("The list is empty."),
+            (false, false) => Reply::tool(
+                "agent",
+                serde_json::json!({"description": "todos", "prompt": "List the todos."}),
+            ),
+            (false, true) => Reply::text("The subagent says the list is empty."),
+        }
+    });
+    let record = dir.join("run.jsonl");
+    let mut command = hookloop(&[
+        "run",
+        "--record",
+        record.to_str().unwrap(),
+        "--mcp-config",
+        config.to_str().unwrap(),
+        "How many todos?",
+    ]);
+    command
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .env("HOOKLOOP_SUBAGENTS", "1")
+        .env("MCP_HOOK_SERVERS", "todo");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    // The subagent's call of `todo__list` is on its lane.
+    assert!(
+        recorded
+            .lines()
+            .any(|line| line.contains(r#""agent":"agent-1""#)
+                && line.contains(r#""name":"todo__list""#)),
+        "{recorded}"
+    );
+
+    let out = hookloop(&["replay", record.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("1 subagent(s) replayed"),
+        "{out:?}"
+    );
+
+    // Live tools: the subagent lists the todos of a fresh server, as recorded; the `agent`
+    // call is run as a subagent again, never sent to a server (which has no such tool).
+    let out = hookloop(&[
+        "replay",
+        "--live-tools",
+        "--mcp-config",
+        config.to_str().unwrap(),
+        record.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stdout).contains("0 answer(s) drifted"), "{out:?}");
+}

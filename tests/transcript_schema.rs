@@ -33,6 +33,7 @@ fn every_golden_transcript_line_validates_against_the_schema() {
     let (header, record) = (validator("header"), validator("record"));
     let mut files = 0;
     let mut kinds = std::collections::BTreeSet::new();
+    let mut agents = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(root().join("tests/transcripts")).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -46,6 +47,9 @@ fn every_golden_transcript_line_validates_against_the_schema() {
                 path.display(),
                 i + 1
             );
+            if let Some(agent) = value["agent"].as_str() {
+                agents.insert(agent.to_owned());
+            }
             for key in ["effect", "fact"] {
                 if let Some(kind) = value[key][key].as_str() {
                     kinds.insert(kind.to_owned());
@@ -54,7 +58,7 @@ fn every_golden_transcript_line_validates_against_the_schema() {
         }
         files += 1;
     }
-    assert_eq!(files, 21);
+    assert_eq!(files, 26);
     // The goldens exercise every kind of record, so each part of the schema is used.
     for kind in [
         "call_llm",
@@ -74,6 +78,8 @@ fn every_golden_transcript_line_validates_against_the_schema() {
     ] {
         assert!(kinds.contains(kind), "no golden has a {kind} record");
     }
+    // Subagents' lanes are among them, so the `agent` field is checked too.
+    assert!(agents.contains("agent-2"), "{agents:?}");
 }
 
 #[test]
@@ -93,6 +99,9 @@ fn the_schema_refuses_what_the_engine_does_not_write() {
         json!({"at_ms": 11, "effect": {"effect": "notify", "notice": {"notice": "permission_rejected", "id": "c1", "tool": "fs__rm", "standing": true}}}),
         // Asking turned off for a loaded session.
         json!({"at_ms": 12, "fact": {"fact": "permission_setting_changed", "ask": false}}),
+        // A subagent's order and fact, on its lane.
+        json!({"at_ms": 13, "agent": "agent-1", "fact": {"fact": "prompted", "text": "Write the tests."}}),
+        json!({"at_ms": 13, "agent": "agent-1.2", "effect": {"effect": "finish", "reason": {"reason": "end_turn"}}}),
     ] {
         assert!(
             errors(&record, &good).is_empty(),
@@ -123,6 +132,10 @@ fn the_schema_refuses_what_the_engine_does_not_write() {
         json!({"at_ms": 0, "fact": {"fact": "permission_decided", "id": "c1", "decision": "maybe"}}),
         // A setting that is not a yes or no.
         json!({"at_ms": 0, "fact": {"fact": "permission_setting_changed", "ask": "never"}}),
+        // An agent id the engine never makes.
+        json!({"at_ms": 0, "agent": "helper", "fact": {"fact": "closed"}}),
+        // Supervision belongs to the host, never to an agent.
+        json!({"at_ms": 0, "agent": "agent-1", "supervision": {"order": "start_server", "server": "todo", "after_ms": 1}}),
     ] {
         assert!(!errors(&record, &bad).is_empty(), "accepted {bad}");
     }

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use hookloop::transcript::{End, EntryKind, SessionView, Transcript};
+use hookloop::Hook;
+use hookloop::transcript::{AgentLane, End, Entry, EntryKind, SessionView, Transcript};
 use serde_json::Value;
 
 fn golden(name: &str) -> PathBuf {
@@ -303,4 +304,129 @@ fn a_divergence_message_names_its_own_record_not_record_zero() {
         "{stdout}"
     );
     assert!(!stdout.contains("record 0 (line 0)"), "{stdout}");
+}
+
+/// The lane of subagent `id` under the tool round of its `agent` call, searched through the
+/// lanes of `entries` too.
+fn lane<'a>(entries: &'a [Entry], id: &str) -> Option<&'a AgentLane> {
+    entries.iter().find_map(|entry| {
+        entry.kind.agent_lanes().find_map(|lane| {
+            if lane.id.0 == id {
+                Some(lane)
+            } else {
+                self::lane(&lane.entries, id)
+            }
+        })
+    })
+}
+
+#[test]
+fn show_puts_a_subagent_as_its_own_lane_under_its_call_with_its_hook_rounds_and_objection() {
+    let transcript = Transcript::read(golden("subagent_stop_objects_once")).expect("golden");
+    let view = SessionView::build(&transcript);
+    assert!(view.end.is_complete(), "{}", view.end);
+    // The lane hangs from the run of the call that started it.
+    let tools = view
+        .entries
+        .iter()
+        .find_map(|entry| match &entry.kind {
+            EntryKind::Tools { calls } => Some(calls),
+            _ => None,
+        })
+        .expect("a tool round");
+    assert_eq!(tools.len(), 1);
+    let run = &tools[0];
+    assert_eq!(run.call.name, "agent");
+    let child = run.agent.as_ref().expect("the call's subagent");
+    assert_eq!(child.id.0, "agent-1");
+    assert_eq!(child.id.0, run.call.id.0);
+    // Its steps are its own: hook rounds, an objection, requests and replies, its finish...
+    let kinds: Vec<&str> = child.entries.iter().map(|e| e.kind.name()).collect();
+    let hooks: Vec<Hook> = child
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.kind {
+            EntryKind::HookRound { hook, .. } => Some(*hook),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        hooks,
+        [Hook::SubagentStart, Hook::SubagentStop, Hook::SubagentStop],
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.iter().filter(|k| **k == "objection").count(), 1);
+    assert_eq!(kinds.iter().filter(|k| **k == "request").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "tools").count(), 1);
+    assert!(kinds.contains(&"finish"), "{kinds:?}");
+    // ...and none of them is shown at the top level.
+    assert_eq!(view.hook_rounds_of(Hook::SubagentStop), 0);
+    assert_eq!(view.objections(), 0);
+    assert_eq!(view.rounds(), 2);
+
+    let text = view.to_text();
+    assert!(text.contains("subagent agent-1:"), "{text}");
+    let lane_lines: Vec<&str> = text.lines().filter(|l| l.contains("│ ")).collect();
+    assert!(
+        lane_lines
+            .iter()
+            .any(|l| l.contains("_SubagentStop round 2")),
+        "{text}"
+    );
+    assert!(
+        lane_lines.iter().any(|l| l.contains("objection from todo")),
+        "{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("_SubagentStop round") && !l.contains("│ ")),
+        "a subagent's hook round shown outside its lane:\n{text}"
+    );
+}
+
+#[test]
+fn show_json_and_html_nest_each_of_two_subagents_under_its_call() {
+    let path = golden("two_subagents_run_in_parallel");
+    let out = show(&["--json", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let view: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let tools = view["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"] == "tools")
+        .expect("a tool round");
+    let ids: Vec<&Value> = tools["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| &run["agent"]["id"])
+        .collect();
+    assert_eq!(ids, ["agent-1", "agent-2"]);
+    for run in tools["calls"].as_array().unwrap() {
+        let entries = run["agent"]["entries"]
+            .as_array()
+            .expect("the lane's steps");
+        let count = |kind: &str| entries.iter().filter(|e| e["entry"] == kind).count();
+        assert_eq!(count("request"), 2, "{run}");
+        assert_eq!(count("tools"), 1, "{run}");
+        assert_eq!(count("finish"), 1, "{run}");
+    }
+
+    let transcript = Transcript::read(&path).unwrap();
+    let built = SessionView::build(&transcript);
+    assert!(lane(&built.entries, "agent-2").is_some());
+    let out_file = tempdir("lanes").join("lanes.html");
+    let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let page = std::fs::read_to_string(&out_file).unwrap();
+    for id in ["agent-1", "agent-2"] {
+        assert!(
+            page.contains(&format!(
+                r#"<div class="lane" id="lane-{id}"><h4>subagent {id}</h4>"#
+            )),
+            "no lane for {id}"
+        );
+    }
 }

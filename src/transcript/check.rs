@@ -1,10 +1,11 @@
 //! One call for a crate's own test suite: replay every transcript in a folder, fail with every
 //! divergence listed, and under `HOOKLOOP_BLESS=1` rewrite the diverging files' effects.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::machine::Machine;
+use crate::machine::{AgentId, Effect, Machine};
 use crate::transcript::diff::line_diff;
 use crate::transcript::suite::{Outcome, default_threads, replay_files, suite_files};
 use crate::transcript::{Divergence, DivergenceKind, Event, Record, Transcript};
@@ -100,40 +101,85 @@ fn bless_file(path: &Path) -> Result<String, String> {
 /// The transcript with its facts as recorded and its effects as this engine gives them: the
 /// machine is fed each recorded fact, and every order it gives before the next fact is written
 /// in place of the recorded ones, at the time of the fact it follows (as a recorder writes
-/// them). Fails when the machine refuses a recorded fact: the session no longer goes that way,
-/// and only a new recording can say how it goes.
+/// them). A subagent's lane is rewritten the same way against its own machine, started by the
+/// `agent` call that starts it. Fails when a machine refuses a recorded fact: the session no
+/// longer goes that way, and only a new recording can say how it goes.
 pub fn bless(transcript: &Transcript) -> Result<Transcript, Box<Divergence>> {
     let config = &transcript.header.config;
-    let mut machine = Machine::new(config.policy.clone(), config.system_prompt.clone());
+    let mut lanes = Lanes {
+        top: Machine::new(config.policy.clone(), config.system_prompt.clone()),
+        agents: BTreeMap::new(),
+    };
     let mut records = Vec::with_capacity(transcript.records.len());
-    let mut at_ms = 0;
     for (index, record) in transcript.records.iter().enumerate() {
-        let Event::Fact(fact) = &record.event else {
-            continue;
+        let (agent, fact) = match &record.event {
+            Event::Fact(fact) => (None, fact),
+            Event::AgentFact { agent, fact } => (Some(agent), fact),
+            Event::Effect(_) | Event::AgentEffect { .. } | Event::Supervision(_) => continue,
         };
-        drain(&mut machine, at_ms, &mut records);
-        let phase = machine.phase();
-        if let Err(error) = machine.handle(fact.clone()) {
-            return Err(Box::new(Divergence {
-                index,
-                line: transcript.line_of(index),
+        let refused = |phase, error| {
+            Divergence::new(
                 phase,
-                kind: DivergenceKind::FactRefused {
+                DivergenceKind::FactRefused {
                     fact: fact.clone(),
                     error,
                 },
-            }));
-        }
-        at_ms = record.at_ms;
+            )
+            .in_agent(agent)
+            .locate(index, transcript.line_of(index))
+        };
+        let top_phase = lanes.top.phase();
+        let machine = lanes.get(agent).map_err(|unknown| {
+            Divergence::new(top_phase, DivergenceKind::UnknownAgent { agent: unknown })
+                .in_agent(agent)
+                .locate(index, transcript.line_of(index))
+        })?;
+        let phase = machine.phase();
+        machine
+            .handle(fact.clone())
+            .map_err(|error| refused(phase, error))?;
         records.push(record.clone());
+        lanes.drain(agent, record.at_ms, &mut records);
     }
-    drain(&mut machine, at_ms, &mut records);
     Ok(Transcript::new(transcript.header.clone(), records))
 }
 
-fn drain(machine: &mut Machine, at_ms: u64, records: &mut Vec<Record>) {
-    while let Some(effect) = machine.poll_effect() {
-        records.push(Record::effect(at_ms, effect));
+/// The top-level machine and its subagents', as [`bless`] rewrites them.
+struct Lanes {
+    top: Machine,
+    agents: BTreeMap<AgentId, Machine>,
+}
+
+impl Lanes {
+    /// The machine of `agent`'s lane, or the id no `agent` call started.
+    fn get(&mut self, agent: Option<&AgentId>) -> Result<&mut Machine, AgentId> {
+        match agent {
+            None => Ok(&mut self.top),
+            Some(id) => self.agents.get_mut(id).ok_or_else(|| id.clone()),
+        }
+    }
+
+    /// Writes the orders of `agent`'s machine at `at_ms`, starting the subagents its
+    /// `agent` calls start.
+    fn drain(&mut self, agent: Option<&AgentId>, at_ms: u64, records: &mut Vec<Record>) {
+        let mut children = Vec::new();
+        let Ok(machine) = self.get(agent) else {
+            return;
+        };
+        while let Some(effect) = machine.poll_effect() {
+            if let Effect::CallTools { calls } = &effect {
+                children.extend(calls.iter().filter_map(|call| machine.spawn_child(call)));
+            }
+            records.push(match agent {
+                None => Record::effect(at_ms, effect),
+                Some(agent) => Record::agent_effect(at_ms, agent.clone(), effect),
+            });
+        }
+        for child in children {
+            if let Some(me) = child.agent() {
+                self.agents.insert(me.id.clone(), child);
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::machine::{Catalog, Effect, Input, Policy};
+use crate::machine::{AgentId, Catalog, Effect, Input, Policy};
 use crate::supervisor::{self, SupervisorPolicy};
 
 use crate::transcript::redact::Redaction;
@@ -186,6 +186,31 @@ pub enum Event {
     Fact(Input),
     /// A fact fed to the host's supervisor, or an order it gave (written as `supervision`).
     Supervision(supervisor::Event),
+    /// An order a subagent's machine emitted (written as `effect` beside `agent`).
+    AgentEffect {
+        /// The subagent: the id of the `agent` call that started it.
+        agent: AgentId,
+        /// The order.
+        effect: Effect,
+    },
+    /// A fact fed to a subagent's machine (written as `fact` beside `agent`).
+    AgentFact {
+        /// The subagent: the id of the `agent` call that started it.
+        agent: AgentId,
+        /// The fact.
+        fact: Input,
+    },
+}
+
+impl Event {
+    /// The subagent whose lane the event is on; `None` for the top-level agent's and the
+    /// supervisor's.
+    pub fn agent(&self) -> Option<&AgentId> {
+        match self {
+            Self::AgentEffect { agent, .. } | Self::AgentFact { agent, .. } => Some(agent),
+            Self::Effect(_) | Self::Fact(_) | Self::Supervision(_) => None,
+        }
+    }
 }
 
 impl Record {
@@ -205,6 +230,22 @@ impl Record {
         }
     }
 
+    /// An effect of the subagent `agent` at `at_ms`.
+    pub fn agent_effect(at_ms: u64, agent: AgentId, effect: Effect) -> Self {
+        Self {
+            at_ms,
+            event: Event::AgentEffect { agent, effect },
+        }
+    }
+
+    /// A fact of the subagent `agent` at `at_ms`.
+    pub fn agent_fact(at_ms: u64, agent: AgentId, fact: Input) -> Self {
+        Self {
+            at_ms,
+            event: Event::AgentFact { agent, fact },
+        }
+    }
+
     /// A supervision fact or order at `at_ms`.
     pub fn supervision(at_ms: u64, event: supervisor::Event) -> Self {
         Self {
@@ -219,6 +260,8 @@ impl Record {
 pub(crate) struct RecordRef<'a> {
     pub(crate) at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) agent: Option<&'a AgentId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) effect: Option<&'a Effect>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fact: Option<&'a Input>,
@@ -230,6 +273,7 @@ impl RecordRef<'_> {
     /// A record of nothing, at 0: the base the recorder fills in.
     pub(crate) const EMPTY: Self = Self {
         at_ms: 0,
+        agent: None,
         effect: None,
         fact: None,
         supervision: None,
@@ -240,24 +284,33 @@ impl<'a> From<&'a Record> for RecordRef<'a> {
     fn from(record: &'a Record) -> Self {
         let mut line = Self {
             at_ms: record.at_ms,
-            effect: None,
-            fact: None,
-            supervision: None,
+            ..Self::EMPTY
         };
         match &record.event {
             Event::Effect(effect) => line.effect = Some(effect),
             Event::Fact(fact) => line.fact = Some(fact),
             Event::Supervision(event) => line.supervision = Some(event),
+            Event::AgentEffect { agent, effect } => {
+                line.agent = Some(agent);
+                line.effect = Some(effect);
+            }
+            Event::AgentFact { agent, fact } => {
+                line.agent = Some(agent);
+                line.fact = Some(fact);
+            }
         }
         line
     }
 }
 
-/// A record as it is read: exactly one of `effect`, `fact` and `supervision`.
+/// A record as it is read: exactly one of `effect`, `fact` and `supervision`, and with an
+/// effect or a fact, optionally the subagent whose it is.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RecordLine {
     at_ms: u64,
+    #[serde(default)]
+    agent: Option<AgentId>,
     #[serde(default)]
     effect: Option<Effect>,
     #[serde(default)]
@@ -276,8 +329,19 @@ impl<'de> Deserialize<'de> for Record {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let line = RecordLine::deserialize(deserializer)?;
         let event = match (line.effect, line.fact, line.supervision) {
-            (Some(effect), None, None) => Event::Effect(effect),
-            (None, Some(fact), None) => Event::Fact(fact),
+            (Some(effect), None, None) => match line.agent {
+                Some(agent) => Event::AgentEffect { agent, effect },
+                None => Event::Effect(effect),
+            },
+            (None, Some(fact), None) => match line.agent {
+                Some(agent) => Event::AgentFact { agent, fact },
+                None => Event::Fact(fact),
+            },
+            (None, None, Some(_)) if line.agent.is_some() => {
+                return Err(serde::de::Error::custom(
+                    "a supervision record belongs to the host, not to an agent: it has no `agent`",
+                ));
+            }
             (None, None, Some(event)) => Event::Supervision(event),
             (None, None, None) => {
                 return Err(serde::de::Error::custom(

@@ -75,6 +75,8 @@ svg rect { stroke: #fbfcfd; stroke-width: 1; }
 .entry-hook_injected { border-color: #e0a33a; }
 .entry-server_exited, .entry-start_failed, .entry-server_retired { border-color: #d64a4a; }
 .entry-server_started, .entry-restart_scheduled { border-color: #3aa37a; }
+.lane { margin-left: 2em; padding-left: 0.8em; border-left: 2px dashed #8a6fd1; }
+.lane h4 { margin: 0.4em 0; color: #5b45a3; font-family: monospace; }
 ";
 
 /// The session as one HTML page.
@@ -131,6 +133,14 @@ fn entry_markup(entry: &Entry) -> Markup {
             }
             @if !details.is_empty() {
                 pre { (details.join("\n")) }
+            }
+        }
+        @for lane in entry.kind.agent_lanes() {
+            div.lane id=(format!("lane-{}", lane.id)) {
+                h4 { "subagent " (lane.id) }
+                @for entry in &lane.entries {
+                    (entry_markup(entry))
+                }
             }
         }
     }

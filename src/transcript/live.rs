@@ -1,7 +1,7 @@
 //! Live-tools replay: the model's side comes from the record, tools and hooks run against real
 //! servers, and every answer that differs from the record is reported as drift.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
@@ -9,9 +9,12 @@ use futures_util::future::join_all;
 
 use crate::driver::{call_hook_bounded, hook_calls};
 use crate::hooks::ServerName;
-use crate::machine::{CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput};
+use crate::machine::{
+    AGENT_TOOL, AgentId, CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput,
+};
 use crate::mcp::{HookCall, ToolHost};
-use crate::transcript::replay::{Divergence, DivergenceKind};
+use crate::transcript::replay::is_child_of;
+use crate::transcript::{Divergence, DivergenceKind};
 use crate::transcript::{Event, Transcript, Truncation};
 
 /// Replays `transcript` with the model's side from the record and tools, hooks and the catalog
@@ -25,16 +28,22 @@ use crate::transcript::{Event, Transcript, Truncation};
 pub async fn replay_live<H: ToolHost>(transcript: &Transcript, host: &H) -> LiveReport {
     let config = &transcript.header.config;
     let mut live = Live {
-        machine: Machine::new(config.policy.clone(), config.system_prompt.clone()),
-        tools: HashMap::new(),
-        hooks: HashMap::new(),
+        top: Lane::new(Machine::new(
+            config.policy.clone(),
+            config.system_prompt.clone(),
+        )),
+        agents: BTreeMap::new(),
         drifts: Vec::new(),
     };
     for (index, record) in transcript.records.iter().enumerate() {
         let line = transcript.line_of(index);
         let step = match &record.event {
-            Event::Effect(expected) => live.check_effect(expected, host).await,
-            Event::Fact(fact) => live.feed(fact, host, index, line),
+            Event::Effect(expected) => live.check_effect(None, expected, host).await,
+            Event::Fact(fact) => live.feed(None, fact, host, index, line),
+            Event::AgentEffect { agent, effect } => {
+                live.check_effect(Some(agent), effect, host).await
+            }
+            Event::AgentFact { agent, fact } => live.feed(Some(agent), fact, host, index, line),
             // The live host supervises its servers itself; the record's restarts are its
             // recording session's.
             Event::Supervision(_) => Ok(()),
@@ -54,21 +63,26 @@ pub async fn replay_live<H: ToolHost>(transcript: &Transcript, host: &H) -> Live
     // The end of the record is checked too: an order the machine gave after the last record
     // is a divergence, unless the record was cut short and could not hold it.
     let end = transcript.records.len();
-    let divergence = match live.machine.poll_effect() {
-        Some(actual) if transcript.truncated.is_none() => {
-            let mut divergence = divergence(
-                live.machine.phase(),
+    let lanes = std::iter::once((None, &mut live.top))
+        .chain(live.agents.iter_mut().map(|(id, lane)| (Some(id), lane)));
+    let mut divergence = None;
+    for (agent, lane) in lanes {
+        if let Some(actual) = lane.machine.poll_effect()
+            && transcript.truncated.is_none()
+        {
+            let found = Divergence::new(
+                lane.machine.phase(),
                 DivergenceKind::UnrecordedEffect {
                     actual,
                     before: None,
                 },
-            );
-            divergence.index = end;
-            divergence.line = transcript.line_of(end);
-            Some(divergence)
+            )
+            .in_agent(agent)
+            .locate(end, transcript.line_of(end));
+            divergence = Some(found);
+            break;
         }
-        Some(_) | None => None,
-    };
+    }
     LiveReport {
         records: end,
         drifts: live.drifts,
@@ -210,49 +224,101 @@ impl fmt::Display for Drift {
     }
 }
 
+/// The top-level agent and its subagents, each replayed on its own lane.
 struct Live {
+    top: Lane,
+    /// Every subagent started so far, by id.
+    agents: BTreeMap<AgentId, Lane>,
+    drifts: Vec<Drift>,
+}
+
+/// One agent's machine and the live answers to its last order.
+struct Lane {
     machine: Machine,
     /// Live results of the last `CallTools`, by call id.
     tools: HashMap<CallId, (String, ToolOutput)>,
     /// Live answers of the last `CallHooks`, by server.
     hooks: HashMap<(ServerName, Option<u32>), HookReply>,
-    drifts: Vec<Drift>,
+}
+
+impl Lane {
+    fn new(machine: Machine) -> Self {
+        Self {
+            machine,
+            tools: HashMap::new(),
+            hooks: HashMap::new(),
+        }
+    }
+}
+
+/// The lane of `agent` (the top-level agent's for `None`).
+fn lane<'a>(
+    top: &'a mut Lane,
+    agents: &'a mut BTreeMap<AgentId, Lane>,
+    agent: Option<&AgentId>,
+) -> Result<&'a mut Lane, Box<Divergence>> {
+    let Some(id) = agent else {
+        return Ok(top);
+    };
+    let phase = top.machine.phase();
+    agents.get_mut(id).ok_or_else(|| {
+        Divergence::new(phase, DivergenceKind::UnknownAgent { agent: id.clone() }).in_agent(agent)
+    })
 }
 
 impl Live {
     async fn check_effect(
         &mut self,
+        agent: Option<&AgentId>,
         expected: &Effect,
         host: &impl ToolHost,
     ) -> Result<(), Box<Divergence>> {
-        let phase = self.machine.phase();
-        let Some(actual) = self.machine.poll_effect() else {
-            return Err(divergence(
+        let drifted = !self.drifts.is_empty();
+        let lane = lane(&mut self.top, &mut self.agents, agent)?;
+        let phase = lane.machine.phase();
+        let Some(actual) = lane.machine.poll_effect() else {
+            return Err(Divergence::new(
                 phase,
                 DivergenceKind::MissingEffect {
                     expected: expected.clone(),
                 },
-            ));
+            )
+            .in_agent(agent));
         };
-        let fits =
-            actual == *expected || (!self.drifts.is_empty() && same_course(expected, &actual));
+        let fits = actual == *expected || (drifted && same_course(expected, &actual));
         if !fits {
-            return Err(divergence(
+            return Err(Divergence::new(
                 phase,
                 DivergenceKind::EffectMismatch {
                     expected: expected.clone(),
                     actual,
                 },
-            ));
+            )
+            .in_agent(agent));
         }
         match actual {
             Effect::CallTools { calls } => {
-                let outputs = join_all(calls.iter().map(|call| host.call_tool(call))).await;
-                self.tools = calls
+                // An `agent` call runs no server tool: its subagent replays on its own lane,
+                // from the record's model replies against the live tools.
+                let mut children = Vec::new();
+                let mut run = Vec::new();
+                for call in calls {
+                    match lane.machine.spawn_child(&call) {
+                        Some(child) => children.push(child),
+                        None => run.push(call),
+                    }
+                }
+                let outputs = join_all(run.iter().map(|call| host.call_tool(call))).await;
+                lane.tools = run
                     .into_iter()
                     .zip(outputs)
                     .map(|(call, output)| (call.id, (call.name, output)))
                     .collect();
+                for child in children {
+                    if let Some(me) = child.agent() {
+                        self.agents.insert(me.id.clone(), Lane::new(child));
+                    }
+                }
             }
             Effect::CallHooks {
                 hook,
@@ -271,7 +337,7 @@ impl Live {
                     .collect();
                 let answers =
                     join_all(calls.iter().map(|call| call_hook_bounded(host, call))).await;
-                self.hooks = keys.into_iter().zip(answers).collect();
+                lane.hooks = keys.into_iter().zip(answers).collect();
             }
             Effect::KillServer { server } => host.kill_server(&server).await,
             // The user's decision is replayed as recorded: nobody is asked again.
@@ -285,61 +351,76 @@ impl Live {
 
     fn feed(
         &mut self,
+        agent: Option<&AgentId>,
         recorded: &Input,
         host: &impl ToolHost,
         index: usize,
         line: usize,
     ) -> Result<(), Box<Divergence>> {
-        let phase = self.machine.phase();
-        if let Some(actual) = self.machine.poll_effect() {
-            return Err(divergence(
+        // The live result of an `agent` call is what its subagent ended with here.
+        let child_result = match recorded {
+            Input::ToolFinished { id, .. } => self
+                .agents
+                .get(&AgentId(id.0.clone()))
+                .filter(|child| is_child_of(&child.machine, agent))
+                .and_then(|child| child.machine.agent_result().cloned()),
+            _ => None,
+        };
+        let drifts = &mut self.drifts;
+        let mut drift = |kind| {
+            tracing::info!(index, line, "live server answer drifted from the record");
+            drifts.push(Drift { index, line, kind });
+        };
+        let lane = lane(&mut self.top, &mut self.agents, agent)?;
+        let phase = lane.machine.phase();
+        if let Some(actual) = lane.machine.poll_effect() {
+            return Err(Divergence::new(
                 phase,
                 DivergenceKind::UnrecordedEffect {
                     actual,
                     before: Some(recorded.clone()),
                 },
-            ));
+            )
+            .in_agent(agent));
         }
         let fact = match recorded {
-            Input::ToolFinished { id, output } => match self.tools.remove(id) {
-                Some((name, live)) => {
-                    if live != *output {
-                        self.drift(
-                            index,
-                            line,
-                            DriftKind::Tool {
+            Input::ToolFinished { id, output } => {
+                let live = match child_result {
+                    Some(live) => Some((AGENT_TOOL.to_owned(), live)),
+                    None => lane.tools.remove(id),
+                };
+                match live {
+                    Some((name, live)) => {
+                        if live != *output {
+                            drift(DriftKind::Tool {
                                 id: id.clone(),
                                 name,
                                 recorded: output.clone(),
                                 live: live.clone(),
-                            },
-                        );
+                            });
+                        }
+                        Input::ToolFinished {
+                            id: id.clone(),
+                            output: live,
+                        }
                     }
-                    Input::ToolFinished {
-                        id: id.clone(),
-                        output: live,
-                    }
+                    None => recorded.clone(),
                 }
-                None => recorded.clone(),
-            },
+            }
             Input::HookAnswered {
                 server,
                 hook,
                 reply,
                 subject,
-            } => match self.hooks.remove(&(server.clone(), *subject)) {
+            } => match lane.hooks.remove(&(server.clone(), *subject)) {
                 Some(live) => {
                     if live != *reply {
-                        self.drift(
-                            index,
-                            line,
-                            DriftKind::Hook {
-                                server: server.clone(),
-                                hook: *hook,
-                                recorded: reply.clone(),
-                                live: live.clone(),
-                            },
-                        );
+                        drift(DriftKind::Hook {
+                            server: server.clone(),
+                            hook: *hook,
+                            recorded: reply.clone(),
+                            live: live.clone(),
+                        });
                     }
                     Input::HookAnswered {
                         server: server.clone(),
@@ -353,14 +434,10 @@ impl Live {
             Input::CatalogChanged { catalog } => {
                 let live = host.catalog();
                 if live != *catalog {
-                    self.drift(
-                        index,
-                        line,
-                        DriftKind::Catalog {
-                            recorded: catalog.clone(),
-                            live: live.clone(),
-                        },
-                    );
+                    drift(DriftKind::Catalog {
+                        recorded: catalog.clone(),
+                        live: live.clone(),
+                    });
                 }
                 Input::CatalogChanged { catalog: live }
             }
@@ -372,14 +449,9 @@ impl Live {
             | Input::Cancelled
             | Input::Closed => recorded.clone(),
         };
-        self.machine
-            .handle(fact.clone())
-            .map_err(|error| divergence(phase, DivergenceKind::FactRefused { fact, error }))
-    }
-
-    fn drift(&mut self, index: usize, line: usize, kind: DriftKind) {
-        tracing::info!(index, line, "live server answer drifted from the record");
-        self.drifts.push(Drift { index, line, kind });
+        lane.machine.handle(fact.clone()).map_err(|error| {
+            Divergence::new(phase, DivergenceKind::FactRefused { fact, error }).in_agent(agent)
+        })
     }
 }
 
@@ -409,15 +481,6 @@ fn same_course(expected: &Effect, actual: &Effect) -> bool {
         },
         _ => expected == actual,
     }
-}
-
-fn divergence(phase: crate::machine::Phase, kind: DivergenceKind) -> Box<Divergence> {
-    Box::new(Divergence {
-        index: 0,
-        line: 0,
-        phase,
-        kind,
-    })
 }
 
 fn pretty(value: &impl serde::Serialize) -> String {

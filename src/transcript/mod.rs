@@ -5,7 +5,8 @@
 //! per event in order — every [`Effect`](crate::Effect) the machine emitted and every
 //! [`Input`](crate::Input) fact that answered it (model reply, tool result, hook answer or
 //! timeout, cancellation, catalog change), each with its virtual time in ms since the session
-//! started.
+//! started. A subagent's orders and facts are records of their own, marked with its agent id
+//! (`agent-1`, `agent-1.1`: the id of the `agent` call that started it), in the same file.
 //!
 //! - **Recording**: a [`Recorder`] is an [`Observer`](crate::Observer) of a session;
 //!   [`Session::record_to`](crate::Session::record_to) adds one writing to a file, and
@@ -22,9 +23,12 @@
 //!   [`Effect::CallLlm`](crate::Effect::CallLlm) carries, so a change to anything the model
 //!   would have been sent diverges too, naming the part. A record cut short or ending
 //!   mid-prompt replays as far as it goes and says so ([`ReplayReport::is_whole`]).
+//!   Subagents replay beside the top-level agent, each on its own machine, and a divergence in
+//!   one names it ([`Divergence::agent`]).
 //! - **Live tools**: [`replay_live`] takes the model's side from the record but runs tools and
 //!   hooks against a live [`ToolHost`](crate::ToolHost), and reports each answer that differs
-//!   from the record ([`Drift`]): a check that the MCP servers still behave as recorded.
+//!   from the record ([`Drift`]): a check that the MCP servers still behave as recorded. An
+//!   `agent` call runs its subagent from the recorded model replies against the same host.
 //!
 //! ```
 //! use hookloop::testing::{InProcessHost, ScriptedLlm, Step, HookStep};
@@ -63,6 +67,7 @@ mod parse;
 mod recorder;
 mod redact;
 mod replay;
+mod report;
 mod show;
 mod suite;
 mod text;
@@ -86,10 +91,11 @@ pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::parse::MAX_LINE_BYTES;
 pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
-pub use self::replay::{
-    Divergence, DivergenceKind, ReplayError, ReplayReport, Replayer, replay, replay_str,
+pub use self::replay::{Replayer, replay, replay_str};
+pub use self::report::{Divergence, DivergenceKind, ReplayError, ReplayReport, SubagentReport};
+pub use self::show::{
+    AgentLane, End, Entry, EntryKind, HookAnswer, ServerView, SessionView, ToolRun,
 };
-pub use self::show::{End, Entry, EntryKind, HookAnswer, ServerView, SessionView, ToolRun};
 pub use self::suite::{
     FileResult, Outcome, SuiteReport, default_threads, replay_files, suite_files,
 };

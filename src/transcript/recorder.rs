@@ -15,12 +15,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{Observer, Session};
 use crate::llm::LlmClient;
-use crate::machine::{Effect, Input, Phase, Purpose};
+use crate::machine::{AgentId, Effect, Input, Phase, Purpose};
 use crate::mcp::ToolHost;
 use crate::supervisor;
 use crate::transcript::content::{canonical_effect, redact_effect, redact_input};
 use crate::transcript::format::{RecordRef, write_line};
-use crate::transcript::{Event, Header, Record, Redaction, TranscriptError};
+use crate::transcript::{Header, Record, Redaction, TranscriptError};
 
 /// Lines a file recorder holds for its writer thread before the session waits for the disk.
 pub const QUEUE_LINES: usize = 256;
@@ -177,21 +177,7 @@ impl Recorder {
     /// Writes a record as it stands: the prefix copied from another transcript, before the
     /// recorder observes a session that goes on from it.
     pub fn write_record(&self, record: &Record) {
-        let event = match &record.event {
-            Event::Effect(effect) => RecordRef {
-                effect: Some(effect),
-                ..RecordRef::EMPTY
-            },
-            Event::Fact(fact) => RecordRef {
-                fact: Some(fact),
-                ..RecordRef::EMPTY
-            },
-            Event::Supervision(event) => RecordRef {
-                supervision: Some(event),
-                ..RecordRef::EMPTY
-            },
-        };
-        self.record(Duration::from_millis(record.at_ms), event);
+        self.record(Duration::from_millis(record.at_ms), RecordRef::from(record));
     }
 
     /// Waits for the writer thread to write what is queued; false if it is gone.
@@ -346,6 +332,28 @@ impl Observer for Recorder {
             at,
             RecordRef {
                 supervision: Some(event),
+                ..RecordRef::EMPTY
+            },
+        );
+    }
+
+    fn on_agent_effect(&mut self, at: Duration, agent: &AgentId, effect: &Effect) {
+        self.record(
+            at,
+            RecordRef {
+                agent: Some(agent),
+                effect: Some(effect),
+                ..RecordRef::EMPTY
+            },
+        );
+    }
+
+    fn on_agent_fact(&mut self, at: Duration, agent: &AgentId, fact: &Input) {
+        self.record(
+            at,
+            RecordRef {
+                agent: Some(agent),
+                fact: Some(fact),
                 ..RecordRef::EMPTY
             },
         );

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{
-    FinishReason, HookContext, HookReply, LlmReply, Media, Message, PermissionDecision, Policy,
-    Purpose, SkipReason, ToolCall, ToolOutput,
+    AgentId, FinishReason, HookContext, HookReply, LlmReply, Media, Message, PermissionDecision,
+    Policy, Purpose, SkipReason, ToolCall, ToolOutput,
 };
 use crate::transcript::{Replayer, Transcript};
 
@@ -299,6 +299,20 @@ pub struct ToolRun {
     /// When the result came, in ms since the session started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub done_ms: Option<u64>,
+    /// The subagent an `agent` call ran, with its own steps; `None` for any other call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentLane>,
+}
+
+/// A subagent's own steps, shown under the `agent` call that started it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct AgentLane {
+    /// The subagent's id: the id of its call.
+    pub id: AgentId,
+    /// Its steps, in record order: hook rounds, requests, replies, tool calls (its own
+    /// subagents nested in turn), its finish.
+    pub entries: Vec<Entry>,
 }
 
 /// One server's answer in a hook round.
@@ -388,7 +402,11 @@ impl SessionView {
         let mut replayer = Replayer::new(header);
         let mut end = None;
         for (index, record) in transcript.records.iter().enumerate() {
-            let bytes_before = history_bytes(replayer.machine().history(), &media);
+            let lane = match record.event.agent() {
+                Some(agent) => replayer.agent(agent),
+                None => Some(replayer.machine()),
+            };
+            let bytes_before = lane.map_or(0, |machine| history_bytes(machine.history(), &media));
             if let Err(divergence) = replayer.step(record) {
                 // The message names the record: it is formatted once the record is placed.
                 let line = transcript.line_of(index);

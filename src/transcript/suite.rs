@@ -205,6 +205,10 @@ impl fmt::Display for FileResult {
                     report.finishes.len(),
                     report.counters.objections
                 )?;
+                let lanes = report.subagents.iter().filter(|s| s.lane_recorded).count();
+                if lanes > 0 {
+                    write!(f, ", {lanes} subagent(s) replayed")?;
+                }
                 if let Some(why) = report.incompleteness() {
                     write!(f, "; not whole: {why}")?;
                 }
@@ -215,11 +219,19 @@ impl fmt::Display for FileResult {
                 "PARTIAL  {path}: matched as far as the record goes, but {}",
                 report.incompleteness().unwrap_or_default()
             ),
-            Outcome::Diverged(divergence) => write!(
-                f,
-                "DIVERGED {path}: at record {} (line {}) while the machine was {}",
-                divergence.index, divergence.line, divergence.phase
-            ),
+            Outcome::Diverged(divergence) => match &divergence.agent {
+                Some(agent) => write!(
+                    f,
+                    "DIVERGED {path}: at record {} (line {}) in subagent {agent}, while its \
+                     machine was {}",
+                    divergence.index, divergence.line, divergence.phase
+                ),
+                None => write!(
+                    f,
+                    "DIVERGED {path}: at record {} (line {}) while the machine was {}",
+                    divergence.index, divergence.line, divergence.phase
+                ),
+            },
             Outcome::Unreadable(message) => write!(f, "ERROR    {path}: {message}"),
         }
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::hooks::{Hook, HookServers};
 use crate::machine::{FinishReason, HookReply, Message, PermissionDecision, Purpose, SkipReason};
 use crate::text::{Cut, cut};
-use crate::transcript::show::{EntryKind, SessionView};
+use crate::transcript::show::{AgentLane, Entry, EntryKind, SessionView, ToolRun};
 
 impl SessionView {
     /// The session as text, one block per entry, for a terminal.
@@ -52,16 +52,43 @@ impl SessionView {
         if let Some(system) = &self.system_prompt {
             writeln!(out, "system: {}", one_line(system))?;
         }
-        for entry in &self.entries {
-            write!(out, "\n{:>8} ms  #{:<4} ", entry.at_ms, entry.index)?;
-            write_entry(out, &entry.kind)?;
-        }
+        write_entries(out, &self.entries)?;
         writeln!(out, "\nend: {}", self.end)
     }
 }
 
 /// The indent of an entry's detail lines, under its headline.
 const DETAIL: &str = "                   ";
+
+/// What starts each line of a subagent's lane, under its `agent` call.
+const LANE: &str = "                   │ ";
+
+/// Entries one after the other, each subagent's lane after the tool round of its call.
+fn write_entries(out: &mut String, entries: &[Entry]) -> fmt::Result {
+    for entry in entries {
+        write!(out, "\n{:>8} ms  #{:<4} ", entry.at_ms, entry.index)?;
+        write_entry(out, &entry.kind)?;
+        for lane in entry.kind.agent_lanes() {
+            write_lane(out, lane)?;
+        }
+    }
+    Ok(())
+}
+
+/// A subagent's steps, each line behind the lane's rule, so nested lanes stack their rules.
+fn write_lane(out: &mut String, lane: &AgentLane) -> fmt::Result {
+    writeln!(out, "{DETAIL}subagent {}:", lane.id)?;
+    let mut steps = String::new();
+    write_entries(&mut steps, &lane.entries)?;
+    for line in steps.trim_start_matches('\n').lines() {
+        if line.is_empty() {
+            writeln!(out, "{}", LANE.trim_end())?;
+        } else {
+            writeln!(out, "{LANE}{line}")?;
+        }
+    }
+    Ok(())
+}
 
 impl EntryKind {
     /// The entry as text: a headline, then detail lines (indented), as `show` prints it.
@@ -70,6 +97,17 @@ impl EntryKind {
         // Writing into a String cannot fail.
         let _ = write_entry(&mut out, self);
         out
+    }
+
+    /// The subagents this step ran, in the order of its calls: the lanes of a tool round's
+    /// `agent` calls; none for any other step.
+    pub fn agent_lanes(&self) -> impl Iterator<Item = &AgentLane> {
+        let calls: &[ToolRun] = if let Self::Tools { calls } = self {
+            calls
+        } else {
+            &[]
+        };
+        calls.iter().filter_map(|run| run.agent.as_ref())
     }
 
     /// A short name of the kind, as in the JSON (`request`, `hook_round`, ...).

@@ -1,9 +1,11 @@
 //! How a replay's records become a view's entries: each order paired with the facts that
 //! answer it, requests folded against the one before, hook rounds numbered per hook.
 
-use super::{Entry, EntryKind, HookAnswer, ServerView, ToolRun, history_bytes};
+use std::collections::BTreeMap;
+
+use super::{AgentLane, Entry, EntryKind, HookAnswer, ServerView, ToolRun, history_bytes};
 use crate::hooks::Hook;
-use crate::machine::{Catalog, Effect, Input, Media, Message, Notice};
+use crate::machine::{AgentId, Catalog, Effect, Input, Machine, Media, Message, Notice};
 use crate::supervisor::{self, Fact, Order};
 use crate::transcript::{Event, Replayer};
 
@@ -25,6 +27,9 @@ pub(super) struct Builder {
     bytes_before_fact: usize,
     /// How the session sizes media, for the byte counts.
     media: Media,
+    /// Each subagent's entries, built on a lane of their own (kept by the top-level builder
+    /// only) until they are nested under the `agent` call that started them.
+    lanes: BTreeMap<AgentId, Builder>,
 }
 
 impl Builder {
@@ -35,7 +40,10 @@ impl Builder {
         }
     }
 
-    pub(super) fn into_entries(self) -> Vec<Entry> {
+    /// The entries, each subagent's nested under the call that started it.
+    pub(super) fn into_entries(mut self) -> Vec<Entry> {
+        let mut lanes = std::mem::take(&mut self.lanes);
+        nest(&mut self.entries, &mut lanes);
         self.entries
     }
 
@@ -48,13 +56,30 @@ impl Builder {
         bytes_before: usize,
     ) {
         match event {
-            Event::Effect(effect) => self.effect(index, at_ms, effect, replayer),
+            Event::Effect(effect) => self.effect(index, at_ms, effect, replayer.machine()),
             Event::Fact(fact) => {
                 self.bytes_before_fact = bytes_before;
                 self.fact(index, at_ms, fact);
             }
             Event::Supervision(event) => self.supervision(index, at_ms, event),
+            Event::AgentEffect { agent, effect } => {
+                if let Some(machine) = replayer.agent(agent) {
+                    self.lane(agent).effect(index, at_ms, effect, machine);
+                }
+            }
+            Event::AgentFact { agent, fact } => {
+                let lane = self.lane(agent);
+                lane.bytes_before_fact = bytes_before;
+                lane.fact(index, at_ms, fact);
+            }
         }
+    }
+
+    fn lane(&mut self, agent: &AgentId) -> &mut Builder {
+        let media = &self.media;
+        self.lanes
+            .entry(agent.clone())
+            .or_insert_with(|| Builder::new(media.clone()))
     }
 
     fn supervision(&mut self, index: usize, at_ms: u64, event: &supervisor::Event) {
@@ -100,8 +125,7 @@ impl Builder {
         self.entries.push(Entry { index, at_ms, kind });
     }
 
-    fn effect(&mut self, index: usize, at_ms: u64, effect: &Effect, replayer: &Replayer) {
-        let machine = replayer.machine();
+    fn effect(&mut self, index: usize, at_ms: u64, effect: &Effect, machine: &Machine) {
         let kind = match effect {
             Effect::CallLlm { purpose, .. } => {
                 self.rounds += 1;
@@ -137,6 +161,7 @@ impl Builder {
                             call: call.clone(),
                             output: None,
                             done_ms: None,
+                            agent: None,
                         })
                         .collect(),
                 }
@@ -352,6 +377,24 @@ impl Builder {
             Input::PermissionSettingChanged { .. } => {}
             Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),
             Input::Closed => self.push(index, at_ms, EntryKind::Closed),
+        }
+    }
+}
+
+/// Puts each subagent's entries under the tool run of the `agent` call that started it, its
+/// own subagents' under its calls in turn.
+fn nest(entries: &mut [Entry], lanes: &mut BTreeMap<AgentId, Builder>) {
+    for entry in entries {
+        let EntryKind::Tools { calls } = &mut entry.kind else {
+            continue;
+        };
+        for run in calls {
+            let id = AgentId(run.call.id.0.clone());
+            if let Some(lane) = lanes.remove(&id) {
+                let mut entries = lane.entries;
+                nest(&mut entries, lanes);
+                run.agent = Some(AgentLane { id, entries });
+            }
         }
     }
 }
