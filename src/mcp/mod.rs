@@ -163,6 +163,13 @@ pub enum McpError {
         qualified: String,
     },
     /// The servers offer more tools than the session allows.
+    ///
+    /// No longer produced: a server whose tools would bring the session past
+    /// [`HostOptions::max_tools`] is left out like one that failed to start, a
+    /// [`Startup`](Self::Startup) failure that names the count and the limit.
+    #[deprecated(
+        note = "never produced: a server over the tool limit fails to start (`McpError::Startup`)"
+    )]
     #[error("the servers offer {count} tools, more than the limit of {max}")]
     TooManyTools {
         /// Tools offered.
