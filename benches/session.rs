@@ -192,10 +192,7 @@ async fn todo_host() -> McpHost {
     let servers = McpServers::new()
         .with("todo", config)
         .expect("a server name");
-    let options = HostOptions {
-        all_or_nothing: true,
-        ..HostOptions::default()
-    };
+    let options = HostOptions::default().with_all_or_nothing(true);
     let (host, _) = McpHost::connect(servers, options)
         .await
         .expect("the todo server starts");

@@ -65,11 +65,9 @@ async fn run(url: &str) -> Result<(), String> {
     let servers = McpServers::new()
         .with("conformance", server)
         .map_err(|e| e.to_string())?;
-    let options = HostOptions {
-        all_or_nothing: true,
-        oauth: oauth_options(&context),
-        ..HostOptions::default()
-    };
+    let options = HostOptions::default()
+        .with_all_or_nothing(true)
+        .with_oauth(oauth_options(&context));
     let (host, _) = McpHost::connect(servers, options)
         .await
         .map_err(|e| e.to_string())?;

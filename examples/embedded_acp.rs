@@ -5,6 +5,14 @@
 //! cargo run --example embedded_acp --no-default-features --features acp
 //! ```
 //!
+//! In a crate of your own, these dependencies are all it needs:
+//!
+//! ```toml
+//! [dependencies]
+//! hookloop = { version = "0.1", default-features = false, features = ["acp"] }
+//! tokio = { version = "1", features = ["macros", "rt", "io-std"] }
+//! ```
+//!
 //! Point an ACP client (an editor) at the built binary. Here the model only says how many
 //! messages it was sent and the host offers no tools; a real program plugs in its own provider
 //! and servers (or `hookloop::llm::AnyLlm` and `hookloop::mcp::McpHost`, with the features

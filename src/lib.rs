@@ -287,7 +287,7 @@
 //! an ACP agent on stdio whose sessions use a model client and a tool host of its own.
 //!
 //! ```text
-//! cargo run --example embedded_acp --no-default-features --features acp,testing
+//! cargo run --example embedded_acp --no-default-features --features acp
 //! ```
 //!
 //! ## More

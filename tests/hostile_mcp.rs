@@ -340,10 +340,7 @@ async fn a_server_gets_at_most_two_open_questions_during_a_call() {
 
 /// Options whose call timeout is short.
 fn short_calls() -> HostOptions {
-    HostOptions {
-        call_timeout: Duration::from_secs(2),
-        ..fast_options()
-    }
+    fast_options().with_call_timeout(Duration::from_secs(2))
 }
 
 /// A call to `name` ends by the call timeout, a dropped call ends at once, and another server

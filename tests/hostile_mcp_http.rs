@@ -126,10 +126,7 @@ fn call(name: &str) -> ToolCall {
 }
 
 fn options(call_timeout: Duration) -> HostOptions {
-    HostOptions {
-        call_timeout,
-        ..fast_options()
-    }
+    fast_options().with_call_timeout(call_timeout)
 }
 
 /// Connects to the hostile server as `evil` and to a well-behaved streamable HTTP server as

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use hookloop::machine::{HookContext, HookReply, ToolCall};
 use hookloop::mcp::{
-    Answer, ElicitAnswer, Elicitation, ElicitationMode, HookCall, HostOptions, McpHost, Person,
-    ServerConfig, ToolHost,
+    Answer, ElicitAnswer, Elicitation, ElicitationMode, HookCall, McpHost, Person, ServerConfig,
+    ToolHost,
 };
 use hookloop::{Hook, ServerName};
 use serde_json::{Value, json};
@@ -200,10 +200,7 @@ async fn roots_list_the_sessions_directory_and_a_change_is_announced() {
         let first = dir.path().join("my project");
         let mut vars = generation(legacy);
         vars.push(("TS_LOG", &log));
-        let options = HostOptions {
-            roots: vec![first.clone()],
-            ..fast_options()
-        };
+        let options = fast_options().with_roots([first.clone()]);
         let host = connect(vec![("srv", test_server(&vars))], options).await;
         let listed = host.call_tool(&call("srv__roots")).await.joined_text();
         assert_eq!(listed, file_uri(&first), "legacy: {legacy}");
@@ -232,10 +229,7 @@ async fn setting_the_same_roots_again_announces_nothing() {
     let dir = Scratch::new("roots-same");
     let log = dir.file("log");
     let root = PathBuf::from("/work/here");
-    let options = HostOptions {
-        roots: vec![root.clone()],
-        ..fast_options()
-    };
+    let options = fast_options().with_roots([root.clone()]);
     let host = connect(
         vec![("srv", test_server(&[("TS_LEGACY", "1"), ("TS_LOG", &log)]))],
         options,

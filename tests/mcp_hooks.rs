@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hookloop::hooks::encode_hook_body;
 use hookloop::machine::{Effect, Message, Notice, ToolCall, ToolOutput};
-use hookloop::mcp::{HostOptions, McpHost, ToolHost};
+use hookloop::mcp::{McpHost, ToolHost};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, Observer, PromptStop, Session};
 use serde_json::{Value, json};
@@ -488,10 +488,7 @@ async fn a_server_out_of_restarts_leaves_the_catalog() {
             ),
             ("steady", test_server(&[])),
         ],
-        HostOptions {
-            restart_budget: 1,
-            ..fast_options()
-        },
+        fast_options().with_restart_budget(1),
     )
     .await;
     let llm = ScriptedLlm::new((0..5).map(|i| Step::text(format!("end {i}"))));
@@ -620,10 +617,7 @@ async fn hook_calls_carry_the_session_and_hook_context_in_meta() {
                 ("TS_LOG", &log),
             ]),
         )],
-        HostOptions {
-            session_id: "s-42".into(),
-            ..fast_options()
-        },
+        fast_options().with_session_id("s-42"),
     )
     .await;
     let llm = ScriptedLlm::new([

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use hookloop::machine::{Content, HookContext, HookReply, ToolCall, ToolOutput};
 use hookloop::mcp::{
-    CHILD_ENV_PASSTHROUGH, HookCall, HostOptions, McpError, McpHost, McpServers, ServerConfig,
-    ToolHost,
+    CHILD_ENV_PASSTHROUGH, HookCall, McpError, McpHost, McpServers, ServerConfig, ToolHost,
 };
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, ServerName, Session};
@@ -55,10 +54,7 @@ async fn a_server_that_fails_to_start_is_named_and_left_out() {
     let names: Vec<_> = catalog.servers.iter().map(|s| s.server.as_str()).collect();
     assert_eq!(names, ["good"]);
 
-    let all_or_nothing = HostOptions {
-        all_or_nothing: true,
-        ..fast_options()
-    };
+    let all_or_nothing = fast_options().with_all_or_nothing(true);
     match McpHost::connect(list, all_or_nothing).await {
         Err(McpError::NotAllStarted { failures }) => assert_eq!(failures.len(), 2),
         Err(other) => panic!("unexpected error {other}"),
@@ -68,10 +64,7 @@ async fn a_server_that_fails_to_start_is_named_and_left_out() {
 
 #[tokio::test]
 async fn start_up_is_bounded_by_its_timeout() {
-    let options = HostOptions {
-        startup_timeout: Duration::from_millis(500),
-        ..fast_options()
-    };
+    let options = fast_options().with_startup_timeout(Duration::from_millis(500));
     let started = Instant::now();
     let (_host, failures) = McpHost::connect(
         servers(vec![("slow", test_server(&[("TS_STARTUP", "hang")]))]),
@@ -85,10 +78,7 @@ async fn start_up_is_bounded_by_its_timeout() {
 
 #[tokio::test]
 async fn too_many_servers_is_an_error() {
-    let too_many = HostOptions {
-        max_servers: 1,
-        ..fast_options()
-    };
+    let too_many = fast_options().with_max_servers(1);
     let two = servers(vec![("a", test_server(&[])), ("b", test_server(&[]))]);
     assert!(matches!(
         McpHost::connect(two, too_many).await,
@@ -212,12 +202,9 @@ async fn a_tool_call_past_its_timeout_is_cancelled_on_the_server() {
     let log = dir.file("log");
     let host = connect(
         vec![("t", test_server(&[("TS_LOG", &log)]))],
-        HostOptions {
-            // Reached only by the hung call; the echo after it must answer well within it
-            // on a loaded machine, which 300 ms did not always leave room for.
-            call_timeout: Duration::from_millis(1000),
-            ..fast_options()
-        },
+        // Reached only by the hung call; the echo after it must answer well within it on a
+        // loaded machine, which 300 ms did not always leave room for.
+        fast_options().with_call_timeout(Duration::from_millis(1000)),
     )
     .await;
     let output = host.call_tool(&call("t__hang", json!({}))).await;
@@ -299,10 +286,7 @@ async fn hooks_and_tools_work_over_streamable_http() {
             "web",
             ServerConfig::http(&server.url).header("X-Test", "yes"),
         )],
-        HostOptions {
-            session_id: "http-session".into(),
-            ..fast_options()
-        },
+        fast_options().with_session_id("http-session"),
     )
     .await;
     let llm = ScriptedLlm::new([

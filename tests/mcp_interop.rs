@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hookloop::machine::ToolCall;
 use hookloop::machine::{Content, Message};
-use hookloop::mcp::{HostOptions, ServerConfig, ToolHost, TransportKind};
+use hookloop::mcp::{ServerConfig, ToolHost, TransportKind};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::json;
@@ -525,10 +525,7 @@ async fn filesystem_works_in_the_roots_it_is_offered() {
     std::fs::write(first.join("note.txt"), "hello from the first root").unwrap();
     std::fs::write(second.join("note.txt"), "hello from the second root").unwrap();
     // No folder on its command line: the server works only in the roots the client offers.
-    let options = HostOptions {
-        roots: vec![first.clone()],
-        ..fast_options()
-    };
+    let options = fast_options().with_roots([first.clone()]);
     let host = connect(
         vec![("fs", interop.npm_server("server-filesystem", &[]))],
         options,

@@ -262,13 +262,10 @@ fn store_path(dir: &Scratch) -> PathBuf {
 }
 
 fn options(store: TokenStore) -> HostOptions {
-    HostOptions {
-        oauth: OAuthOptions {
-            store,
-            ..OAuthOptions::default()
-        },
-        ..common::fast_options()
-    }
+    common::fast_options().with_oauth(OAuthOptions {
+        store,
+        ..OAuthOptions::default()
+    })
 }
 
 fn servers(url: &str) -> McpServers {
@@ -466,14 +463,11 @@ async fn an_sse_server_behind_oauth_needs_a_login_then_runs_on_its_tokens() {
     );
 
     // The flow `mcp login` runs, on the stream's challenge, the browser step headless.
-    let login = HostOptions {
-        oauth: OAuthOptions {
-            store: store.clone(),
-            authorize: Authorize::FollowRedirects,
-            ..OAuthOptions::default()
-        },
-        ..common::fast_options()
-    };
+    let login = common::fast_options().with_oauth(OAuthOptions {
+        store: store.clone(),
+        authorize: Authorize::FollowRedirects,
+        ..OAuthOptions::default()
+    });
     let (host, failures) = McpHost::connect(sse(), login).await.unwrap();
     assert!(failures.is_empty(), "{failures:?}");
     drop(host);
@@ -499,14 +493,11 @@ async fn a_refused_refresh_says_to_log_in_again() {
     let dir = Scratch::new("oauth-refused");
     let store = TokenStore::file(store_path(&dir));
     // A login through the same flow `mcp login` runs, the browser step headless.
-    let login = HostOptions {
-        oauth: OAuthOptions {
-            store: store.clone(),
-            authorize: Authorize::FollowRedirects,
-            ..OAuthOptions::default()
-        },
-        ..common::fast_options()
-    };
+    let login = common::fast_options().with_oauth(OAuthOptions {
+        store: store.clone(),
+        authorize: Authorize::FollowRedirects,
+        ..OAuthOptions::default()
+    });
     let (host, failures) = McpHost::connect(servers(&server.url), login).await.unwrap();
     assert!(failures.is_empty(), "{failures:?}");
     drop(host);

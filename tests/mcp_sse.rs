@@ -165,10 +165,7 @@ async fn an_endpoint_on_another_origin_is_refused_and_nothing_is_posted() {
 #[tokio::test]
 async fn an_endpoint_that_never_comes_fails_start_up_naming_the_server() {
     let server = HttpServer::sse(&[("TS_SSE_ENDPOINT", "never")]);
-    let options = HostOptions {
-        startup_timeout: Duration::from_secs(2),
-        ..fast_options()
-    };
+    let options = fast_options().with_startup_timeout(Duration::from_secs(2));
     let started = Instant::now();
     let errors = failures(vec![("old", ServerConfig::sse(&server.url))], options).await;
     // The endpoint's wait (half the start-up's) ran out, not the start-up's own timeout.

@@ -158,6 +158,19 @@ impl<L, H> Created<L, H> {
 }
 
 /// Settings of the agent that are not the engine's.
+///
+/// Start from [`AgentOptions::default`] (or [`from_env`](Self::from_env)) and change what you
+/// need:
+///
+/// ```
+/// use hookloop::acp::{AgentOptions, Permissions};
+///
+/// let options = AgentOptions::default()
+///     .with_max_sessions(4)
+///     .with_permissions(Permissions::Never);
+/// assert_eq!(options.max_sessions, 4);
+/// assert_eq!(options.max_frame_bytes, hookloop::acp::DEFAULT_MAX_FRAME_BYTES);
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AgentOptions {
@@ -203,6 +216,32 @@ impl AgentOptions {
                 })?;
         }
         Ok(options)
+    }
+}
+
+impl AgentOptions {
+    /// Sets [`max_frame_bytes`](Self::max_frame_bytes).
+    pub fn with_max_frame_bytes(mut self, max: usize) -> Self {
+        self.max_frame_bytes = max;
+        self
+    }
+
+    /// Sets [`max_sessions`](Self::max_sessions).
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+
+    /// Sets [`max_queued_frames`](Self::max_queued_frames).
+    pub fn with_max_queued_frames(mut self, max: usize) -> Self {
+        self.max_queued_frames = max;
+        self
+    }
+
+    /// Sets [`permissions`](Self::permissions).
+    pub fn with_permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = permissions;
+        self
     }
 }
 

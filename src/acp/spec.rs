@@ -9,6 +9,26 @@ use super::permission::Permissions;
 use crate::hooks::ServerName;
 
 /// What a client asked for in `session/new`, in the engine's terms.
+///
+/// The agent builds it from the client's request, having checked it (an absolute `cwd`, server
+/// names unique and valid). A program builds one to test its own
+/// [`SessionFactory`](crate::acp::SessionFactory) without a client:
+///
+/// ```
+/// use hookloop::ServerName;
+/// use hookloop::acp::{Permissions, ServerSpec, SessionSpec};
+///
+/// let spec = SessionSpec::new("/srv/project")
+///     .with_server(ServerSpec::Stdio {
+///         name: ServerName::new("todo")?,
+///         command: "todo-server".into(),
+///         args: Vec::new(),
+///         env: Vec::new(),
+///     })
+///     .with_permissions(Permissions::Never);
+/// assert_eq!(spec.servers.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SessionSpec {
@@ -21,6 +41,30 @@ pub struct SessionSpec {
     /// on when this is [`Permissions::Ask`]. A restored session replays its record under the
     /// record's setting, then goes on under this one.
     pub permissions: Permissions,
+}
+
+impl SessionSpec {
+    /// A session in `cwd` with no servers of its own, asking before destructive tools run.
+    /// Unlike a client's request, nothing here is checked.
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            cwd: cwd.into(),
+            servers: Vec::new(),
+            permissions: Permissions::Ask,
+        }
+    }
+
+    /// Adds `server` after the servers already given.
+    pub fn with_server(mut self, server: ServerSpec) -> Self {
+        self.servers.push(server);
+        self
+    }
+
+    /// Sets [`permissions`](Self::permissions).
+    pub fn with_permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = permissions;
+        self
+    }
 }
 
 /// One MCP server a client attached to a session.

@@ -59,9 +59,9 @@ async fn login_inner(
             .remember_scopes(&url, &before.requested_scopes)
             .map_err(Failure::failed)?;
     }
-    let options = HostOptions {
-        all_or_nothing: true,
-        oauth: OAuthOptions {
+    let options = HostOptions::default()
+        .with_all_or_nothing(true)
+        .with_oauth(OAuthOptions {
             store: staged.clone(),
             authorize: Authorize::Browser(ShowUrl::new(|server, url| {
                 // The URL is the authorization server's endpoint: its text is not ours.
@@ -75,9 +75,7 @@ async fn login_inner(
                 client_secret: secret,
                 client_metadata_url: client.client_metadata_url,
             },
-        },
-        ..HostOptions::default()
-    };
+        });
     let connected = McpHost::connect(servers, options).await;
     // The scopes this attempt asked for are kept even when it failed: the next login asks
     // for them too.
@@ -155,13 +153,10 @@ async fn list_inner(mcp_config: Option<&Path>) -> Result<(), Failure> {
         .iter()
         .map(|(n, c)| (n.clone(), c.clone()))
         .collect();
-    let options = HostOptions {
-        oauth: OAuthOptions {
-            store: store.clone(),
-            ..OAuthOptions::default()
-        },
-        ..HostOptions::default()
-    };
+    let options = HostOptions::default().with_oauth(OAuthOptions {
+        store: store.clone(),
+        ..OAuthOptions::default()
+    });
     let (host, failures) = McpHost::connect(servers, options)
         .await
         .map_err(Failure::failed)?;

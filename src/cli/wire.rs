@@ -82,10 +82,7 @@ pub fn warn_unconfigured_hook_servers(policy: &hookloop::Policy, servers: &McpSe
 /// Starts the servers, with the current directory as their root; one that fails is reported
 /// and left out.
 pub async fn connect(servers: McpServers) -> Result<Host, Failure> {
-    let options = HostOptions {
-        roots: std::env::current_dir().into_iter().collect(),
-        ..HostOptions::default()
-    };
+    let options = HostOptions::default().with_roots(std::env::current_dir());
     let (host, failures) = McpHost::connect(servers, options)
         .await
         .map_err(Failure::failed)?;
@@ -141,11 +138,9 @@ pub async fn connect_spec(spec: SessionSpec, config: &hookloop::Config) -> Resul
         };
         servers.push(name, config).map_err(Failure::usage)?;
     }
-    let options = HostOptions {
-        all_or_nothing: true,
-        roots: vec![spec.cwd],
-        ..HostOptions::default()
-    };
+    let options = HostOptions::default()
+        .with_all_or_nothing(true)
+        .with_roots([spec.cwd]);
     warn_unconfigured_hook_servers(config.policy(), &servers);
     let (host, _) = McpHost::connect(servers, options)
         .await
@@ -161,10 +156,7 @@ pub async fn todo_host(server: &str) -> Result<Host, Failure> {
     let name = ServerName::new(server).map_err(Failure::failed)?;
     let mut servers = McpServers::new();
     servers.push(name, config).map_err(Failure::failed)?;
-    let options = HostOptions {
-        all_or_nothing: true,
-        ..HostOptions::default()
-    };
+    let options = HostOptions::default().with_all_or_nothing(true);
     let (host, _) = McpHost::connect(servers, options)
         .await
         .map_err(|e| Failure::failed(format!("the todo server did not start: {e}")))?;

@@ -1,10 +1,9 @@
-//! What the host connects to, and the limits it keeps: [`McpServers`] (the `mcpServers` object
-//! of a `.mcp.json` file, in file order) and [`HostOptions`].
+//! What the host connects to: [`McpServers`] (the `mcpServers` object of a `.mcp.json` file, in
+//! file order) and how to reach each server.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -474,73 +473,6 @@ impl From<ServerConfig> for RawServerConfig {
                 oauth: h.oauth,
                 ..Self::default()
             },
-        }
-    }
-}
-
-/// The host's limits and timeouts. The defaults suit an interactive agent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostOptions {
-    /// Sent to hook servers as `_meta["hookloop/session"]` until
-    /// [`ToolHost::set_session_id`](crate::mcp::ToolHost::set_session_id) names the session.
-    /// Default: a random id.
-    pub session_id: String,
-    /// Bounds one server's start-up: spawn or connect, initialization, `tools/list`. Default 30 s.
-    pub startup_timeout: Duration,
-    /// Bounds one tool call. Default 600 s.
-    pub call_timeout: Duration,
-    /// When true, [`McpHost::connect`](crate::mcp::McpHost::connect) fails if any server fails
-    /// to start; else the session starts without it. Default false.
-    pub all_or_nothing: bool,
-    /// Servers per session. Default 16.
-    pub max_servers: usize,
-    /// Tools per session, hooks included. Default 256.
-    pub max_tools: usize,
-    /// Text of one tool result that reaches the model; the middle of a longer one is elided.
-    /// Default 50 KiB.
-    pub max_output_bytes: usize,
-    /// A tool description longer than this is cut, with a marker. Default 1 KiB.
-    pub max_description_bytes: usize,
-    /// An input schema whose JSON is longer than this is replaced by `{"type":"object"}`.
-    /// Default 8 KiB.
-    pub max_schema_bytes: usize,
-    /// Restarts allowed after consecutive lives that ended badly (killed, crashed, failed to
-    /// start again). Default 3.
-    pub restart_budget: u32,
-    /// The first restart waits this long; each further one twice as long, with jitter.
-    /// Default 200 ms.
-    pub restart_backoff: Duration,
-    /// The longest wait between restarts. Default 10 s.
-    pub max_restart_backoff: Duration,
-    /// A life that answered a call and lasted this long before it ended badly starts a new
-    /// streak of bad lives instead of extending the last one. Default 60 s.
-    pub healthy_after: Duration,
-    /// The directories offered to servers as their roots (the session's working directory).
-    /// Default: none.
-    pub roots: Vec<PathBuf>,
-    /// How HTTP servers that ask for OAuth get their tokens (those whose configuration sets no
-    /// `Authorization` header). Default: the user's token store, and no login.
-    pub oauth: crate::mcp::auth::OAuthOptions,
-}
-
-impl Default for HostOptions {
-    fn default() -> Self {
-        Self {
-            session_id: format!("{:016x}", fastrand::u64(..)),
-            startup_timeout: Duration::from_secs(30),
-            call_timeout: Duration::from_secs(600),
-            all_or_nothing: false,
-            max_servers: 16,
-            max_tools: 256,
-            max_output_bytes: 50 * 1024,
-            max_description_bytes: 1024,
-            max_schema_bytes: 8 * 1024,
-            restart_budget: 3,
-            restart_backoff: Duration::from_millis(200),
-            max_restart_backoff: Duration::from_secs(10),
-            healthy_after: Duration::from_secs(60),
-            roots: Vec::new(),
-            oauth: crate::mcp::auth::OAuthOptions::default(),
         }
     }
 }

@@ -29,8 +29,10 @@ use self::slot::MakeDuplex;
 use self::slot::{Launch, Life, Slot};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
-use crate::mcp::config::{HostOptions, McpServers};
-use crate::mcp::{HookCall, McpError, Nobody, Person, ToolHost, TransportKind, convert};
+use crate::mcp::config::McpServers;
+use crate::mcp::{
+    HookCall, HostOptions, McpError, Nobody, Person, ToolHost, TransportKind, convert,
+};
 use crate::supervisor::{self, Fact, Supervisor, SupervisorPolicy};
 use crate::text::lock;
 

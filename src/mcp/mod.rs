@@ -20,6 +20,8 @@ mod elicit;
 #[cfg(feature = "mcp")]
 mod host;
 #[cfg(feature = "mcp")]
+mod options;
+#[cfg(feature = "mcp")]
 mod sse;
 #[cfg(feature = "mcp")]
 mod transport;
@@ -30,15 +32,16 @@ use std::time::Duration;
 
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
-pub use self::config::{
-    CHILD_ENV_PASSTHROUGH, HostOptions, HttpConfig, McpServers, ServerConfig, StdioConfig,
-};
+pub use self::config::{CHILD_ENV_PASSTHROUGH, HttpConfig, McpServers, ServerConfig, StdioConfig};
 pub use self::elicit::{
     Answer, ElicitAnswer, Elicitation, ElicitationMode, Nobody, Person, schema_defaults,
 };
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub use self::host::{McpHost, StartupFailure};
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub use self::options::HostOptions;
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{Catalog, HookContext, HookReply, ToolCall, ToolOutput};
@@ -160,6 +163,13 @@ pub enum McpError {
         qualified: String,
     },
     /// The servers offer more tools than the session allows.
+    ///
+    /// No longer produced: a server whose tools would bring the session past
+    /// [`HostOptions::max_tools`] is left out like one that failed to start, a
+    /// [`Startup`](Self::Startup) failure that names the count and the limit.
+    #[deprecated(
+        note = "never produced: a server over the tool limit fails to start (`McpError::Startup`)"
+    )]
     #[error("the servers offer {count} tools, more than the limit of {max}")]
     TooManyTools {
         /// Tools offered.

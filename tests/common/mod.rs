@@ -23,11 +23,9 @@ pub fn test_server(vars: &[(&str, &str)]) -> ServerConfig {
 
 /// Options with short timings, so failure paths take milliseconds.
 pub fn fast_options() -> HostOptions {
-    HostOptions {
-        startup_timeout: Duration::from_secs(20),
-        restart_backoff: Duration::from_millis(20),
-        ..HostOptions::default()
-    }
+    let options = HostOptions::default().with_startup_timeout(Duration::from_secs(20));
+    let max_backoff = options.max_restart_backoff;
+    options.with_restart_backoff(Duration::from_millis(20), max_backoff)
 }
 
 /// Connects to `servers` (in order), failing the test if any does not start.

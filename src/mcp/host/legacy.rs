@@ -9,11 +9,11 @@ use rmcp::service::{ClientInitializeError, ClientLifecycleMode, serve_client_wit
 
 use super::refresh::ListChanged;
 use super::slot::{Connected, Handshake, Slot};
-use crate::mcp::TransportKind;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
-use crate::mcp::config::{HostOptions, HttpConfig};
+use crate::mcp::config::HttpConfig;
 use crate::mcp::sse::fallback::{self, Refusal};
 use crate::mcp::sse::{Client, ENDPOINT_TIMEOUT, SseTransport};
+use crate::mcp::{HostOptions, TransportKind};
 
 impl Slot {
     /// Connects and negotiates one life over HTTP+SSE.

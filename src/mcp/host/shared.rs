@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
+use crate::mcp::HostOptions;
 use crate::mcp::Person;
-use crate::mcp::config::HostOptions;
 use crate::supervisor::{self, Supervisor};
 use crate::text::lock;
 
