@@ -206,6 +206,10 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// its history, counters and policy are the machine's; `config` gives the rest.
     pub fn with_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {
         let (tx, cancel_rx) = watch::channel(0);
+        let mut trace = SessionTrace::new();
+        if let Some((provider, model)) = llm.model_name() {
+            trace.set_model(provider, model);
+        }
         Self {
             llm,
             host,
@@ -221,7 +225,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             cancel_tx: Arc::new(tx),
             cancel_rx,
             span: tracing::info_span!("session", id = next_session_id()),
-            trace: SessionTrace::new(),
+            trace,
         }
     }
 
@@ -310,6 +314,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// prompt, say) does not.
     pub async fn close(&mut self) -> Result<(), SessionError> {
         let span = tracing::info_span!(parent: &self.span, "close");
+        let closing = self.trace.close();
         let closed = async {
             // A front end closing a session cancels its prompt first (ACP `session/close`, a
             // client that went away): that cancel was for the prompt, and if it stood it would
@@ -336,6 +341,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             Ok(())
         }
         .instrument(span)
+        .instrument(closing)
         .await;
         // `session/close` and the end of a run: what the session traced goes out now, off this
         // thread (a collector never holds a session up).
@@ -437,7 +443,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 ..
             } = &mut self.boundary;
             let request = machine.request(purpose);
-            let chat = self.trace.chat(purpose, request.max_output_tokens);
+            let chat = self.trace.chat(&request);
             let mut first_chunk = telemetry::FirstChunk::new(&chat);
             let mut on_delta = |delta: Delta| {
                 first_chunk.seen();
@@ -455,7 +461,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 () = cancelled(&mut self.cancel_rx) => None,
                 result = call => Some(result),
             };
-            telemetry::chat_ended(&chat, outcome.as_ref());
+            self.trace.chat_ended(&chat, outcome.as_ref());
             outcome
         };
         let fact = match outcome {
@@ -484,6 +490,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             tool_concurrency: self.tool_concurrency,
             started: self.boundary.started,
             events,
+            trace: &self.trace,
         };
         let family = &family;
         // The `agent` calls among them run subagents, made now, while the machine is free.

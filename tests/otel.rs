@@ -5,6 +5,7 @@
 //! `HOOKLOOP_PHOENIX` names the `phoenix` executable (`.ci/setup.d/50-phoenix.sh` installs it);
 //! without it the Phoenix tests print one line and pass.
 
+mod acp_agent;
 mod loopback;
 
 use std::collections::HashMap;
@@ -12,9 +13,11 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use loopback::{FakeProvider, Reply};
+use acp_agent::{Agent, test_server};
+use loopback::{FakeProvider, Reply, after_tool, first_user_text};
 use serde_json::{Value, json};
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
@@ -40,7 +43,8 @@ fn a_run_traces_prompt_model_tools_hooks_and_compaction_into_phoenix() {
             .env(
                 "OTEL_RESOURCE_ATTRIBUTES",
                 format!("openinference.project.name={}", phoenix.project),
-            );
+            )
+            .env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true");
     });
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
@@ -77,6 +81,12 @@ fn a_run_traces_prompt_model_tools_hooks_and_compaction_into_phoenix() {
         assert_eq!(attr(chat, "gen_ai.operation.name"), json!("chat"));
         assert_eq!(attr(chat, "gen_ai.provider.name"), json!("openai"));
         assert_eq!(attr(chat, "gen_ai.request.model"), json!("loopback"));
+        // The scripted model names itself in whole and streamed replies alike.
+        assert_eq!(
+            attr(chat, "gen_ai.response.model"),
+            json!("loopback"),
+            "{chat}"
+        );
         assert_eq!(
             int(attr(chat, "gen_ai.request.max_tokens")),
             Some(100),
@@ -111,6 +121,43 @@ fn a_run_traces_prompt_model_tools_hooks_and_compaction_into_phoenix() {
             "{chat}"
         );
     }
+    // The content the operator opted in to, in the conventions' shape: the request that
+    // called the tool, and a streamed end of turn.
+    let asked = chats
+        .iter()
+        .find(|c| attr(c, "gen_ai.response.finish_reasons") == json!(["tool_use"]))
+        .unwrap_or_else(|| panic!("no tool request: {chats:?}"));
+    let input = json_attr(asked, "gen_ai.input.messages");
+    assert_eq!(input[0]["role"], "user", "{input}");
+    assert_eq!(input[0]["parts"][0]["type"], "text", "{input}");
+    assert!(
+        input[0]["parts"][0]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("remember the text")),
+        "{input}"
+    );
+    let output = json_attr(asked, "gen_ai.output.messages");
+    assert_eq!(output[0]["role"], "assistant", "{output}");
+    assert_eq!(output[0]["finish_reason"], "tool_use", "{output}");
+    let call = &output[0]["parts"][0];
+    assert_eq!(call["type"], "tool_call", "{output}");
+    assert_eq!(call["name"], "mem__echo", "{output}");
+    assert_eq!(
+        call["id"],
+        attr(trace.one("execute_tool mem__echo"), "gen_ai.tool.call.id")
+    );
+    let ended = chats
+        .iter()
+        .find(|c| attr(c, "gen_ai.request.stream") == json!(true))
+        .unwrap_or_else(|| panic!("no streamed request: {chats:?}"));
+    let output = json_attr(ended, "gen_ai.output.messages");
+    assert_eq!(
+        output[0]["parts"],
+        json!([{"type": "text", "content": "done"}]),
+        "{output}"
+    );
+    let input = json_attr(ended, "gen_ai.input.messages");
+    assert!(input.as_array().is_some_and(|m| !m.is_empty()), "{input}");
     let streamed = chats
         .iter()
         .filter(|c| attr(c, "gen_ai.request.stream") == json!(true))
@@ -135,6 +182,11 @@ fn a_run_traces_prompt_model_tools_hooks_and_compaction_into_phoenix() {
     assert_eq!(attr(mcp, "gen_ai.tool.name"), json!("echo"));
     assert_eq!(attr(mcp, "hookloop.mcp.server"), json!("mem"));
     assert_eq!(attr(mcp, "network.transport"), json!("pipe"));
+    let id = attr(mcp, "jsonrpc.request.id");
+    assert!(
+        id.as_str().is_some_and(|id| id.parse::<u64>().is_ok()),
+        "the request's JSON-RPC id: {mcp}"
+    );
     assert!(
         attr(mcp, "mcp.protocol.version").as_str().is_some(),
         "{mcp}"
@@ -240,6 +292,151 @@ fn a_run_traces_prompt_model_tools_hooks_and_compaction_into_phoenix() {
     assert_eq!(compactions[0]["messages_before"].as_u64(), before);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_session_traces_its_subagent_and_its_close_into_phoenix() {
+    let Some(phoenix) = Phoenix::start("acp") else {
+        return;
+    };
+    let scratch = Scratch::new("otel-acp");
+    let log = scratch.path.join("mem.log");
+    // The parent hands the work to a child, which calls a tool and answers; then the parent
+    // ends its turn.
+    let provider = FakeProvider::start(|request| {
+        if first_user_text(request).contains("Echo something") {
+            if after_tool(request) {
+                Reply::text("child done")
+            } else {
+                Reply::tool("mem__echo", json!({"text": "hi"}))
+            }
+        } else if after_tool(request) {
+            Reply::text("all done")
+        } else {
+            Reply::tool(
+                "agent",
+                json!({"description": "echo", "prompt": "Echo something."}),
+            )
+        }
+    });
+    let endpoint = phoenix.base_url();
+    let resource = format!("openinference.project.name={}", phoenix.project);
+    let mut agent = Agent::spawn_with(&provider, &[], |command| {
+        command
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_RESOURCE_ATTRIBUTES", &resource)
+            .env("HOOKLOOP_SUBAGENTS", "1")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_SDK_DISABLED")
+            .env_remove("OTEL_TRACES_EXPORTER");
+    });
+    agent.initialize().await;
+    let log_path = log.to_string_lossy().into_owned();
+    let server = test_server(
+        "mem",
+        &[
+            ("TS_HOOKS", "_Stop,_SubagentStop,_SessionEnd"),
+            ("TS_LOG", log_path.as_str()),
+        ],
+    );
+    let session = agent.new_session(json!([server])).await;
+    let (reply, _) = agent.prompt_to_end(&session, "Delegate the work.").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let (closed, _) = agent
+        .call("session/close", json!({"sessionId": session}))
+        .await;
+    assert!(closed.get("error").is_none(), "{closed}");
+    agent.close().await;
+
+    let spans = tokio::task::block_in_place(|| {
+        phoenix.spans_until(|spans| {
+            spans.iter().any(|s| s["name"] == "hookloop.session.close")
+                && spans
+                    .iter()
+                    .any(|s| s["name"] == "hookloop.hook _SubagentStop")
+        })
+    });
+    let trace = Trace::new(&spans);
+
+    // The prompt: named for the ACP session and the model.
+    let prompts: Vec<&Value> = trace
+        .named("invoke_agent hookloop")
+        .into_iter()
+        .filter(|s| s["parent_id"].is_null())
+        .collect();
+    assert_eq!(prompts.len(), 1, "one prompt: {spans:?}");
+    let prompt = prompts[0];
+    assert_eq!(attr(prompt, "gen_ai.conversation.id"), json!(session));
+    assert_eq!(attr(prompt, "gen_ai.provider.name"), json!("openai"));
+    assert_eq!(attr(prompt, "gen_ai.request.model"), json!("loopback"));
+    assert_eq!(attr(prompt, "gen_ai.agent.id"), Value::Null, "{prompt}");
+    let agent_trace = &prompt["context"]["trace_id"];
+    for span in &spans {
+        assert_eq!(
+            &span["context"]["trace_id"], agent_trace,
+            "one trace: {span}"
+        );
+    }
+
+    // The child: its own `invoke_agent` under the `execute_tool agent` that started it, its
+    // model requests, tool call and `_SubagentStop` round under it.
+    let call = trace.one("execute_tool agent");
+    assert_eq!(trace.parent(call)["name"], "invoke_agent hookloop");
+    let children = trace.children(call);
+    assert_eq!(children.len(), 1, "{children:?}");
+    let child = children[0];
+    assert_eq!(child["name"], "invoke_agent hookloop");
+    assert_eq!(
+        attr(child, "gen_ai.agent.id"),
+        attr(call, "gen_ai.tool.call.id"),
+        "{child}"
+    );
+    assert_eq!(attr(child, "gen_ai.conversation.id"), json!(session));
+    let under_child: Vec<String> = trace
+        .children(child)
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    for name in [
+        "chat loopback",
+        "execute_tool mem__echo",
+        "hookloop.hook _SubagentStop",
+    ] {
+        assert!(
+            under_child.iter().any(|n| n == name),
+            "{name}: {under_child:?}"
+        );
+    }
+    assert_eq!(
+        under_child.iter().filter(|n| *n == "chat loopback").count(),
+        2,
+        "{under_child:?}"
+    );
+    let echo = trace.one("execute_tool mem__echo");
+    assert!(
+        trace
+            .children(echo)
+            .iter()
+            .any(|s| s["name"] == "tools/call echo"),
+        "{echo}"
+    );
+    let child_stop = trace.one("hookloop.hook _SubagentStop");
+    assert_eq!(trace.children(child_stop).len(), 1, "{child_stop}");
+    for chat in trace.named("chat loopback") {
+        assert_eq!(
+            attr(chat, "gen_ai.response.model"),
+            json!("loopback"),
+            "{chat}"
+        );
+    }
+
+    // The close: in the prompt's trace, under its span, with the `_SessionEnd` round in it.
+    let close = trace.one("hookloop.session.close");
+    assert_eq!(close["parent_id"], prompt["context"]["span_id"], "{close}");
+    assert_eq!(attr(close, "gen_ai.conversation.id"), json!(session));
+    let end = trace.one("hookloop.hook _SessionEnd");
+    assert_eq!(trace.parent(end)["name"], "hookloop.session.close");
+    assert_eq!(trace.children(end).len(), 1, "{end}");
+}
+
 #[test]
 fn a_closed_collector_port_leaves_the_session_unaffected() {
     // No Phoenix needed: nothing listens on the port.
@@ -327,6 +524,7 @@ fn run_session(
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("OTEL_SDK_DISABLED")
         .env_remove("OTEL_TRACES_EXPORTER")
+        .env_remove("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
         .env("MCP_HOOK_SERVERS", "mem")
         .env("HOOKLOOP_MAX_CONTEXT_TOKENS", "1200")
         .env("HOOKLOOP_MAX_OUTPUT_TOKENS", "100")
@@ -358,6 +556,15 @@ fn attr(span: &Value, key: &str) -> Value {
 }
 
 /// An integer attribute: OTLP's JSON form (and Phoenix's API) gives 64-bit integers as strings.
+/// An attribute that holds JSON in a string (the opt-in message content).
+fn json_attr(span: &Value, key: &str) -> Value {
+    let text = attr(span, key);
+    let text = text
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} on {span}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{key} is not JSON ({e}): {text}"))
+}
+
 fn int(value: Value) -> Option<u64> {
     value
         .as_u64()
@@ -474,7 +681,13 @@ struct Phoenix {
     port: u16,
     project: String,
     _dir: Scratch,
+    /// One Phoenix at a time: two starting at once on a loaded 2-core machine each took over
+    /// three minutes.
+    _turn: MutexGuard<'static, ()>,
 }
+
+/// Taken by each [`Phoenix`] for its life.
+static PHOENIX_TURN: Mutex<()> = Mutex::new(());
 
 impl Phoenix {
     /// Starts Phoenix and waits until it answers; `None` (said in one line) when
@@ -486,6 +699,7 @@ impl Phoenix {
             );
             return None;
         };
+        let turn = PHOENIX_TURN.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = Scratch::new("phoenix");
         let port = free_port();
         let grpc = free_port();
@@ -508,6 +722,7 @@ impl Phoenix {
             port,
             project: format!("hookloop-{project}"),
             _dir: dir,
+            _turn: turn,
         };
         let deadline = Instant::now() + PHOENIX_START;
         while http_get(port, "/healthz").is_none_or(|(status, _)| status != 200) {

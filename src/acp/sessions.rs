@@ -355,6 +355,7 @@ impl<F: SessionFactory> AgentState<F> {
         // Hook servers relate their calls to the client's session by the id the client knows,
         // the one a loaded session keeps.
         session.host().set_session_id(&id.0);
+        session.trace_mut().set_conversation_id(&*id.0);
         let kinds = Arc::new(Mutex::new(HashMap::new()));
         if self.permissions == Permissions::Ask {
             session.set_permission_asker(ClientAsker {

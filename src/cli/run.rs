@@ -48,11 +48,6 @@ async fn run(
     let host = wire::connect(servers).await?;
     host.set_person(ask::person());
     let mut session = Session::new(config, llm, host);
-    if let Ok(model) = hookloop::llm::LlmConfig::from_env() {
-        session
-            .trace_mut()
-            .set_model(model.provider.as_str(), model.model);
-    }
     let recorder = match &record {
         Some(path) => Some(
             start_recording(&mut session, path, redact_content)

@@ -37,6 +37,10 @@ impl LlmClient for SharedLlm {
     ) -> Result<LlmReply, LlmError> {
         self.0.stream(request, on_delta).await
     }
+
+    fn model_name(&self) -> Option<(&str, &str)> {
+        self.0.model_name()
+    }
 }
 
 /// The provider the environment names (`HOOKLOOP_PROVIDER`, `HOOKLOOP_MODEL`, keys, URLs).

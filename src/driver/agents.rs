@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
 use super::{PermissionAsker, call_hook_bounded, hook_calls};
 use crate::llm::{Delta, LlmClient};
@@ -17,6 +18,7 @@ use crate::machine::{
     AgentId, CallId, Effect, Input, Machine, MachineError, Purpose, ToolCall, ToolOutput,
 };
 use crate::mcp::ToolHost;
+use crate::telemetry::{self, SessionTrace};
 
 /// Something a subagent's boundary saw, on its way to the session's observers.
 pub(super) enum AgentEvent {
@@ -41,6 +43,8 @@ pub(super) struct Family<'a, L, H> {
     pub(super) tool_concurrency: usize,
     pub(super) started: Instant,
     pub(super) events: mpsc::UnboundedSender<Stamped>,
+    /// What the session's spans say of it; a child's spans say the same.
+    pub(super) trace: &'a SessionTrace,
 }
 
 /// A boxed future of an agent call's result: boxed because a child may start children of its
@@ -56,20 +60,25 @@ impl<'a, L: LlmClient, H: ToolHost> Family<'a, L, H> {
             let Some(agent) = child.agent().cloned() else {
                 return ToolOutput::error("internal error: not a subagent");
             };
+            // Made here, inside the `execute_tool agent` span the call runs in: its parent.
+            let span = self.trace.invoke_subagent(&agent.id);
             let mut lane = Lane {
                 family: self,
                 id: agent.id,
                 machine: child,
                 catalog_generation: None,
                 finished: false,
+                round: None,
             };
-            match lane.drive().await {
+            let output = match lane.drive().instrument(span.clone()).await {
                 Ok(output) => output,
                 Err(error) => {
                     tracing::error!(agent = %lane.id, %error, "subagent driving failed");
                     ToolOutput::error(format!("internal error: {error}"))
                 }
-            }
+            };
+            telemetry::subagent_ended(&span, &output);
+            output
         })
     }
 }
@@ -82,6 +91,8 @@ struct Lane<'f, 'a, L, H> {
     catalog_generation: Option<u64>,
     /// The child's prompt finished; a drop after it cancels nothing.
     finished: bool,
+    /// The span of the hook round just run, for the notices its answers bring.
+    round: Option<Span>,
 }
 
 /// What the child waits on next.
@@ -137,14 +148,26 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
     async fn ask_model(&mut self, purpose: Purpose) -> Input {
         let request = self.machine.request(purpose);
         let (family, id) = (self.family, &self.id);
+        let compaction = telemetry::compaction(purpose);
+        let chat = compaction.in_scope(|| family.trace.chat(&request));
+        let mut first_chunk = telemetry::FirstChunk::new(&chat);
         let mut on_delta = |delta: Delta| {
+            first_chunk.seen();
             let _ = family.events.send(Stamped {
                 at: family.started.elapsed(),
                 agent: id.clone(),
                 event: AgentEvent::Delta(delta),
             });
         };
-        match self.family.llm.stream(request, &mut on_delta).await {
+        let result = family
+            .llm
+            .stream(request, &mut on_delta)
+            .instrument(chat.clone())
+            .await;
+        family.trace.chat_ended(&chat, Some(&result));
+        // The compaction's sizes come with the notice that follows the reply.
+        self.round = Some(compaction).filter(|span| !span.is_none());
+        match result {
             Ok(reply) => Input::LlmReplied { reply },
             Err(error) => Input::LlmFailed {
                 error: error.to_string(),
@@ -165,10 +188,16 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
             .collect::<Vec<_>>()
             .into_iter();
         let run = |call: ToolCall, child: Option<Machine>| async move {
+            let span = telemetry::execute_tool(&call);
             let output = match child {
-                Some(child) => family.run(child).await,
-                None => Box::pin(family.host.call_tool(&call)).await,
+                Some(child) => family.run(child).instrument(span.clone()).await,
+                None => {
+                    Box::pin(family.host.call_tool(&call))
+                        .instrument(span.clone())
+                        .await
+                }
             };
+            telemetry::tool_ended(&span, &output);
             Input::ToolFinished {
                 id: call.id,
                 output,
@@ -207,27 +236,40 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
         };
         let host = self.family.host;
         let timeout = Duration::from_millis(timeout_ms);
+        let round = telemetry::hook_round(hook, servers.len(), &context);
         let mut running: FuturesUnordered<_> =
             hook_calls(hook, &servers, timeout, context, &subjects)
-                .map(|(subject, call)| async move {
-                    let reply = call_hook_bounded(host, &call).await;
-                    Input::HookAnswered {
-                        server: call.server,
-                        hook,
-                        reply,
-                        subject,
+                .map(|(subject, call)| {
+                    let span = round.in_scope(|| telemetry::hook_answer(hook, &call.server));
+                    async move {
+                        let reply = call_hook_bounded(host, &call)
+                            .instrument(span.clone())
+                            .await;
+                        telemetry::hook_answered(&span, &reply);
+                        Input::HookAnswered {
+                            server: call.server,
+                            hook,
+                            reply,
+                            subject,
+                        }
                     }
                 })
                 .collect();
         while let Some(fact) = running.next().await {
             self.feed(fact)?;
         }
+        // The round's objection or denial comes with the notices that follow its answers.
+        self.round = Some(round);
         Ok(())
     }
 
     /// Performs the orders that expect no answer and returns the one that does, or the finish.
     async fn drain(&mut self) -> Option<Step> {
+        // Entered, not only named as the parent: an event's parent must be a span the trace
+        // records, which the current one, a driver's span, may not be.
+        let span = self.round.take().unwrap_or_else(Span::current);
         while let Some(effect) = self.machine.poll_effect() {
+            span.in_scope(|| telemetry::effect_event(&effect));
             self.send(AgentEvent::Effect(effect.clone()));
             return Some(match effect {
                 Effect::Notify { .. } => continue,

@@ -11,8 +11,7 @@
 
 use crate::llm::limits::{ReplyLimits, refuse_past};
 use crate::llm::sse::{SseEvent, SseParser};
-use crate::llm::{LlmError, OnDelta};
-use crate::machine::LlmReply;
+use crate::llm::{LlmError, OnDelta, Parsed};
 use crate::text::{Cut, cut};
 
 /// Turns one dialect's events into deltas and, at the end, the reply.
@@ -34,7 +33,7 @@ pub(crate) trait Decoder: Send {
     fn has_content(&self) -> bool;
 
     /// The reply, once [`complete`](Self::complete).
-    fn finish(self: Box<Self>) -> Result<LlmReply, LlmError>;
+    fn finish(self: Box<Self>) -> Result<Parsed, LlmError>;
 }
 
 /// Bytes in, deltas out, and the reply at the end: the parser and a dialect's decoder.
@@ -91,7 +90,7 @@ impl Assembler {
     }
 
     /// The reply; only once complete.
-    pub(crate) fn finish(self) -> Result<LlmReply, LlmError> {
+    pub(crate) fn finish(self) -> Result<Parsed, LlmError> {
         self.decoder.finish()
     }
 }

@@ -14,7 +14,7 @@ use crate::llm::OnDelta;
 use crate::llm::assemble::{Assembler, Decoder};
 use crate::llm::body::RequestBody;
 use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
-use crate::llm::{LlmError, LlmRequest};
+use crate::llm::{LlmError, LlmRequest, Parsed};
 use crate::machine::LlmReply;
 use crate::text::{Cut, cut};
 
@@ -202,7 +202,7 @@ pub(crate) struct Wire {
     /// The fields a request streams with, first in its body.
     pub(crate) stream_fields: &'static str,
     /// Parses a whole answer.
-    pub(crate) parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+    pub(crate) parse: fn(&[u8]) -> Result<Parsed, LlmError>,
     /// Makes the decoder of one streamed reply.
     pub(crate) decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
 }
@@ -332,13 +332,16 @@ impl Transport {
         encode: impl FnOnce(Option<&str>) -> Result<RequestBody, LlmError>,
         on_delta: &mut OnDelta<'_>,
     ) -> Result<LlmReply, LlmError> {
-        if !self.stream {
+        let parsed = if self.stream {
+            let body = encode(Some(wire.stream_fields))?;
+            self.exchange_stream(model, request, body, wire.parse, wire.decoder, on_delta)
+                .await?
+        } else {
             let body = encode(None)?;
-            return self.exchange(model, request, body, wire.parse).await;
-        }
-        let body = encode(Some(wire.stream_fields))?;
-        self.exchange_stream(model, request, body, wire.parse, wire.decoder, on_delta)
-            .await
+            self.exchange(model, request, body, wire.parse).await?
+        };
+        crate::telemetry::response_model(parsed.model.as_deref());
+        Ok(parsed.reply)
     }
 
     /// POSTs `body` and returns the answer's bytes, retrying per the policy.
@@ -349,8 +352,8 @@ impl Transport {
         model: &str,
         request: &LlmRequest<'_>,
         body: RequestBody,
-        parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
-    ) -> Result<LlmReply, LlmError> {
+        parse: fn(&[u8]) -> Result<Parsed, LlmError>,
+    ) -> Result<Parsed, LlmError> {
         tracing::debug!(
             model,
             purpose = ?request.purpose,
@@ -361,9 +364,9 @@ impl Transport {
         tracing::trace!(body = %body, "request body");
         let answer = self.post(body).await?;
         tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
-        let reply = parse(&answer)?;
-        self.limits.check(&reply)?;
-        Ok(reply)
+        let parsed = parse(&answer)?;
+        self.limits.check(&parsed.reply)?;
+        Ok(parsed)
     }
 
     async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
@@ -389,10 +392,10 @@ impl Transport {
         model: &str,
         request: &LlmRequest<'_>,
         body: RequestBody,
-        parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+        parse: fn(&[u8]) -> Result<Parsed, LlmError>,
         decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
-    ) -> Result<LlmReply, LlmError> {
+    ) -> Result<Parsed, LlmError> {
         tracing::debug!(
             model,
             purpose = ?request.purpose,
@@ -448,10 +451,10 @@ impl Transport {
     async fn attempt_stream(
         &self,
         body: reqwest::Body,
-        parse: fn(&[u8]) -> Result<LlmReply, LlmError>,
+        parse: fn(&[u8]) -> Result<Parsed, LlmError>,
         decoder: Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
-    ) -> Result<LlmReply, Failure> {
+    ) -> Result<Parsed, Failure> {
         let fail = |error: LlmError| Failure {
             error,
             retry: Retry::No,
@@ -491,9 +494,9 @@ impl Transport {
                     .await
                     .map_err(|_| timed_out(self.timeout))??;
             tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
-            let reply = parse(&answer).map_err(fail)?;
-            self.limits.check(&reply).map_err(fail)?;
-            return Ok(reply);
+            let parsed = parse(&answer).map_err(fail)?;
+            self.limits.check(&parsed.reply).map_err(fail)?;
+            return Ok(parsed);
         }
         let mut decoder = Assembler::new(decoder, self.limits);
         let mut read = 0usize;

@@ -75,6 +75,13 @@ pub trait LlmClient: Send + Sync {
         Media::default()
     }
 
+    /// The provider (`openai`, `anthropic`) and the model requests go to, as the traces name
+    /// them (`gen_ai.provider.name`, `gen_ai.request.model`, and the `chat {model}` span). The
+    /// default names none; a client that wraps another forwards it.
+    fn model_name(&self) -> Option<(&str, &str)> {
+        None
+    }
+
     /// Sends one request and returns the model's reply, handing pieces of it to `on_delta` as
     /// they arrive, for people watching. The reply is the same [`complete`](Self::complete)
     /// would return; the deltas are progress, never facts. The default streams nothing, so a
@@ -103,6 +110,18 @@ pub enum Delta {
 
 /// Receives the deltas of one request, in order.
 pub type OnDelta<'a> = dyn FnMut(Delta) + Send + 'a;
+
+/// A reply as a dialect's parser read it: the reply the machine takes, and what only the
+/// traces read of the answer.
+#[cfg(feature = "providers")]
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    /// The reply.
+    pub(crate) reply: LlmReply,
+    /// The model the answer says answered (`model` of either dialect), for the request's span
+    /// (`gen_ai.response.model`); the machine and transcripts have no use for it.
+    pub(crate) model: Option<String>,
+}
 
 /// Why a model request failed. Messages never carry API keys.
 #[derive(Debug, thiserror::Error)]
@@ -207,6 +226,13 @@ impl LlmClient for AnyLlm {
         match self {
             Self::OpenAi(client) => client.media(),
             Self::Anthropic(client) => client.media(),
+        }
+    }
+
+    fn model_name(&self) -> Option<(&str, &str)> {
+        match self {
+            Self::OpenAi(client) => client.model_name(),
+            Self::Anthropic(client) => client.model_name(),
         }
     }
 

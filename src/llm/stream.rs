@@ -42,7 +42,7 @@ pub fn parse_stream_with<'a>(
             "the stream ended before the reply was complete".into(),
         ));
     }
-    assembler.finish()
+    assembler.finish().map(|parsed| parsed.reply)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod listing;
 mod refresh;
 mod shared;
 mod slot;
+mod traced;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

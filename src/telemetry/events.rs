@@ -17,21 +17,7 @@ pub(crate) struct BoundaryTrace;
 
 impl Observer for BoundaryTrace {
     fn on_effect(&mut self, _at: std::time::Duration, effect: &Effect) {
-        match effect {
-            Effect::Notify { notice } => notice_event(notice),
-            Effect::KillServer { server } => tracing::info!(
-                target: names::TARGET, {
-                { names::MCP_SERVER } = server.as_str()
-                },
-                "{}",
-                names::EVENT_KILL
-            ),
-            Effect::Finish { .. }
-            | Effect::CallLlm { .. }
-            | Effect::CallTools { .. }
-            | Effect::CallHooks { .. }
-            | Effect::AskPermission { .. } => {}
-        }
+        effect_event(effect);
     }
 
     fn on_supervision(&mut self, _at: std::time::Duration, event: &crate::supervisor::Event) {
@@ -50,6 +36,27 @@ impl Observer for BoundaryTrace {
             "{}.{kind}",
             names::EVENT_SUPERVISION
         );
+    }
+}
+
+/// The event of an order that expects no answer (a notice, a kill), on the current span (the
+/// nearest the trace records: the round, the compaction, the prompt); a compaction's sizes and a
+/// round's outcome are also recorded on the span that is current.
+pub(crate) fn effect_event(effect: &Effect) {
+    match effect {
+        Effect::Notify { notice } => notice_event(notice),
+        Effect::KillServer { server } => tracing::info!(
+            target: names::TARGET, {
+            { names::MCP_SERVER } = server.as_str()
+            },
+            "{}",
+            names::EVENT_KILL
+        ),
+        Effect::Finish { .. }
+        | Effect::CallLlm { .. }
+        | Effect::CallTools { .. }
+        | Effect::CallHooks { .. }
+        | Effect::AskPermission { .. } => {}
     }
 }
 

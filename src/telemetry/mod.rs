@@ -12,10 +12,15 @@
 //! ├── chat {model}                           a model request
 //! ├── execute_tool {tool}                    a tool call
 //! │   └── tools/call {tool}                  the MCP request; its trace context goes to the
-//! │                                          server in `params._meta`
+//! │                                          server in `params._meta`, its JSON-RPC id back
+//! ├── execute_tool agent                     a subagent's call
+//! │   └── invoke_agent hookloop              the subagent (`gen_ai.agent.id`), its hook
+//! │       └── …                              rounds, requests and calls as above
 //! ├── hookloop.permission {tool}             a question to the person
-//! └── hookloop.compaction                    a summary of the history, its sizes
-//!     └── chat {model}
+//! ├── hookloop.compaction                    a summary of the history, its sizes
+//! │   └── chat {model}
+//! └── hookloop.session.close                 the session's end (the last prompt's trace)
+//!     └── hookloop.hook _SessionEnd
 //! ```
 //!
 //! Every span and event has the target [`names::TARGET`] at `INFO`. An embedder gets them
@@ -28,15 +33,18 @@ use std::time::Instant;
 
 use tracing::{Span, field};
 
-pub(crate) use self::events::BoundaryTrace;
+pub(crate) use self::events::{BoundaryTrace, effect_event};
 use crate::driver::{PromptStop, SessionError};
 use crate::hooks::{Hook, ServerName};
 use crate::llm::LlmError;
 use crate::machine::{
-    Content, HookContext, HookReply, Input, LlmReply, PermissionDecision, Purpose, ToolCall,
-    ToolOutput,
+    AgentId, Content, HookContext, HookReply, Input, LlmReply, LlmRequest, PermissionDecision,
+    Purpose, ToolCall, ToolOutput,
 };
 
+pub use self::content::CAPTURE_VARIABLE;
+
+mod content;
 mod events;
 #[cfg(feature = "otel")]
 pub mod export;
@@ -53,12 +61,17 @@ fn random_u64() -> u64 {
         .finish()
 }
 
-/// What a session's spans say about it beyond each order: the conversation and the model.
+/// What a session's spans say about it beyond each order: the conversation, the model, and
+/// whether they carry the messages.
 #[derive(Clone, Debug)]
 pub struct SessionTrace {
     conversation: String,
     provider: Option<String>,
     model: Option<String>,
+    capture_content: bool,
+    /// The last prompt's span, whose trace the session's close joins.
+    #[cfg(feature = "otel")]
+    last_prompt: Option<opentelemetry::Context>,
 }
 
 impl Default for SessionTrace {
@@ -68,13 +81,25 @@ impl Default for SessionTrace {
 }
 
 impl SessionTrace {
-    /// A session with a fresh conversation id and no model named yet.
+    /// A session with a fresh conversation id and no model named yet, whose model spans carry
+    /// the messages only if [`CAPTURE_VARIABLE`] asks for it.
     pub fn new() -> Self {
         Self {
             conversation: format!("{:016x}{:016x}", random_u64(), random_u64()),
             provider: None,
             model: None,
+            capture_content: content::capture_from_env(),
+            #[cfg(feature = "otel")]
+            last_prompt: None,
         }
+    }
+
+    /// Whether the model spans carry what was sent and what came back
+    /// (`gen_ai.system_instructions`, `gen_ai.input.messages`, `gen_ai.output.messages`): off
+    /// unless [`CAPTURE_VARIABLE`] asks for it, as the conventions want, since the messages may
+    /// hold anything the person or the tools said.
+    pub fn set_capture_content(&mut self, capture: bool) {
+        self.capture_content = capture;
     }
 
     /// The conversation id (`gen_ai.conversation.id`) the spans carry.
@@ -96,32 +121,67 @@ impl SessionTrace {
     }
 
     /// The span of one prompt: `invoke_agent hookloop`.
-    pub(crate) fn invoke_agent(&self) -> Span {
+    pub(crate) fn invoke_agent(&mut self) -> Span {
+        let span = self.invoke(None);
+        #[cfg(feature = "otel")]
+        {
+            self.last_prompt = propagate::context_of(&span);
+        }
+        span
+    }
+
+    /// The span of the session's close, and of the `_SessionEnd` round in it:
+    /// `hookloop.session.close`, in the trace of the last prompt (under its `invoke_agent`
+    /// span, which has ended) so that a session's end is found with what it did.
+    pub(crate) fn close(&self) -> Span {
+        let span = tracing::info_span!(
+            target: names::TARGET,
+            "hookloop.session.close",
+            "otel.name" = names::SPAN_SESSION_CLOSE,
+            { names::CONVERSATION_ID } = %self.conversation,
+        );
+        #[cfg(feature = "otel")]
+        if let Some(prompt) = &self.last_prompt {
+            propagate::set_parent(&span, prompt);
+        }
+        span
+    }
+
+    /// The span of a subagent's run, under the `execute_tool agent` span of the call that
+    /// started it: `invoke_agent hookloop` with the child's id (`gen_ai.agent.id`).
+    pub(crate) fn invoke_subagent(&self, agent: &AgentId) -> Span {
+        self.invoke(Some(agent))
+    }
+
+    fn invoke(&self, agent: Option<&AgentId>) -> Span {
         tracing::info_span!(
             target: names::TARGET,
             "invoke_agent",
             "otel.name" = format_args!("{} {}", names::OP_INVOKE_AGENT, names::AGENT),
             { names::OPERATION_NAME } = names::OP_INVOKE_AGENT,
             { names::AGENT_NAME } = names::AGENT,
+            { names::AGENT_ID } = agent.map(|a| a.0.as_str()),
             { names::CONVERSATION_ID } = %self.conversation,
             { names::PROVIDER_NAME } = self.provider.as_deref(),
             { names::REQUEST_MODEL } = self.model.as_deref(),
             { names::PROMPT_END_REASON } = field::Empty,
             { names::ERROR_TYPE } = field::Empty,
             "otel.status_code" = field::Empty,
+            "otel.status_description" = field::Empty,
         )
     }
 
-    /// The span of one model request: `chat {model}`.
-    pub(crate) fn chat(&self, purpose: Purpose, max_tokens: u32) -> Span {
+    /// The span of one model request: `chat {model}`, with what it sends if content is
+    /// captured.
+    pub(crate) fn chat(&self, request: &LlmRequest<'_>) -> Span {
         // Without a model named, the conventions' name is the operation alone.
         let model = self.model.as_deref();
         let space = if model.is_some() { " " } else { "" };
-        let purpose = match purpose {
+        let purpose = match request.purpose {
             Purpose::Turn => "turn",
             Purpose::Summary { .. } => "summary",
         };
-        tracing::info_span!(
+        let span = tracing::info_span!(
             target: names::TARGET,
             "chat",
             "otel.name" = format_args!("{}{space}{}", names::OP_CHAT, model.unwrap_or_default()),
@@ -129,20 +189,40 @@ impl SessionTrace {
             { names::OPERATION_NAME } = names::OP_CHAT,
             { names::PROVIDER_NAME } = self.provider.as_deref(),
             { names::REQUEST_MODEL } = model,
-            { names::REQUEST_MAX_TOKENS } = max_tokens,
+            { names::REQUEST_MAX_TOKENS } = request.max_output_tokens,
             { names::REQUEST_STREAM } = field::Empty,
             { names::CONVERSATION_ID } = %self.conversation,
             { names::LLM_PURPOSE } = purpose,
+            { names::RESPONSE_MODEL } = field::Empty,
             { names::RESPONSE_FINISH_REASONS } = field::Empty,
             { names::RESPONSE_TIME_TO_FIRST_CHUNK } = field::Empty,
             { names::USAGE_INPUT_TOKENS } = field::Empty,
             { names::USAGE_OUTPUT_TOKENS } = field::Empty,
             { names::USAGE_CACHE_READ_INPUT_TOKENS } = field::Empty,
             { names::USAGE_CACHE_CREATION_INPUT_TOKENS } = field::Empty,
+            { names::SYSTEM_INSTRUCTIONS } = field::Empty,
+            { names::INPUT_MESSAGES } = field::Empty,
+            { names::OUTPUT_MESSAGES } = field::Empty,
             { names::ERROR_TYPE } = field::Empty,
             "otel.status_code" = field::Empty,
             "otel.status_description" = field::Empty,
-        )
+        );
+        if self.capture_content && !span.is_disabled() {
+            content::record_input(&span, request);
+        }
+        span
+    }
+
+    /// Records a model request's outcome on its `chat` span (`None`: cancelled), and the reply
+    /// if content is captured.
+    pub(crate) fn chat_ended(&self, span: &Span, outcome: Option<&Result<LlmReply, LlmError>>) {
+        let reason = chat_ended(span, outcome);
+        if let (Some(reason), Some(Ok(reply))) = (reason, outcome)
+            && self.capture_content
+            && !span.is_disabled()
+        {
+            content::record_output(span, reply, &reason);
+        }
     }
 }
 
@@ -165,6 +245,11 @@ pub(crate) fn prompt_ended(span: &Span, result: &Result<PromptStop, SessionError
         }
     };
     span.record(names::PROMPT_END_REASON, reason);
+}
+
+/// Records how a subagent ended on its `invoke_agent` span, from the result its call gets.
+pub(crate) fn subagent_ended(span: &Span, output: &ToolOutput) {
+    tool_ended(span, output);
 }
 
 /// The time to the first piece of a streamed reply, recorded once on its `chat` span.
@@ -196,16 +281,47 @@ impl FirstChunk {
     }
 }
 
-/// Records a model request's outcome on its `chat` span (`None`: cancelled).
-pub(crate) fn chat_ended(span: &Span, outcome: Option<&Result<LlmReply, LlmError>>) {
+/// The longest model name a span records: the name comes from the provider's answer, which
+/// the engine does not trust to be short.
+#[cfg(feature = "providers")]
+const MAX_MODEL_NAME: usize = 256;
+
+/// Records the model a provider's answer says answered (`gen_ai.response.model`) on the
+/// current span: the `chat` span the driver runs the request in. Nothing when the answer names
+/// none, or outside a `chat` span.
+#[cfg(feature = "providers")]
+pub(crate) fn response_model(model: Option<&str>) {
+    let Some(model) = model else { return };
+    let span = Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    let model = crate::text::cut(
+        model,
+        MAX_MODEL_NAME,
+        crate::text::Cut::Head { marker: "…" },
+    );
+    span.record(names::RESPONSE_MODEL, model.as_str());
+}
+
+/// Records a model request's outcome on its `chat` span (`None`: cancelled); the finish
+/// reason of a reply.
+fn chat_ended(span: &Span, outcome: Option<&Result<LlmReply, LlmError>>) -> Option<String> {
     match outcome {
-        None => fail(span, "cancelled", "the prompt was cancelled"),
+        None => {
+            fail(span, "cancelled", "the prompt was cancelled");
+            None
+        }
         Some(Ok(reply)) => {
             let reason = serde_json::to_value(&reply.stop)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
-            record_strings(span, names::RESPONSE_FINISH_REASONS, &[reason]);
+            record_strings(
+                span,
+                names::RESPONSE_FINISH_REASONS,
+                std::slice::from_ref(&reason),
+            );
             if let Some(usage) = &reply.usage {
                 span.record(names::USAGE_INPUT_TOKENS, usage.input_tokens);
                 span.record(names::USAGE_OUTPUT_TOKENS, usage.output_tokens);
@@ -218,8 +334,12 @@ pub(crate) fn chat_ended(span: &Span, outcome: Option<&Result<LlmReply, LlmError
                     usage.cache_creation_tokens,
                 );
             }
+            Some(reason)
         }
-        Some(Err(error)) => fail(span, error_class(error), &error.to_string()),
+        Some(Err(error)) => {
+            fail(span, error_class(error), &error.to_string());
+            None
+        }
     }
 }
 
@@ -370,6 +490,7 @@ pub fn mcp_call(server: &str, tool: &str, protocol_version: Option<&str>, pipe: 
         { names::TOOL_NAME } = tool,
         { names::OPERATION_NAME } = names::OP_EXECUTE_TOOL,
         { names::MCP_PROTOCOL_VERSION } = protocol_version,
+        { names::JSONRPC_REQUEST_ID } = field::Empty,
         { names::MCP_SERVER } = server,
         { names::NETWORK_TRANSPORT } = if pipe { "pipe" } else { "tcp" },
         { names::ERROR_TYPE } = field::Empty,

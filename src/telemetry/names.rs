@@ -27,6 +27,8 @@ pub const OP_EXECUTE_TOOL: &str = "execute_tool";
 pub const OPERATION_NAME: &str = "gen_ai.operation.name";
 /// The agent's name.
 pub const AGENT_NAME: &str = "gen_ai.agent.name";
+/// A subagent's id: the id of the `agent` call that started it.
+pub const AGENT_ID: &str = "gen_ai.agent.id";
 /// The conversation (session) a span belongs to.
 pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
 /// Who serves the model (`openai`, `anthropic`).
@@ -55,6 +57,8 @@ pub const USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation
 pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
 /// The reply (opt-in content).
 pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+/// The system prompt, sent apart from the messages (opt-in content).
+pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
 /// The tool's name.
 pub const TOOL_NAME: &str = "gen_ai.tool.name";
 /// The model's id of the call.
@@ -106,6 +110,9 @@ pub const HOOK_OUTCOME: &str = "hookloop.hook.outcome";
 pub const HOOK_OBJECTIONS_SO_FAR: &str = "hookloop.hook.objections_so_far";
 /// `_Stop` rounds left in the session's budget, as the round began.
 pub const HOOK_BUDGET_LEFT: &str = "hookloop.hook.budget_left";
+/// The end of a session (ACP `session/close`, the end of a run) and its `_SessionEnd` round:
+/// under the last prompt's `invoke_agent` span, in its trace.
+pub const SPAN_SESSION_CLOSE: &str = "hookloop.session.close";
 /// A compaction of the history.
 pub const SPAN_COMPACTION: &str = "hookloop.compaction";
 /// Messages in the history before a compaction.

@@ -21,6 +21,19 @@ pub(super) fn trace_context(span: &Span) -> Vec<(&'static str, String)> {
     carrier.0
 }
 
+/// The OpenTelemetry context of `span`, to parent a later span on; `None` when no
+/// OpenTelemetry layer records it.
+pub(super) fn context_of(span: &Span) -> Option<opentelemetry::Context> {
+    let context = span.context();
+    context.span().span_context().is_valid().then_some(context)
+}
+
+/// Makes `parent` the parent of `span`, a span just made (not yet entered).
+pub(super) fn set_parent(span: &Span, parent: &opentelemetry::Context) {
+    // It fails only where no OpenTelemetry layer records the span: nothing to parent then.
+    let _ = span.set_parent(parent.clone());
+}
+
 /// Sets `key` to an array of strings on `span`'s OpenTelemetry span; `false` when no
 /// OpenTelemetry layer records it.
 pub(super) fn set_strings(span: &Span, key: &'static str, values: &[String]) -> bool {

@@ -50,7 +50,7 @@ pub use self::parse::parse_response;
 /// How the dialect's replies are read: whole, or streamed and decoded.
 const WIRE: Wire = Wire {
     stream_fields: stream::STREAM_FIELDS,
-    parse: parse_response,
+    parse: self::parse::parse_answer,
     decoder: stream::decoder,
 };
 
@@ -159,6 +159,10 @@ impl LlmClient for Anthropic {
         self.transport
             .reply(&self.model, &request, &WIRE, encode, on_delta)
             .await
+    }
+
+    fn model_name(&self) -> Option<(&str, &str)> {
+        Some((crate::llm::Provider::Anthropic.as_str(), &self.model))
     }
 
     fn media(&self) -> Media {

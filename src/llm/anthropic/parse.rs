@@ -4,12 +4,17 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::llm::LlmError;
+use crate::llm::{LlmError, Parsed};
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, Usage};
 use crate::text::{Cut, cut};
 
 /// Parses a Messages answer. Never panics, whatever the bytes.
 pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
+    parse_answer(body).map(|parsed| parsed.reply)
+}
+
+/// [`parse_response`], with the model the answer names.
+pub(crate) fn parse_answer(body: &[u8]) -> Result<Parsed, LlmError> {
     let response: MessagesResponse = serde_json::from_slice(body).map_err(|e| {
         LlmError::InvalidResponse(format!(
             "not a message: {e}; the answer began: {:?}",
@@ -75,11 +80,14 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
             cache_creation_tokens,
         }
     });
-    Ok(LlmReply {
-        text,
-        tool_calls,
-        stop,
-        usage,
+    Ok(Parsed {
+        reply: LlmReply {
+            text,
+            tool_calls,
+            stop,
+            usage,
+        },
+        model: response.model,
     })
 }
 
@@ -87,6 +95,8 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
 struct MessagesResponse {
     #[serde(rename = "type", default)]
     kind: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
     #[serde(default)]
     content: Option<Vec<ResponseBlock>>,
     #[serde(default)]

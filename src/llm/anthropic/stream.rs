@@ -9,11 +9,10 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use crate::llm::LlmError;
-use crate::llm::anthropic::parse::parse_response;
+use crate::llm::anthropic::parse::parse_answer;
 use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
-use crate::llm::{Delta, OnDelta};
-use crate::machine::LlmReply;
+use crate::llm::{Delta, OnDelta, Parsed};
 use crate::text::{Cut, cut};
 
 /// The field a Messages request streams with.
@@ -240,7 +239,7 @@ impl Decoder for EventDecoder {
         self.content
     }
 
-    fn finish(self: Box<Self>) -> Result<LlmReply, LlmError> {
+    fn finish(self: Box<Self>) -> Result<Parsed, LlmError> {
         let Some(mut message) = self.message else {
             return Err(LlmError::InvalidResponse(
                 "the stream ended without a message_start".into(),
@@ -261,7 +260,7 @@ impl Decoder for EventDecoder {
             })
             .collect();
         message.insert("content".into(), Value::Array(content));
-        parse_response(Value::Object(message).to_string().as_bytes())
+        parse_answer(Value::Object(message).to_string().as_bytes())
     }
 }
 
@@ -294,7 +293,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machine::{StopReason, Usage};
+    use crate::machine::{LlmReply, StopReason, Usage};
 
     fn run(decoder: impl Decoder + 'static, events: &[(&str, Value)]) -> (LlmReply, Vec<Delta>) {
         let mut decoder: Box<dyn Decoder> = Box::new(decoder);
@@ -307,7 +306,7 @@ mod tests {
             decoder.event(name, &data, &mut |d| deltas.push(d)).unwrap();
         }
         assert!(decoder.complete());
-        (decoder.finish().unwrap(), deltas)
+        (decoder.finish().unwrap().reply, deltas)
     }
 
     #[test]
@@ -484,5 +483,46 @@ mod tests {
         decoder.event("", start, &mut |_| {}).unwrap();
         let err = decoder.event("", start, &mut |_| {}).unwrap_err();
         assert!(err.to_string().contains("already started"), "{err}");
+    }
+
+    #[test]
+    fn the_answering_model_is_read_from_whole_and_streamed_answers() {
+        let message = json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-5-20250929", "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": "Hi."}]});
+        let parsed = parse_answer(message.to_string().as_bytes()).unwrap();
+        assert_eq!(parsed.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+
+        let mut start = message;
+        start["content"] = json!([]);
+        start["stop_reason"] = Value::Null;
+        let events = [
+            (
+                "message_start",
+                json!({"type": "message_start", "message": start}),
+            ),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": "Hi."}}),
+            ),
+            (
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            (
+                "message_delta",
+                json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn"}}),
+            ),
+            ("message_stop", json!({"type": "message_stop"})),
+        ];
+        let mut decoder: Box<dyn Decoder> = Box::new(EventDecoder::new(ReplyLimits::default()));
+        for (name, data) in events {
+            decoder.event(name, &data.to_string(), &mut |_| {}).unwrap();
+        }
+        let parsed = decoder.finish().unwrap();
+        assert_eq!(parsed.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        assert_eq!(parsed.reply.text, "Hi.");
     }
 }

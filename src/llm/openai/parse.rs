@@ -4,12 +4,17 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::llm::LlmError;
+use crate::llm::{LlmError, Parsed};
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, Usage};
 use crate::text::{Cut, cut};
 
 /// Parses a Chat Completions answer. Never panics, whatever the bytes.
 pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
+    parse_answer(body).map(|parsed| parsed.reply)
+}
+
+/// [`parse_response`], with the model the answer names.
+pub(crate) fn parse_answer(body: &[u8]) -> Result<Parsed, LlmError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|e| {
         LlmError::InvalidResponse(format!(
             "not a chat completion: {e}; the answer began: {:?}",
@@ -78,11 +83,14 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
             .unwrap_or(0),
         cache_creation_tokens: 0,
     });
-    Ok(LlmReply {
-        text,
-        tool_calls,
-        stop,
-        usage,
+    Ok(Parsed {
+        reply: LlmReply {
+            text,
+            tool_calls,
+            stop,
+            usage,
+        },
+        model: response.model,
     })
 }
 
@@ -112,6 +120,8 @@ fn error_text(error: &Value) -> String {
 
 #[derive(Deserialize)]
 struct ChatResponse {
+    #[serde(default)]
+    model: Option<String>,
     #[serde(default)]
     choices: Vec<Choice>,
     #[serde(default)]

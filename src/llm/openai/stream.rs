@@ -11,9 +11,8 @@ use serde_json::{Map, Value, json};
 use crate::llm::LlmError;
 use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
-use crate::llm::openai::parse::parse_response;
-use crate::llm::{Delta, OnDelta};
-use crate::machine::LlmReply;
+use crate::llm::openai::parse::parse_answer;
+use crate::llm::{Delta, OnDelta, Parsed};
 use crate::text::{Cut, cut};
 
 /// The fields a Chat Completions request streams with; usage comes in a last chunk.
@@ -34,6 +33,8 @@ pub(crate) struct ChunkDecoder {
     call_at: HashMap<u64, usize>,
     finish_reason: Option<String>,
     usage: Option<Value>,
+    /// The model the first chunk that names one names.
+    model: Option<String>,
     done: bool,
     content: bool,
     limits: ReplyLimits,
@@ -52,6 +53,7 @@ impl ChunkDecoder {
             call_at: HashMap::new(),
             finish_reason: None,
             usage: None,
+            model: None,
             done: false,
             content: false,
             limits,
@@ -113,6 +115,12 @@ impl Decoder for ChunkDecoder {
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
+        }
+        // Every chunk names the model; the first says it for the reply.
+        if self.model.is_none()
+            && let Some(model) = chunk.get("model").and_then(Value::as_str)
+        {
+            self.model = Some(model.to_owned());
         }
         let choices = chunk.get("choices").and_then(Value::as_array);
         for choice in choices.into_iter().flatten() {
@@ -190,7 +198,7 @@ impl Decoder for ChunkDecoder {
         self.content
     }
 
-    fn finish(self: Box<Self>) -> Result<LlmReply, LlmError> {
+    fn finish(self: Box<Self>) -> Result<Parsed, LlmError> {
         let calls: Vec<Value> = self
             .calls
             .into_iter()
@@ -228,14 +236,17 @@ impl Decoder for ChunkDecoder {
         if let Some(usage) = self.usage {
             whole["usage"] = usage;
         }
-        parse_response(whole.to_string().as_bytes())
+        if let Some(model) = self.model {
+            whole["model"] = Value::String(model);
+        }
+        parse_answer(whole.to_string().as_bytes())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::StopReason;
+    use crate::machine::{LlmReply, StopReason};
 
     fn run(decoder: impl Decoder + 'static, events: &[(&str, Value)]) -> (LlmReply, Vec<Delta>) {
         let mut decoder: Box<dyn Decoder> = Box::new(decoder);
@@ -248,7 +259,7 @@ mod tests {
             decoder.event(name, &data, &mut |d| deltas.push(d)).unwrap();
         }
         assert!(decoder.complete());
-        (decoder.finish().unwrap(), deltas)
+        (decoder.finish().unwrap().reply, deltas)
     }
 
     #[test]
@@ -341,5 +352,33 @@ mod tests {
             decoder.event("", &chat(call), &mut |_| {}),
             "bytes of tool-call arguments",
         );
+    }
+
+    #[test]
+    fn the_answering_model_is_read_from_whole_and_streamed_answers() {
+        let whole = json!({"object": "chat.completion", "model": "gpt-4o-2024-08-06",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."},
+            "finish_reason": "stop"}]});
+        let parsed = parse_answer(whole.to_string().as_bytes()).unwrap();
+        assert_eq!(parsed.model.as_deref(), Some("gpt-4o-2024-08-06"));
+        let mut without = whole;
+        without.as_object_mut().unwrap().remove("model");
+        let parsed = parse_answer(without.to_string().as_bytes()).unwrap();
+        assert_eq!(parsed.model, None);
+
+        let mut decoder: Box<dyn Decoder> = Box::new(ChunkDecoder::new(ReplyLimits::default()));
+        let chunks = [
+            json!({"model": "gpt-4o-2024-08-06",
+                "choices": [{"index": 0, "delta": {"content": "Hi."}, "finish_reason": null}]}),
+            json!({"model": "another",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ];
+        for chunk in chunks {
+            decoder.event("", &chunk.to_string(), &mut |_| {}).unwrap();
+        }
+        decoder.event("", "[DONE]", &mut |_| {}).unwrap();
+        let parsed = decoder.finish().unwrap();
+        assert_eq!(parsed.model.as_deref(), Some("gpt-4o-2024-08-06"));
+        assert_eq!(parsed.reply.text, "Hi.");
     }
 }

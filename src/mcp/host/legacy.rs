@@ -9,6 +9,7 @@ use rmcp::service::{ClientInitializeError, ClientLifecycleMode, serve_client_wit
 
 use super::refresh::ListChanged;
 use super::slot::{Connected, Handshake, Slot};
+use super::traced::Traced;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::config::HttpConfig;
 use crate::mcp::sse::fallback::{self, Refusal};
@@ -32,6 +33,7 @@ impl Slot {
             .await
             .map_err(|e| stopped(e.to_string()))?;
         let handler = self.handler(changed);
+        let transport = Traced::new(transport, &self.pending);
         // The transport's servers predate `server/discover` (2026-07-28): they negotiate with
         // `initialize`, and asking them to discover first costs a round trip for nothing.
         match serve_client_with_lifecycle(handler, transport, ClientLifecycleMode::Initialize).await

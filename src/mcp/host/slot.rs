@@ -24,6 +24,7 @@ use super::client::{self, CallKind, Handler, InFlight};
 use super::listing::{self, ListError};
 use super::refresh::{self, Changes, ListChanged};
 use super::shared::Shared;
+use super::traced::{Expected, Pending, Traced};
 use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
@@ -57,6 +58,8 @@ pub(super) struct Slot {
     changed: Notify,
     /// Calls in flight, to tell a hook's question from a tool's.
     pub(super) in_flight: Arc<InFlight>,
+    /// Traced calls whose request has not gone out yet, for their JSON-RPC ids.
+    pub(super) pending: Pending,
 }
 
 pub(super) struct SlotState {
@@ -123,6 +126,7 @@ impl Slot {
             }),
             changed: Notify::new(),
             in_flight: Arc::default(),
+            pending: Pending::default(),
         })
     }
 
@@ -194,7 +198,7 @@ impl Slot {
         kind: CallKind,
     ) -> Result<CallToolResult, McpError> {
         let _in_flight = self.in_flight.enter(kind);
-        let span = self.trace_call(conn, &mut params);
+        let (span, _expected) = self.trace_call(conn, &mut params);
         // Boxed where it is made: rmcp's call is a large future, copied whole at every move
         // (into the task-local scope, the timeout, the host's call) unboxed.
         let call = Box::pin(conn.service.call_tool(params));
@@ -218,13 +222,22 @@ impl Slot {
     }
 
     /// The span of a `tools/call` request, under the span of the call it serves, and its trace
-    /// context in the request's `_meta` (nothing is added when no trace records it).
-    fn trace_call(&self, conn: &Conn, params: &mut CallToolRequestParams) -> tracing::Span {
+    /// context in the request's `_meta` (nothing is added when no trace records it); while the
+    /// guard lives, the request's id is recorded on the span as it goes out.
+    fn trace_call(
+        &self,
+        conn: &Conn,
+        params: &mut CallToolRequestParams,
+    ) -> (tracing::Span, Option<Expected>) {
         let version = conn.protocol_version();
         let pipe = matches!(conn.transport, TransportKind::Stdio);
         let span =
             crate::telemetry::mcp_call(self.name.as_str(), &params.name, version.as_deref(), pipe);
+        let mut expected = None;
         for (key, value) in crate::telemetry::trace_context(&span) {
+            if key == crate::telemetry::names::META_TRACEPARENT {
+                expected = Some(self.pending.expect(&value, &span));
+            }
             let meta = params
                 .meta
                 .get_or_insert_with(rmcp::model::RequestMetaObject::new);
@@ -232,7 +245,7 @@ impl Slot {
                 .0
                 .insert(key.to_owned(), serde_json::Value::String(value));
         }
-        span
+        (span, expected)
     }
 
     /// Ends the current life, if it is still `life` (reports about an earlier life are stale
@@ -504,9 +517,13 @@ impl Slot {
                     })?;
                 // If the handshake fails or times out, dropping `child` kills the group.
                 let transport = LineTransport::new(stdout, stdin);
-                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
-                    .await
-                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                let service = serve_client_with_lifecycle(
+                    handler,
+                    Traced::new(transport, &self.pending),
+                    lifecycle,
+                )
+                .await
+                .map_err(|e| Handshake::Init(Box::new(e)))?;
                 Ok((service, Some(Mutex::new(child)), TransportKind::Stdio))
             }
             Launch::Config(ServerConfig::Http(config)) => {
@@ -523,9 +540,13 @@ impl Slot {
             Launch::Duplex(make) => {
                 let (read, write) = tokio::io::split(make());
                 let transport = LineTransport::new(read, write);
-                let service = serve_client_with_lifecycle(handler, transport, lifecycle)
-                    .await
-                    .map_err(|e| Handshake::Init(Box::new(e)))?;
+                let service = serve_client_with_lifecycle(
+                    handler,
+                    Traced::new(transport, &self.pending),
+                    lifecycle,
+                )
+                .await
+                .map_err(|e| Handshake::Init(Box::new(e)))?;
                 Ok((service, None, TransportKind::Stdio))
             }
         }
@@ -546,9 +567,13 @@ impl Slot {
             crate::tls::install_provider();
             let transport = StreamableHttpClientTransport::from_config(transport_config);
             let transport = Backlogged::new(transport, &self.name);
-            let service = serve_client_with_lifecycle(handler, transport, lifecycle)
-                .await
-                .map_err(|e| Handshake::Init(Box::new(e)))?;
+            let service = serve_client_with_lifecycle(
+                handler,
+                Traced::new(transport, &self.pending),
+                lifecycle,
+            )
+            .await
+            .map_err(|e| Handshake::Init(Box::new(e)))?;
             return Ok((service, None, TransportKind::StreamableHttp));
         }
         let options = self.shared.options.oauth.clone();
@@ -556,7 +581,9 @@ impl Slot {
         let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
         let transport = StreamableHttpClientTransport::with_client(client, transport_config);
         let transport = Backlogged::new(transport, &self.name);
-        match serve_client_with_lifecycle(handler, transport, lifecycle).await {
+        match serve_client_with_lifecycle(handler, Traced::new(transport, &self.pending), lifecycle)
+            .await
+        {
             Ok(service) => Ok((service, None, TransportKind::StreamableHttp)),
             Err(error) => Err(match auth.problem() {
                 Some(problem) => Handshake::Auth(problem.describe(self.name.as_str())),
