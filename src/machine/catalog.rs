@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::digest::Digest;
 use super::input::Catalog;
 use super::message::ToolSpec;
+use super::planted::{self, Bug};
 use crate::hooks::{self, Hook, ServerName};
 
 /// The catalog as the machine uses it.
@@ -43,7 +44,7 @@ impl Tools {
                 if hooks::is_hook(&tool.name) {
                     // Hooks never reach the model, whatever the allowlist says; only allowed
                     // servers are ever called.
-                    if allow.allows(server.as_str())
+                    if (allow.allows(server.as_str()) || planted::on(Bug::HookOnDisallowedServer))
                         && let Some(hook) = Hook::from_tool_name(&tool.name)
                     {
                         let list = tools.hooks.entry(hook).or_default();
@@ -51,7 +52,9 @@ impl Tools {
                             list.push(server.clone());
                         }
                     }
-                    continue;
+                    if !planted::on(Bug::HookOffered) {
+                        continue;
+                    }
                 }
                 let name = hooks::qualify(server.as_str(), &tool.name);
                 if tools.names.insert(name.clone()) {

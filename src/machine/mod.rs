@@ -57,6 +57,10 @@ mod input;
 mod message;
 mod pairing;
 mod phase;
+#[cfg(feature = "planted")]
+pub mod planted;
+#[cfg(not(feature = "planted"))]
+mod planted;
 mod policy;
 mod request;
 mod round;
@@ -82,6 +86,7 @@ pub use self::input::{
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::pairing::check_pairing;
 pub use self::phase::{MachineError, Phase};
+use self::planted::Bug;
 pub use self::policy::{BYTES_PER_TOKEN, Counters, Media, Policy};
 pub(crate) use self::request::fresh_lineage;
 pub use self::request::{Lineage, LlmRequest};
@@ -181,6 +186,13 @@ impl Machine {
     /// The tools the model is offered: never a hook.
     pub fn model_tools(&self) -> &[ToolSpec] {
         &self.sm.inner().tools.model
+    }
+
+    /// Whether a call of the model-facing tool `name` waits for the user's decision before it
+    /// runs: the policy asks, and the tool's server marks it destructive.
+    pub fn asks_permission_for(&self, name: &str) -> bool {
+        let core = self.sm.inner();
+        core.policy.ask_permission && core.tools.destructive.contains(name)
     }
 
     /// Servers whose `hook` the machine calls, in configuration order.
@@ -441,12 +453,12 @@ impl Core {
                 let Some(call) = batch.ran.get(*at).filter(|call| call.id == *id) else {
                     return context.refuse(MachineError::UnexpectedDecision(id.clone()));
                 };
-                if decision.is_standing() {
+                if decision.is_standing() && !planted::on(Bug::StandingForgotten) {
                     self.standing.insert(call.name.clone(), decision.allows());
                 }
                 let mut batch = std::mem::take(batch);
                 let mut from = *at;
-                if decision.allows() {
+                if decision.allows() || planted::on(Bug::RejectedCallRuns) {
                     from += 1;
                 } else {
                     reject(context, &mut batch, from, decision.is_standing());

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 use statig::prelude::*;
 
+use super::planted::{self, Bug};
 use super::round::{Answer, HookRound, ToolBatch};
 use super::{
     Content, Core, Effect, FinishReason, HookContext, HookReply, MachineError, Message, Notice,
@@ -95,13 +96,19 @@ impl Core {
                     "no answer within {} ms",
                     self.policy.hook_timeout_ms
                 )));
-                if self.counters.record_timeout(server) {
+                let kill = self.counters.record_timeout(server);
+                if (kill || planted::on(Bug::KillOnFirstTimeout)) && !planted::on(Bug::NeverKilled)
+                {
                     tracing::warn!(%server, "second consecutive hook timeout: killing the server");
                     context.emit(Effect::KillServer {
                         server: server.clone(),
                     });
                 }
-                Answer::Quiet
+                if planted::on(Bug::TimeoutSpeaks) {
+                    Answer::Said("timed out".into())
+                } else {
+                    Answer::Quiet
+                }
             }
         };
         Ok(())
@@ -170,7 +177,7 @@ impl Core {
         }
         let ran = std::mem::take(&mut batch.ran);
         for (call, denial) in ran.into_iter().zip(denials) {
-            if denial.is_empty() {
+            if denial.is_empty() || planted::on(Bug::DeniedCallRuns) {
                 batch.ran.push(call);
                 continue;
             }
@@ -228,6 +235,9 @@ impl Core {
         resume: Resume,
     ) -> Outcome<State> {
         for (_, server, text) in round.said() {
+            if planted::on(Bug::PreCompactInjected) {
+                self.inject_hook_pair(Hook::PreCompact, &server, &text);
+            }
             self.summary_instruction.push_str(&format!(
                 "\n\nThe summary must also keep what server {server} asks for:\n{}",
                 crate::text::cut(&text, hooks::MAX_HOOK_TEXT_BYTES, crate::text::Cut::Middle)
@@ -250,6 +260,10 @@ impl Core {
     ) -> Outcome<State> {
         for (_, server, text) in round.said() {
             self.inject_hook_pair(Hook::PostCompact, &server, &text);
+            if planted::on(Bug::PostCompactBeforeSummary) {
+                self.history
+                    .replace(planted::rotated(self.history.messages(), 2));
+            }
             context.notify(Notice::PostCompactInjected { server, text });
         }
         self.request_turn(context, resume)
@@ -296,7 +310,10 @@ impl Core {
             text: String::new(),
             tool_calls: vec![call],
         });
-        let body = hooks::encode_hook_body(hook, server.as_str(), text);
+        let mut body = hooks::encode_hook_body(hook, server.as_str(), text);
+        if planted::on(Bug::HookUnencoded) {
+            body = text.to_owned();
+        }
         self.history.push(Message::ToolResult {
             call_id: id,
             output: ToolOutput::text(body),

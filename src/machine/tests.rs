@@ -1655,6 +1655,13 @@ fn a_rejected_call_never_runs_and_the_model_gets_an_error_result() {
     let output = result_of(&m, "c1");
     assert!(output.is_error);
     assert_eq!(output.joined_text(), rejected_text("d__rm"));
+    // The model must learn which call was rejected and that it did not run, not only get an
+    // error (an empty text compares equal to itself).
+    let text = output.joined_text();
+    assert!(
+        text.contains("rejected") && text.contains("d__rm") && text.contains("did not run"),
+        "{text}"
+    );
 }
 
 #[test]

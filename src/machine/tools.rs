@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use statig::prelude::*;
 
 use super::agents::{AGENT_TOOL, check_task};
+use super::planted::{self, Bug};
 use super::round::ToolBatch;
 use super::{
     CallId, Core, Effect, Message, Notice, Outbox, Resume, State, Then, ToolCall, ToolOutput,
@@ -26,7 +27,9 @@ impl Core {
         let mut run = Vec::new();
         let mut agents = 0;
         for call in calls {
-            let refusal = if !self.tools.names.contains(&call.name) {
+            let hook_run =
+                planted::on(Bug::HookCallRun) && hooks::is_hook(hooks::bare_name(&call.name));
+            let refusal = if !self.tools.names.contains(&call.name) && !hook_run {
                 context.notify(Notice::UnknownToolRefused {
                     name: call.name.clone(),
                 });
@@ -83,7 +86,10 @@ impl Core {
         mut from: usize,
     ) -> Outcome<State> {
         while let Some(call) = batch.ran.get(from) {
-            if !self.policy.ask_permission || !self.tools.destructive.contains(&call.name) {
+            if !self.policy.ask_permission
+                || !self.tools.destructive.contains(&call.name)
+                || planted::on(Bug::PermissionNotAsked)
+            {
                 from += 1;
                 continue;
             }
@@ -155,6 +161,9 @@ impl Core {
     /// Appends a batch's results in call order; calls still outstanding get `cancelled`.
     pub(super) fn record_results(&mut self, batch: ToolBatch) {
         for (call_id, output) in batch.ids.into_iter().zip(batch.results) {
+            if output.is_none() && planted::on(Bug::CancelledUnanswered) {
+                continue;
+            }
             let output = output.unwrap_or_else(|| ToolOutput::error("cancelled"));
             self.history.push(Message::ToolResult { call_id, output });
         }

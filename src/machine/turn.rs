@@ -4,6 +4,7 @@
 use serde_json::json;
 use statig::prelude::*;
 
+use super::planted::{self, Bug};
 use super::{
     Core, Effect, FinishReason, Input, LlmReply, Message, Notice, Outbox, Phase, PromptStage,
     Resume, SUMMARY_PREFIX, SkipReason, State, StopReason, Then, ToolOutput,
@@ -123,13 +124,13 @@ impl Core {
             return self.finish(context, FinishReason::EndTurn);
         }
         // Consecutive end_turn: the model heard the objection and declined.
-        if resume == Resume::Objected {
+        if resume == Resume::Objected && !planted::on(Bug::DeclinedObjectionAsksAgain) {
             context.notify(Notice::StopSkipped {
                 reason: SkipReason::DeclinedObjection,
             });
             return self.finish(context, FinishReason::EndTurn);
         }
-        if self.counters.budget_left(&self.policy) == 0 {
+        if self.counters.budget_left(&self.policy) == 0 && !planted::on(Bug::StopBudgetOffByOne) {
             context.notify(Notice::StopSkipped {
                 reason: SkipReason::BudgetSpent,
             });
@@ -153,10 +154,19 @@ impl Core {
         let before = self.history.len();
         match summary {
             Some(summary) => {
-                self.history.replace(vec![
+                let mut fresh = vec![
                     Message::user(format!("{SUMMARY_PREFIX}{summary}")),
                     Message::user(self.turn.text.clone()),
-                ]);
+                ];
+                fresh.truncate(if planted::on(Bug::SummaryDropsPrompt) {
+                    1
+                } else {
+                    2
+                });
+                if planted::on(Bug::SummaryAfterPrompt) {
+                    fresh.reverse();
+                }
+                self.history.replace(fresh);
                 self.turn.pinned = 1;
             }
             None => {
@@ -185,7 +195,7 @@ impl Core {
         loop {
             stage = match stage {
                 PromptStage::SessionStart => {
-                    if !self.session_started {
+                    if !self.session_started || planted::on(Bug::SessionStartEveryPrompt) {
                         self.session_started = true;
                         let (hook, subjects) = self.start_hook();
                         if let Some(round) = self.ask(context, hook, subjects) {

@@ -17,7 +17,9 @@ use crate::machine::{
 };
 
 use super::check_pairing;
+use super::consent::Consent;
 use super::liveness::HookLiveness;
+use super::words::HookWords;
 
 /// A rule the machine broke on one fact.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +85,10 @@ pub struct Invariants {
     prompt: String,
     /// When each hook's round must happen.
     liveness: HookLiveness,
+    /// What the open hook round's servers said.
+    words: HookWords,
+    /// The user's permission decisions.
+    consent: Consent,
 }
 
 impl Invariants {
@@ -104,6 +110,8 @@ impl Invariants {
             rejected: BTreeSet::new(),
             prompt: String::new(),
             liveness: HookLiveness::new(policy.hook_servers.clone()),
+            words: HookWords::default(),
+            consent: Consent::default(),
         }
     }
 
@@ -153,6 +161,8 @@ impl Invariants {
         self.check_injections(fact, m, effects, history_before)?;
         self.check_denials(before, fact, m, effects)?;
         self.check_rejections(before, m, effects)?;
+        self.words.check(before, fact, m, effects, history_before)?;
+        self.consent.check(fact, m, effects)?;
 
         // Work and prompts move the slack of the bound up; every model request moves it down.
         match fact {
@@ -229,6 +239,8 @@ impl Invariants {
             e.id_set(set.iter());
         }
         self.liveness.fingerprint(e);
+        self.words.fingerprint(e);
+        self.consent.fingerprint(e);
     }
 
     /// At most one awaited order per fact, last; each in the phase that waits for it; requests

@@ -21,9 +21,11 @@ use crate::machine::{
 };
 use crate::mcp::{HookCall, ToolHost};
 
+pub mod consent;
 pub mod explore;
 mod invariants;
 pub mod liveness;
+pub mod words;
 
 pub use self::invariants::{Invariants, Violation};
 pub use crate::machine::check_pairing;

@@ -1,0 +1,131 @@
+//! Planted bugs: mutations of the machine's rules that a test switches on, one at a time, to
+//! show that the exhaustive explorer and the invariants find each (`tests/planted.rs`).
+//!
+//! Each bug is a one- or two-line guard beside the rule it breaks, written
+//! `planted::on(Bug::…)`. Without the `planted` feature [`on`] is a constant `false` and every
+//! guard compiles away; with it, [`on`] reads the bug switched on in the calling thread by
+//! [`plant`]. A thread, not the machine, holds the switch so that a guard can sit in any
+//! function of the machine (the catalog is built without a `Core`) and so that the explorer,
+//! which drives one setup in one thread, explores the planted machine while the other tests
+//! of the same binary, in other threads, run the true one. Replaying a counterexample after
+//! the [`Planted`] guard is dropped runs the true machine, which then diverges from the record.
+
+use super::Message;
+
+/// A planted bug: each names the rule it breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// Sovereignty: hook tools are offered to the model beside the ordinary tools.
+    HookOffered,
+    /// Sovereignty: a model's call to a hook's name runs instead of being refused.
+    HookCallRun,
+    /// Sovereignty: hooks of servers the allowlist leaves out are asked too.
+    HookOnDisallowedServer,
+    /// Sovereignty: a hook timeout counts as the server's words (fail closed, not open).
+    TimeoutSpeaks,
+    /// Supervision: a server is killed on its first hook timeout.
+    KillOnFirstTimeout,
+    /// Supervision: a server is never killed, even on its second timeout in a row.
+    NeverKilled,
+    /// `_Stop`: one objection more than the budget allows.
+    StopBudgetOffByOne,
+    /// `_Stop`: an end of turn right after an objection asks `_Stop` again instead of ending.
+    DeclinedObjectionAsksAgain,
+    /// Injection: a hook's words enter the history as they came, not in their JSON body.
+    HookUnencoded,
+    /// Injection: `_PreCompact` guidance is injected into the history, not the instruction.
+    PreCompactInjected,
+    /// Injection: `_SessionStart` is asked at every prompt, not only the first.
+    SessionStartEveryPrompt,
+    /// Compaction: the summarized context drops the running prompt.
+    SummaryDropsPrompt,
+    /// Compaction: the summary comes after the running prompt.
+    SummaryAfterPrompt,
+    /// Compaction: `_PostCompact` context is put before the summary.
+    PostCompactBeforeSummary,
+    /// Denial: a call `_PreToolUse` denied runs anyway.
+    DeniedCallRuns,
+    /// Permission: a destructive call runs without the user being asked.
+    PermissionNotAsked,
+    /// Permission: a call the user rejected runs anyway.
+    RejectedCallRuns,
+    /// Permission: an "always" decision is forgotten, so the user is asked again.
+    StandingForgotten,
+    /// Pairing: a call a cancel cut short is left without a result.
+    CancelledUnanswered,
+}
+
+#[cfg(feature = "planted")]
+impl Bug {
+    /// Every planted bug.
+    pub const ALL: [Self; 19] = [
+        Self::HookOffered,
+        Self::HookCallRun,
+        Self::HookOnDisallowedServer,
+        Self::TimeoutSpeaks,
+        Self::KillOnFirstTimeout,
+        Self::NeverKilled,
+        Self::StopBudgetOffByOne,
+        Self::DeclinedObjectionAsksAgain,
+        Self::HookUnencoded,
+        Self::PreCompactInjected,
+        Self::SessionStartEveryPrompt,
+        Self::SummaryDropsPrompt,
+        Self::SummaryAfterPrompt,
+        Self::PostCompactBeforeSummary,
+        Self::DeniedCallRuns,
+        Self::PermissionNotAsked,
+        Self::RejectedCallRuns,
+        Self::StandingForgotten,
+        Self::CancelledUnanswered,
+    ];
+}
+
+/// `messages` with its last `by` moved to the front: a context put in the wrong place.
+pub(crate) fn rotated(messages: &[Message], by: usize) -> Vec<Message> {
+    let mut messages = messages.to_vec();
+    let by = by.min(messages.len());
+    messages.rotate_right(by);
+    messages
+}
+
+#[cfg(feature = "planted")]
+thread_local! {
+    static ACTIVE: std::cell::Cell<Option<Bug>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether `bug` is switched on in this thread; always `false` without the `planted` feature.
+#[inline(always)]
+pub(crate) fn on(bug: Bug) -> bool {
+    #[cfg(feature = "planted")]
+    {
+        ACTIVE.with(|active| active.get() == Some(bug))
+    }
+    #[cfg(not(feature = "planted"))]
+    {
+        let _ = bug;
+        false
+    }
+}
+
+/// Switches `bug` on in the calling thread until the returned guard is dropped.
+#[cfg(feature = "planted")]
+pub fn plant(bug: Bug) -> Planted {
+    let previous = ACTIVE.with(|active| active.replace(Some(bug)));
+    Planted { previous }
+}
+
+/// Keeps a bug switched on in its thread; dropped, it restores what was on before.
+#[cfg(feature = "planted")]
+#[must_use = "the bug is switched off when the guard is dropped"]
+#[derive(Debug)]
+pub struct Planted {
+    previous: Option<Bug>,
+}
+
+#[cfg(feature = "planted")]
+impl Drop for Planted {
+    fn drop(&mut self) {
+        ACTIVE.with(|active| active.set(self.previous));
+    }
+}

@@ -1,0 +1,92 @@
+//! The permission rules, from the facts and orders alone: when the policy asks, a call of a
+//! destructive tool runs only once the user allowed it (that call, or the tool "always"); a
+//! call the user rejected never runs; and an "always" decision answers every later call of
+//! the tool in the session, so the user is never asked about it again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::machine::{CallId, Canon, Effect, Input, Machine, PermissionDecision};
+
+use super::invariants::{Violation, ensure};
+
+/// The rule a call run without consent breaks.
+pub const RUNS: &str = "a destructive call runs only once the user allowed it";
+/// The rule a question the user already answered for good breaks.
+pub const STANDING: &str = "an \"always\" decision answers every later call of its tool";
+
+/// What the rules remember between facts.
+#[derive(Clone, Debug, Default)]
+pub struct Consent {
+    /// The call the user is being asked about, and its tool.
+    asked: Option<(CallId, String)>,
+    /// Calls the user allowed once, not yet run.
+    allowed: BTreeSet<CallId>,
+    /// The "always" decisions, by tool: true allows.
+    standing: BTreeMap<String, bool>,
+}
+
+impl Consent {
+    /// Appends what the rules remember to `e`, for an explorer's fingerprint.
+    pub fn fingerprint(&self, e: &mut Canon) {
+        match &self.asked {
+            None => e.tag(0),
+            Some((id, tool)) => {
+                e.tag(1);
+                e.id(id);
+                e.str(tool);
+            }
+        }
+        e.id_set(self.allowed.iter());
+        e.num(self.standing.len() as u64);
+        for (tool, allows) in &self.standing {
+            e.str(tool);
+            e.bool(*allows);
+        }
+    }
+
+    /// Checks the orders `fact` led to; `m` is the machine after it.
+    pub fn check(
+        &mut self,
+        fact: &Input,
+        m: &Machine,
+        effects: &[Effect],
+    ) -> Result<(), Violation> {
+        if let Input::PermissionDecided { id, decision } = fact
+            && let Some((asked, tool)) = self.asked.take()
+            && asked == *id
+        {
+            if decision.is_standing() {
+                self.standing.insert(tool, decision.allows());
+            } else if matches!(decision, PermissionDecision::AllowOnce) {
+                self.allowed.insert(asked);
+            }
+        }
+        if matches!(fact, Input::Cancelled | Input::Closed) {
+            // A batch cut short runs nothing more: its questions and consents lapse.
+            self.asked = None;
+            self.allowed.clear();
+        }
+        for effect in effects {
+            match effect {
+                Effect::AskPermission { call } => {
+                    ensure(!self.standing.contains_key(&call.name), STANDING, || {
+                        format!("asked again about {}", call.name)
+                    })?;
+                    self.asked = Some((call.id.clone(), call.name.clone()));
+                }
+                Effect::CallTools { calls } => {
+                    for call in calls {
+                        let consented = !m.asks_permission_for(&call.name)
+                            || self.allowed.remove(&call.id)
+                            || self.standing.get(&call.name) == Some(&true);
+                        ensure(consented, RUNS, || {
+                            format!("{} ({}) ran", call.id, call.name)
+                        })?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
