@@ -117,7 +117,7 @@ use crate::hooks::{Hook, HookServers, ServerName};
 use crate::machine::{
     CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply, Machine,
     MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools, SizeRegion,
-    StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
+    SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -348,7 +348,8 @@ impl Setup {
     }
 }
 
-const SYSTEM: &str = "system";
+/// The system prompt of every setup.
+pub(crate) const SYSTEM: &str = "system";
 
 /// The destructive tool of a setup that asks permission.
 const DESTRUCTIVE: &str = "rm";
@@ -415,6 +416,48 @@ pub struct Report {
     pub region: SizeRegion,
     /// The most tokens of the region a single fact added.
     pub region_step: u64,
+    /// The most `_Stop` objections a visited state had spent.
+    pub objections: u32,
+    /// What every grain keeps of each visited state ([`Projection`]), for comparing grains.
+    pub projections: BTreeSet<Projection>,
+}
+
+/// What of a state every grain keeps: two grains that merge only states with the same future
+/// reach the same projections within a bound (a state merged into one reached earlier has its
+/// future explored from there).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Projection {
+    /// The machine's phase.
+    pub phase: String,
+    /// What the driver owes it: the kind of answer, and how many.
+    pub owed: String,
+    /// `_Stop` objections spent.
+    pub objections: u32,
+    /// Each server's streak of hook timeouts.
+    pub streaks: Vec<(String, u32)>,
+}
+
+impl Projection {
+    fn of(machine: &Machine, pending: &Pending) -> Self {
+        let owed = match pending {
+            Pending::Nothing => "nothing".to_owned(),
+            Pending::Model(purpose) => format!("model {purpose:?}"),
+            Pending::Tools(ids) => format!("{} tool results", ids.len()),
+            Pending::Hooks(hook, slots) => format!("{} answers of {hook}", slots.len()),
+            Pending::Permission(_) => "a decision".to_owned(),
+        };
+        Self {
+            phase: machine.phase().to_string(),
+            owed,
+            objections: machine.counters().objections,
+            streaks: machine
+                .counters()
+                .consecutive_timeouts
+                .iter()
+                .map(|(server, n)| (server.as_str().to_owned(), *n))
+                .collect(),
+        }
+    }
 }
 
 impl Report {
@@ -435,12 +478,14 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: {} states, {} transitions, depth {}{}; size region {}/{} tokens, {} per fact",
+            "{}: {} states, {} transitions, depth {}{}, {} objections spent; size region {}/{} \
+             tokens, {} per fact",
             self.setup.name(),
             self.states,
             self.transitions,
             self.depth,
             if self.exhausted { " (exhausted)" } else { "" },
+            self.objections,
             self.region.used(),
             self.region.limit,
             self.region_step,
@@ -546,8 +591,11 @@ pub fn explore_at<S: Subject>(
         orders: BTreeSet::new(),
         region: start.machine().size_region(),
         region_step: 0,
+        objections: 0,
+        projections: BTreeSet::new(),
     };
     let mut phases = HashSet::from([start.machine().phase()]);
+    let mut projections = HashSet::from([Projection::of(start.machine(), &Pending::Nothing)]);
     let mut orders = HashMap::new();
     let mut invariants = Invariants::new(start.machine().policy());
     if grain == Grain::Abstract {
@@ -667,6 +715,10 @@ pub fn explore_at<S: Subject>(
                 });
                 report.states += 1;
                 report.depth = depth;
+                report.objections = report
+                    .objections
+                    .max(subject.machine().counters().objections);
+                projections.insert(Projection::of(subject.machine(), &pending));
                 next.push(Frontier {
                     node,
                     subject,
@@ -680,6 +732,7 @@ pub fn explore_at<S: Subject>(
     report.exhausted = layer.is_empty();
     report.phases = phases.iter().map(ToString::to_string).collect();
     report.orders = orders.into_values().collect();
+    report.projections = projections.into_iter().collect();
     Ok(report)
 }
 
@@ -712,6 +765,7 @@ enum OrderKey {
     Purpose(Discriminant<Purpose>),
     Hook(Hook),
     Notice(Discriminant<Notice>),
+    Skip(Discriminant<SkipReason>),
     Finish(Discriminant<FinishReason>),
 }
 
@@ -720,6 +774,9 @@ impl OrderKey {
         match effect {
             Effect::CallLlm { purpose, .. } => Self::Purpose(discriminant(purpose)),
             Effect::CallHooks { hook, .. } => Self::Hook(*hook),
+            Effect::Notify {
+                notice: Notice::StopSkipped { reason },
+            } => Self::Skip(discriminant(reason)),
             Effect::Notify { notice } => Self::Notice(discriminant(notice)),
             Effect::Finish { reason } => Self::Finish(discriminant(reason)),
             Effect::CallTools { .. } | Effect::AskPermission { .. } | Effect::KillServer { .. } => {
@@ -742,6 +799,9 @@ fn order_kind(effect: &Effect) -> String {
         Effect::CallHooks { hook, .. } => format!("CallHooks {hook}"),
         Effect::AskPermission { .. } => "AskPermission".into(),
         Effect::KillServer { .. } => "KillServer".into(),
+        Effect::Notify {
+            notice: Notice::StopSkipped { reason },
+        } => format!("Notify StopSkipped {}", debug(reason)),
         Effect::Notify { notice } => format!("Notify {}", debug(notice)),
         Effect::Finish { reason } => format!("Finish {}", debug(reason)),
     }

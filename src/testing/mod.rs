@@ -22,6 +22,7 @@ use crate::machine::{
 use crate::mcp::{HookCall, ToolHost};
 
 pub mod explore;
+pub mod families;
 mod invariants;
 pub mod liveness;
 
