@@ -43,27 +43,25 @@
 //! of that region is reported as a violation of "the abstract grain stays in its size
 //! region"). At the abstract grain the slack of the bound on model requests is clamped at the
 //! `_Stop` budget + 2 ([`Invariants::capping_slack`]: only stricter). `tests/explore.rs` checks
-//! that every grain reaches the same phases and kinds of order and finds the planted bugs at
-//! the same depth.
+//! that every grain reaches the same phases, kinds of order and [projections](Projection), and
+//! finds the planted bugs at the same depth.
 //!
 //! # What is verified, and what is not
 //!
-//! `tests/explore.rs` explores, on every `cargo test`, at the abstract grain:
+//! The configurations are explored in [families](super::families), each to the depth its
+//! rules' interactions need: in CI in a release build (each hook alone to depth 12, `_Stop`
+//! with each other hook to 10, `_Stop` budgets 1 to 3 to 14, every hook to 8, two servers to 6,
+//! the 1,025 one-server classes to 6, permission to 8, a subagent to 8), and on every
+//! `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
+//! search runs **to exhaustion** (depth 20 and 22, 5,137 and 23,251 states): every state
+//! reachable by any sequence of facts that stays in the size region is visited; the region
+//! holds for every sequence of at most 36 facts (15 with permission, whose two-call replies are
+//! the largest step), as [`Report::sound_length`] computes from the largest step measured. With
+//! hooks, the region holds for any 13 facts (a hook's injection is the largest step, 62
+//! tokens), so depth 12 is within it; the budgets family's depth 14 is checked state by state
+//! (a state out of the region is a violation).
 //!
-//! - without hooks, with and without permission: **to exhaustion** (depth 20 and 22, 5,137 and
-//!   23,251 states). Every state reachable by any sequence of facts that stays in the size
-//!   region is visited; the region holds for every sequence of at most 36 facts (15 with
-//!   permission, whose two-call replies are the largest step), as [`Report::sound_length`]
-//!   computes from the largest step measured;
-//! - every configuration *class* of one server: each of the 256 subsets of the eight hooks, the
-//!   allowlist off or on, budgets 0 to 3 (1,025 classes), to depth 5;
-//! - a family of two-server configurations (each hook on both servers, every hook on both,
-//!   every hook on one and none on the other; allowlist off, `s0` only, all; every budget where
-//!   `_Stop` runs), to depth 6;
-//! - a family that asks permission (no hook, each hook alone, every hook; budget 1), to depth
-//!   6;
-//!
-//! and checks, on every transition, every rule of [`Invariants`], that each fact of the
+//! On every transition the explorer checks every rule of [`Invariants`], that each fact of the
 //! alphabet is accepted where the machine's last order asked for it, that the probe is refused
 //! and changes nothing, and that a running prompt always waits for an answer. A class stands
 //! for every setup whose machine starts identical and stays so under both catalogs
@@ -71,30 +69,16 @@
 //! can run, the allowlist when no hook can); a test checks that the machines' encodings are
 //! equal under both catalogs.
 //!
-//! Run by hand (ignored): each hook alone to depth 12 (628,477 states, about 210 s), and
-//! `explore_deep`, a representative set (no hooks; every hook with budget 1; two servers with
-//! every hook and budget 3; every hook with permission) to `HOOKLOOP_EXPLORE_DEPTH`, 12 by
-//! default (3,736, 112,232, 182,528 and 290,114 states; 3,169,399 transitions; 53 s of CPU in
-//! a release build, the setups shared out over the cores). With hooks, the size region holds
-//! for any 13 facts (a hook's injection is the largest step, 62 tokens), so depth 12 is within
-//! it.
-//!
-//! Not verified: depth 12 for configurations with hooks on every `cargo test`. Even at the
-//! abstract grain, with hooks the distinct states still grow about 1.5 times per fact (every
-//! hook with budget 1: 47,688 states at depth 10, 112,232 at 12) and have not been seen to
-//! exhaust; the one-server classes and the families stop at depth 5 and 6. A sample says what
-//! depth 12 would take (`single_server_class_sample` in tests/explore.rs, run by hand): every
-//! 32nd one-server class to depth 12, 33 classes, 3,876,527 states in 302 s of CPU in a release
-//! build, so the 1,025 classes alone hold about 120 million distinct states at depth 12, some
-//! 2.6 hours of CPU, against the 6 minutes of CPU three minutes on two cores give. In the debug
-//! build `cargo test` makes, the test binary takes 293 s wall on an otherwise idle 2-core
-//! machine, and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server
-//! family 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs of CPU a
-//! transition, where a release build spends about 13 µs. Servers are not sorted for symmetry.
-//! Most two-server hook subsets (65,536 pairs) are not explored, nor permission with two
-//! servers. The alphabet has one text per kind, so no rule that reads words (the hook body
-//! cap, trimming) is covered here; neither are a hook call that fails or is skipped,
-//! `content_filter`, the round cap, media, nor the supervisor.
+//! Not verified: depth 12 for every configuration with hooks; with hooks the distinct states
+//! grow about 1.5 times per fact and have not been seen to exhaust (every 32nd one-server class
+//! to depth 12 is 3,876,527 states in 302 s of CPU in a release build, so the 1,025 classes
+//! alone hold about 120 million states at depth 12). Most two-server hook subsets (65,536
+//! pairs) are not explored, nor permission with two servers, nor a parent and its child
+//! interleaved (the subagent family explores the child's machine alone, from its parent's
+//! `agent` call; tests/subagent_props.rs checks the two together). The alphabet has one text per
+//! kind, so no rule that reads words (the hook body cap, trimming) is covered here; neither are
+//! a hook call that fails or is skipped, `content_filter`, the round cap, media, nor the
+//! supervisor.
 //!
 //! # Counterexamples
 //!
