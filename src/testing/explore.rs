@@ -413,7 +413,8 @@ pub struct Report {
 pub struct Projection {
     /// The machine's phase.
     pub phase: String,
-    /// What the driver owes it: the kind of answer, and how many.
+    /// What the driver owes it: the kind of answer, and how many (not where a summary starts:
+    /// a history index, which the abstract grain folds).
     pub owed: String,
     /// `_Stop` objections spent.
     pub objections: u32,
@@ -425,7 +426,9 @@ impl Projection {
     fn of(machine: &Machine, pending: &Pending) -> Self {
         let owed = match pending {
             Pending::Nothing => "nothing".to_owned(),
-            Pending::Model(purpose) => format!("model {purpose:?}"),
+            // A summary's start is a history index, which the abstract grain folds.
+            Pending::Model(Purpose::Turn) => "the model's turn".to_owned(),
+            Pending::Model(Purpose::Summary { .. }) => "a summary".to_owned(),
             Pending::Tools(ids) => format!("{} tool results", ids.len()),
             Pending::Hooks(hook, slots) => format!("{} answers of {hook}", slots.len()),
             Pending::Permission(_) => "a decision".to_owned(),
