@@ -9,7 +9,9 @@
 //! hook, servers and answers of a round, the continuation); the policy's settings that a fact
 //! changes (whether to ask permission; the rest is fixed for a session); the session counters;
 //! the prompt's round count, compaction latch and pinned index; the owed `_PostCompact`, `_SessionStart` and
-//! `_SessionEnd` flags; the id counter; the catalog as the machine uses it (model tool names,
+//! `_SessionEnd` flags; the id counter; the count of `agent` calls named (the next child's id);
+//! for a subagent, who it is (its id, its parent's, its depth), the sizes of its task and last
+//! text, and its result once it finished; the catalog as the machine uses it (model tool names,
 //! their size, the servers of each hook, the destructive tools); the standing permission
 //! decisions; and the *shape* of the history: each message's kind, its size, every call's id
 //! and name, each result's call id and error flag.
@@ -30,12 +32,14 @@
 //! The coarse grain merges states that differ only in what no rule of the machine, and no check
 //! of the shared invariants, can tell apart. It starts from the exact grain and:
 //!
-//! - **names call ids by order of first appearance** ([`Canon::id`]) instead of spelling them,
-//!   and drops the id counter. The machine compares ids only for equality (a result answers the
-//!   call with its id; a new call whose id is taken is renamed to a fresh one, and a fresh id is
-//!   never one in the history), and so do the invariants; two states that are the same up to a
-//!   one-to-one renaming of ids have futures that are the same up to that renaming. Sizes still
-//!   count each id's bytes, so the renaming never merges histories of different sizes.
+//! - **names call ids by order of first appearance** ([`Canon::id`]) instead of spelling them.
+//!   The machine compares ids only for equality (a result answers the call with its id; a new
+//!   call whose id is taken is renamed to a fresh one, and a fresh id is never one in the
+//!   history), and so do the invariants; two states that are the same up to a one-to-one
+//!   renaming of ids have futures that are the same up to that renaming. Sizes still count each
+//!   id's bytes, so the renaming never merges histories of different sizes. The id counter is
+//!   kept: the fresh ids are spelled from it, and `call_hl9` and `call_hl10` differ in length,
+//!   so two states that differ only in the counter would later differ in size.
 //! - **drops the prompt's round count when the policy has no round cap** (`max_rounds` 0): the
 //!   cap is the count's only reader.
 //! - **drops the compaction counter**: it reaches only the figure a `_PreCompact`/`_PostCompact`
@@ -54,9 +58,10 @@
 //!
 //! # The abstract grain, and why it is sound within its size region
 //!
-//! The coarse grain still keeps sizes and one entry per older unit, so its states never stop
-//! growing. The abstract grain starts from the coarse one and keeps sizes only as the
-//! comparisons the machine makes with them. It is sound while the *size region* holds
+//! The coarse grain still keeps sizes, the id counter and one entry per older unit, so its
+//! states never stop growing. The abstract grain starts from the coarse one and keeps sizes
+//! only as the comparisons the machine makes with them; it drops the id counter, whose only
+//! reach beyond equality is the length of a fresh id, a few bytes of a small message's size. It is sound while the *size region* holds
 //! ([`Machine::size_region`]): the tokens of every small message in the history (a message is
 //! long when it alone is over the context budget `B`), plus the fixed part of a request (system
 //! prompt, tools, summary instruction), plus a reported usage within `B`, stay under `B/2`.
@@ -94,6 +99,7 @@
 //! kinds of orders, the planted violations at the same depth, on a sample of the configuration
 //! classes at a small bound.
 
+use super::agents::Child;
 use super::history::BYTES_PER_TOKEN;
 use super::message::CallId;
 use super::pairing::check_pairing;
@@ -288,8 +294,19 @@ impl Machine {
         e.bool(core.session_started);
         e.bool(core.session_ended);
         e.num(core.summary_instruction.len() as u64);
-        if !coarse {
+        // The machine spells its fresh ids from the counter (`call_hl9`, `call_hl10`), and an
+        // id's length counts in its message's size, which the coarse grain keeps to the byte.
+        if !abstract_ {
             e.num(core.next_id);
+        }
+        // The id the next `agent` call gets, and who this machine is when it is a subagent.
+        e.num(core.agents_started.into());
+        match &core.child {
+            None => e.tag(0),
+            Some(child) => {
+                e.tag(1);
+                child_of(e, child, |bytes| self.is_long(bytes));
+            }
         }
         let mut names: Vec<&String> = core.tools.names.iter().collect();
         names.sort();
@@ -442,6 +459,37 @@ fn fold_of(e: &mut Canon, old: &[Message], rest: &[Message], pinned: usize, medi
     e.num(spelled.len() as u64);
     for id in &spelled {
         e.str(id.as_str());
+    }
+}
+
+/// What a subagent knows of itself: its id and its parent's (they name its future calls' ids
+/// and are told to its hooks), its depth, the sizes of its task, its last text (its answer,
+/// told to `_SubagentStop` and made its call's result) and its result once it finished. At the
+/// abstract grain a size is kept as long or small, as everywhere else.
+fn child_of(e: &mut Canon, child: &Child, is_long: impl Fn(usize) -> bool) {
+    let size = |e: &mut Canon, bytes: usize| match e.grain() {
+        Grain::Abstract => e.bool(is_long(bytes)),
+        Grain::Exact | Grain::Coarse => e.num(bytes as u64),
+    };
+    e.str(&child.me.id.0);
+    match &child.me.parent {
+        None => e.tag(0),
+        Some(parent) => {
+            e.tag(1);
+            e.str(&parent.0);
+        }
+    }
+    e.num(child.depth.into());
+    size(e, child.description.len());
+    size(e, child.prompt.len());
+    size(e, child.last_text.len());
+    match &child.result {
+        None => e.tag(0),
+        Some(output) => {
+            e.tag(1);
+            e.bool(output.is_error);
+            size(e, output.joined_text().len());
+        }
     }
 }
 

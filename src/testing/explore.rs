@@ -43,27 +43,25 @@
 //! of that region is reported as a violation of "the abstract grain stays in its size
 //! region"). At the abstract grain the slack of the bound on model requests is clamped at the
 //! `_Stop` budget + 2 ([`Invariants::capping_slack`]: only stricter). `tests/explore.rs` checks
-//! that every grain reaches the same phases and kinds of order and finds the planted bugs at
-//! the same depth.
+//! that every grain reaches the same phases, kinds of order and [projections](Projection), and
+//! finds the planted bugs at the same depth.
 //!
 //! # What is verified, and what is not
 //!
-//! `tests/explore.rs` explores, on every `cargo test`, at the abstract grain:
+//! The configurations are explored in [families](super::families), each to the depth its
+//! rules' interactions need: in CI in a release build (each hook alone to depth 12, `_Stop`
+//! with each other hook to 10, `_Stop` budgets 1 to 3 to 14, every hook to 8, two servers to 6,
+//! the 1,025 one-server classes to 6, permission to 8, a subagent to 8), and on every
+//! `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
+//! search runs **to exhaustion** (depth 20 and 22, 5,137 and 23,251 states): every state
+//! reachable by any sequence of facts that stays in the size region is visited; the region
+//! holds for every sequence of at most 36 facts (15 with permission, whose two-call replies are
+//! the largest step), as [`Report::sound_length`] computes from the largest step measured. With
+//! hooks, the region holds for any 13 facts (a hook's injection is the largest step, 62
+//! tokens), so depth 12 is within it; the budgets family's depth 14 is checked state by state
+//! (a state out of the region is a violation).
 //!
-//! - without hooks, with and without permission: **to exhaustion** (depth 20 and 22, 5,137 and
-//!   23,251 states). Every state reachable by any sequence of facts that stays in the size
-//!   region is visited; the region holds for every sequence of at most 36 facts (15 with
-//!   permission, whose two-call replies are the largest step), as [`Report::sound_length`]
-//!   computes from the largest step measured;
-//! - every configuration *class* of one server: each of the 256 subsets of the eight hooks, the
-//!   allowlist off or on, budgets 0 to 3 (1,025 classes), to depth 5;
-//! - a family of two-server configurations (each hook on both servers, every hook on both,
-//!   every hook on one and none on the other; allowlist off, `s0` only, all; every budget where
-//!   `_Stop` runs), to depth 6;
-//! - a family that asks permission (no hook, each hook alone, every hook; budget 1), to depth
-//!   6;
-//!
-//! and checks, on every transition, every rule of [`Invariants`], that each fact of the
+//! On every transition the explorer checks every rule of [`Invariants`], that each fact of the
 //! alphabet is accepted where the machine's last order asked for it, that the probe is refused
 //! and changes nothing, and that a running prompt always waits for an answer. A class stands
 //! for every setup whose machine starts identical and stays so under both catalogs
@@ -71,30 +69,16 @@
 //! can run, the allowlist when no hook can); a test checks that the machines' encodings are
 //! equal under both catalogs.
 //!
-//! Run by hand (ignored): each hook alone to depth 12 (628,477 states, about 210 s), and
-//! `explore_deep`, a representative set (no hooks; every hook with budget 1; two servers with
-//! every hook and budget 3; every hook with permission) to `HOOKLOOP_EXPLORE_DEPTH`, 12 by
-//! default (3,736, 112,232, 182,528 and 290,114 states; 3,169,399 transitions; 53 s of CPU in
-//! a release build, the setups shared out over the cores). With hooks, the size region holds
-//! for any 13 facts (a hook's injection is the largest step, 62 tokens), so depth 12 is within
-//! it.
-//!
-//! Not verified: depth 12 for configurations with hooks on every `cargo test`. Even at the
-//! abstract grain, with hooks the distinct states still grow about 1.5 times per fact (every
-//! hook with budget 1: 47,688 states at depth 10, 112,232 at 12) and have not been seen to
-//! exhaust; the one-server classes and the families stop at depth 5 and 6. A sample says what
-//! depth 12 would take (`single_server_class_sample` in tests/explore.rs, run by hand): every
-//! 32nd one-server class to depth 12, 33 classes, 3,876,527 states in 302 s of CPU in a release
-//! build, so the 1,025 classes alone hold about 120 million distinct states at depth 12, some
-//! 2.6 hours of CPU, against the 6 minutes of CPU three minutes on two cores give. In the debug
-//! build `cargo test` makes, the test binary takes 293 s wall on an otherwise idle 2-core
-//! machine, and 6 to 12 min under load (the 1,025 classes 3,705,567 transitions, the two-server
-//! family 697,726, permission 177,232, the two exhaustions 272,242): about 100 µs of CPU a
-//! transition, where a release build spends about 13 µs. Servers are not sorted for symmetry.
-//! Most two-server hook subsets (65,536 pairs) are not explored, nor permission with two
-//! servers. The alphabet has one text per kind, so no rule that reads words (the hook body
-//! cap, trimming) is covered here; neither are a hook call that fails or is skipped,
-//! `content_filter`, the round cap, media, nor the supervisor.
+//! Not verified: depth 12 for every configuration with hooks; with hooks the distinct states
+//! grow about 1.5 times per fact and have not been seen to exhaust (every 32nd one-server class
+//! to depth 12 is 3,876,527 states in 302 s of CPU in a release build, so the 1,025 classes
+//! alone hold about 120 million states at depth 12). Most two-server hook subsets (65,536
+//! pairs) are not explored, nor permission with two servers, nor a parent and its child
+//! interleaved (the subagent family explores the child's machine alone, from its parent's
+//! `agent` call; tests/subagent_props.rs checks the two together). The alphabet has one text per
+//! kind, so no rule that reads words (the hook body cap, trimming) is covered here; neither are
+//! a hook call that fails or is skipped, `content_filter`, the round cap, media, nor the
+//! supervisor.
 //!
 //! # Counterexamples
 //!
@@ -117,7 +101,7 @@ use crate::hooks::{Hook, HookServers, ServerName};
 use crate::machine::{
     CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply, Machine,
     MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools, SizeRegion,
-    StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
+    SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -348,7 +332,8 @@ impl Setup {
     }
 }
 
-const SYSTEM: &str = "system";
+/// The system prompt of every setup.
+pub(crate) const SYSTEM: &str = "system";
 
 /// The destructive tool of a setup that asks permission.
 const DESTRUCTIVE: &str = "rm";
@@ -415,6 +400,51 @@ pub struct Report {
     pub region: SizeRegion,
     /// The most tokens of the region a single fact added.
     pub region_step: u64,
+    /// The most `_Stop` objections a visited state had spent.
+    pub objections: u32,
+    /// What every grain keeps of each visited state ([`Projection`]), for comparing grains.
+    pub projections: BTreeSet<Projection>,
+}
+
+/// What of a state every grain keeps: two grains that merge only states with the same future
+/// reach the same projections within a bound (a state merged into one reached earlier has its
+/// future explored from there).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Projection {
+    /// The machine's phase.
+    pub phase: String,
+    /// What the driver owes it: the kind of answer, and how many (not where a summary starts:
+    /// a history index, which the abstract grain folds).
+    pub owed: String,
+    /// `_Stop` objections spent.
+    pub objections: u32,
+    /// Each server's streak of hook timeouts.
+    pub streaks: Vec<(String, u32)>,
+}
+
+impl Projection {
+    fn of(machine: &Machine, pending: &Pending) -> Self {
+        let owed = match pending {
+            Pending::Nothing => "nothing".to_owned(),
+            // A summary's start is a history index, which the abstract grain folds.
+            Pending::Model(Purpose::Turn) => "the model's turn".to_owned(),
+            Pending::Model(Purpose::Summary { .. }) => "a summary".to_owned(),
+            Pending::Tools(ids) => format!("{} tool results", ids.len()),
+            Pending::Hooks(hook, slots) => format!("{} answers of {hook}", slots.len()),
+            Pending::Permission(_) => "a decision".to_owned(),
+        };
+        Self {
+            phase: machine.phase().to_string(),
+            owed,
+            objections: machine.counters().objections,
+            streaks: machine
+                .counters()
+                .consecutive_timeouts
+                .iter()
+                .map(|(server, n)| (server.as_str().to_owned(), *n))
+                .collect(),
+        }
+    }
 }
 
 impl Report {
@@ -435,12 +465,14 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: {} states, {} transitions, depth {}{}; size region {}/{} tokens, {} per fact",
+            "{}: {} states, {} transitions, depth {}{}, {} objections spent; size region {}/{} \
+             tokens, {} per fact",
             self.setup.name(),
             self.states,
             self.transitions,
             self.depth,
             if self.exhausted { " (exhausted)" } else { "" },
+            self.objections,
             self.region.used(),
             self.region.limit,
             self.region_step,
@@ -546,8 +578,11 @@ pub fn explore_at<S: Subject>(
         orders: BTreeSet::new(),
         region: start.machine().size_region(),
         region_step: 0,
+        objections: 0,
+        projections: BTreeSet::new(),
     };
     let mut phases = HashSet::from([start.machine().phase()]);
+    let mut projections = HashSet::from([Projection::of(start.machine(), &Pending::Nothing)]);
     let mut orders = HashMap::new();
     let mut invariants = Invariants::new(start.machine().policy());
     if grain == Grain::Abstract {
@@ -667,6 +702,10 @@ pub fn explore_at<S: Subject>(
                 });
                 report.states += 1;
                 report.depth = depth;
+                report.objections = report
+                    .objections
+                    .max(subject.machine().counters().objections);
+                projections.insert(Projection::of(subject.machine(), &pending));
                 next.push(Frontier {
                     node,
                     subject,
@@ -680,6 +719,7 @@ pub fn explore_at<S: Subject>(
     report.exhausted = layer.is_empty();
     report.phases = phases.iter().map(ToString::to_string).collect();
     report.orders = orders.into_values().collect();
+    report.projections = projections.into_iter().collect();
     Ok(report)
 }
 
@@ -712,6 +752,7 @@ enum OrderKey {
     Purpose(Discriminant<Purpose>),
     Hook(Hook),
     Notice(Discriminant<Notice>),
+    Skip(Discriminant<SkipReason>),
     Finish(Discriminant<FinishReason>),
 }
 
@@ -720,6 +761,9 @@ impl OrderKey {
         match effect {
             Effect::CallLlm { purpose, .. } => Self::Purpose(discriminant(purpose)),
             Effect::CallHooks { hook, .. } => Self::Hook(*hook),
+            Effect::Notify {
+                notice: Notice::StopSkipped { reason },
+            } => Self::Skip(discriminant(reason)),
             Effect::Notify { notice } => Self::Notice(discriminant(notice)),
             Effect::Finish { reason } => Self::Finish(discriminant(reason)),
             Effect::CallTools { .. } | Effect::AskPermission { .. } | Effect::KillServer { .. } => {
@@ -742,6 +786,9 @@ fn order_kind(effect: &Effect) -> String {
         Effect::CallHooks { hook, .. } => format!("CallHooks {hook}"),
         Effect::AskPermission { .. } => "AskPermission".into(),
         Effect::KillServer { .. } => "KillServer".into(),
+        Effect::Notify {
+            notice: Notice::StopSkipped { reason },
+        } => format!("Notify StopSkipped {}", debug(reason)),
         Effect::Notify { notice } => format!("Notify {}", debug(notice)),
         Effect::Finish { reason } => format!("Finish {}", debug(reason)),
     }

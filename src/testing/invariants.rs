@@ -18,7 +18,7 @@ use crate::machine::{
 
 use super::check_pairing;
 use super::consent::Consent;
-use super::liveness::HookLiveness;
+use super::liveness::{HookLiveness, stop_hook};
 use super::words::HookWords;
 
 /// A rule the machine broke on one fact.
@@ -427,15 +427,10 @@ impl Invariants {
         effects: &[Effect],
     ) -> Result<(), Violation> {
         let turn_phase = matches!(before, Phase::Prompting | Phase::Objected);
-        let asked = effects.iter().any(|e| {
-            matches!(
-                e,
-                Effect::CallHooks {
-                    hook: Hook::Stop,
-                    ..
-                }
-            )
-        });
+        let stop = stop_hook(m);
+        let asked = effects
+            .iter()
+            .any(|e| matches!(e, Effect::CallHooks { hook, .. } if *hook == stop));
         match fact {
             Input::Prompted { .. } => {
                 self.stop_since_work = false;
@@ -447,7 +442,7 @@ impl Invariants {
                     self.latch = false;
                 } else if matches!(reply.stop, StopReason::EndTurn | StopReason::StopSequence) {
                     let objections = m.counters().objections;
-                    let expected = !m.hook_servers(Hook::Stop).is_empty()
+                    let expected = !m.hook_servers(stop).is_empty()
                         && self.budget > 0
                         && objections < self.budget
                         && !self.latch;
@@ -458,7 +453,7 @@ impl Invariants {
                             format!(
                                 "asked: {asked}; servers {:?}, budget {}, objections {objections}, \
                                  right after an objection: {}",
-                                m.hook_servers(Hook::Stop),
+                                m.hook_servers(stop),
                                 self.budget,
                                 self.latch
                             )
@@ -553,12 +548,15 @@ impl Invariants {
                                     | Hook::PostToolUse
                                     | Hook::Stop
                                     | Hook::PostCompact
+                                    | Hook::SubagentStart
+                                    | Hook::SubagentStop
                             )
                         );
                         ensure(injects && hook == answered, RULE, || {
                             format!("{} added after {}", call.name, fact.kind())
                         })?;
-                        session_start |= hook == Some(Hook::SessionStart);
+                        session_start |=
+                            matches!(hook, Some(Hook::SessionStart | Hook::SubagentStart));
                     }
                 }
                 Message::ToolResult { .. } => {}

@@ -113,9 +113,11 @@ impl HookLiveness {
         let actual = asked.first().map(|(hook, ..)| *hook);
         match expected {
             // A genuine end of turn: whether `_Stop` is asked is the stop rule's to say.
-            Expect::StopRule => ensure(matches!(actual, None | Some(Hook::Stop)), RULE, || {
-                format!("{actual:?} at an end of turn")
-            })?,
+            Expect::StopRule => ensure(
+                actual.is_none() || actual == Some(stop_hook(m)),
+                RULE,
+                || format!("{actual:?} at an end of turn"),
+            )?,
             Expect::Round(hook) => ensure(actual == hook, RULE, || {
                 format!(
                     "after {} in {before}: expected {}, got {}",
@@ -135,14 +137,12 @@ impl HookLiveness {
             let owed = match hook {
                 Hook::PreToolUse => runnable(fact, m),
                 Hook::PostToolUse => self.ran,
-                Hook::UserPromptSubmit => 1,
+                Hook::UserPromptSubmit | Hook::SubagentStart | Hook::SubagentStop => 1,
                 Hook::SessionStart
                 | Hook::Stop
                 | Hook::PreCompact
                 | Hook::PostCompact
-                | Hook::SessionEnd
-                | Hook::SubagentStart
-                | Hook::SubagentStop => 0,
+                | Hook::SessionEnd => 0,
             };
             ensure(subjects == owed, RULE, || {
                 format!("{hook} about {subjects} subjects, its rule names {owed}")
@@ -208,12 +208,15 @@ impl HookLiveness {
             Input::Prompted { .. } if before == Phase::Idle => self
                 .prompt_start(Stage::SessionStart, m)
                 .map_or_else(request, |h| Expect::Round(Some(h))),
-            Input::Closed if !std::mem::replace(&mut self.closed, true) => {
-                Expect::Round(has(Hook::SessionEnd).then_some(Hook::SessionEnd))
-            }
+            // A subagent's end is not the session's: it asks no `_SessionEnd`.
+            Input::Closed if !std::mem::replace(&mut self.closed, true) => Expect::Round(
+                (has(Hook::SessionEnd) && m.agent().is_none()).then_some(Hook::SessionEnd),
+            ),
             Input::HookAnswered { hook, .. } if self.completes(*hook) => {
                 let next = match hook {
-                    Hook::SessionStart => self.prompt_start(Stage::UserPromptSubmit, m),
+                    Hook::SessionStart | Hook::SubagentStart => {
+                        self.prompt_start(Stage::UserPromptSubmit, m)
+                    }
                     Hook::UserPromptSubmit => self.prompt_start(Stage::OwedPostCompact, m),
                     Hook::PreCompact
                     | Hook::PostCompact
@@ -221,9 +224,6 @@ impl HookLiveness {
                     | Hook::PreToolUse
                     | Hook::PostToolUse
                     | Hook::Stop
-                    // A child's rounds: children are checked by tests/subagent_props.rs, and
-                    // the explored configurations never start one.
-                    | Hook::SubagentStart
                     | Hook::SubagentStop => None,
                 };
                 next.map_or_else(request, |h| Expect::Round(Some(h)))
@@ -303,14 +303,21 @@ impl HookLiveness {
     /// prompt goes on to its first request.
     fn prompt_start(&mut self, mut stage: Stage, m: &Machine) -> Option<Hook> {
         let has = |hook: Hook| !m.hook_servers(hook).is_empty();
+        // A subagent asks `_SubagentStart` in place of the session's two prompt hooks.
+        let child = m.agent().is_some();
         if stage == Stage::SessionStart {
             let first = !std::mem::replace(&mut self.prompted, true);
-            if first && has(Hook::SessionStart) {
-                return Some(Hook::SessionStart);
+            let start = if child {
+                Hook::SubagentStart
+            } else {
+                Hook::SessionStart
+            };
+            if first && has(start) {
+                return Some(start);
             }
             stage = Stage::UserPromptSubmit;
         }
-        if stage == Stage::UserPromptSubmit && has(Hook::UserPromptSubmit) {
+        if stage == Stage::UserPromptSubmit && !child && has(Hook::UserPromptSubmit) {
             return Some(Hook::UserPromptSubmit);
         }
         if std::mem::take(&mut self.post_compact_owed) && has(Hook::PostCompact) {
@@ -380,6 +387,14 @@ enum Expect {
     Round(Option<Hook>),
     /// A genuine end of turn: `_Stop` or nothing, as the stop rule says.
     StopRule,
+}
+
+/// The hook a genuine end of turn asks: `_Stop`, or `_SubagentStop` in a subagent.
+pub(super) fn stop_hook(m: &Machine) -> Hook {
+    match m.agent() {
+        Some(_) => Hook::SubagentStop,
+        None => Hook::Stop,
+    }
 }
 
 fn name(hook: Option<Hook>) -> String {

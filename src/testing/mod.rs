@@ -23,6 +23,7 @@ use crate::mcp::{HookCall, ToolHost};
 
 pub mod consent;
 pub mod explore;
+pub mod families;
 mod invariants;
 pub mod liveness;
 pub mod words;
