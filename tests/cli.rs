@@ -546,10 +546,10 @@ fn run_shows_the_first_words_on_a_terminal_before_the_reply_ends() {
         .iter()
         .map(|p| (*p).to_owned())
         .collect();
-    let stream = pieces.clone();
-    let provider = FakeProvider::start(move |_| {
-        Reply::Stream(stream.clone(), std::time::Duration::from_millis(400))
-    });
+    // The rest of the reply waits until the test has seen its first words.
+    let gate = loopback::Gate::default();
+    let (stream, held) = (pieces.clone(), gate.clone());
+    let provider = FakeProvider::start(move |_| Reply::Held(stream.clone(), held.clone()));
     let pty = loopback::Pty::open();
     let mut command = hookloop(&["run", "go"]);
     with_provider(&mut command, &provider);
@@ -563,8 +563,10 @@ fn run_shows_the_first_words_on_a_terminal_before_the_reply_ends() {
     loop {
         let seen = text(&shown.lock().unwrap());
         if seen.contains("model: The") {
-            // The first words are on the terminal; the reply has not ended.
+            // The first words are on the terminal; the reply has not ended (it cannot have:
+            // the rest is held until now).
             assert!(!seen.contains("42."), "{seen:?}");
+            gate.open();
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{seen:?}");

@@ -10,11 +10,12 @@
 
 mod common;
 mod loopback;
+#[path = "support/peak_memory.rs"]
+mod peak_memory;
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hookloop::machine::ToolCall;
@@ -22,7 +23,7 @@ use hookloop::mcp::{HostOptions, McpHost, ServerConfig, ToolHost};
 use serde_json::{Value, json};
 
 use common::{HttpServer, Scratch, connect, eventually, eventually_async, fast_options, lines};
-use loopback::{FakeProvider, Reply};
+use peak_memory::run_poked;
 
 /// Growth of the agent's peak memory a hostile server may cause.
 const MAX_GROWTH_KIB: u64 = 64 * 1024;
@@ -289,21 +290,6 @@ async fn a_notification_flood_on_the_sse_stream_does_not_hold_up_calls() {
     assert!(hostile.sent() > 1 << 20, "only {} bytes", hostile.sent());
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 /// Runs `hookloop run` with the hostile server as server `evil` over `transport`, the model
 /// calling `evil__poke` once; asserts the run ends well and the agent's peak memory over the
 /// call grew by less than [`MAX_GROWTH_KIB`]. Returns the bytes the server sent.
@@ -313,38 +299,8 @@ fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str
     let config = dir.file("mcp.json");
     let server: Value = json!({"type": transport, "url": hostile.url});
     std::fs::write(&config, json!({"mcpServers": {"evil": server}}).to_string()).unwrap();
-    let pid = Arc::new(AtomicU32::new(0));
-    let memory = Arc::new(Mutex::new((0u64, 0u64)));
-    let turn = AtomicUsize::new(0);
-    let (seen_pid, seen_memory) = (Arc::clone(&pid), Arc::clone(&memory));
-    let provider = FakeProvider::start(move |_| {
-        let pid = seen_pid.load(Ordering::SeqCst);
-        match turn.fetch_add(1, Ordering::SeqCst) {
-            0 => {
-                seen_memory.lock().unwrap().0 = status_kib(pid, "VmRSS:");
-                Reply::tool("evil__poke", json!({}))
-            }
-            _ => {
-                seen_memory.lock().unwrap().1 = status_kib(pid, "VmHWM:");
-                Reply::text("Done.")
-            }
-        }
-    });
-    let child = Command::new(loopback::hookloop())
-        .args(["run", "--mcp-config", &config, "go"])
-        .current_dir(dir.path())
-        .env_remove("HOOKLOOP_LOG")
-        .env("OPENAI_BASE_URL", &provider.base_url)
-        .env("HOOKLOOP_MODEL", "loopback")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    pid.store(child.id(), Ordering::SeqCst);
-    let out = child.wait_with_output().unwrap();
-    let (before, peak) = *memory.lock().unwrap();
-    let growth = peak.saturating_sub(before);
+    let run = run_poked(Path::new(&config), dir.path(), Duration::ZERO);
+    let (before, peak, growth) = (run.before_kib, run.peak_kib, run.growth_kib());
     let sent = hostile.sent_once_ended();
     eprintln!(
         "{transport} {behaviour}: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth \
@@ -356,10 +312,7 @@ fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str
             .filter(|l| *l != "answer")
             .collect::<Vec<_>>()
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(before > 0 && peak > 0);
-    assert!(growth < MAX_GROWTH_KIB, "peak grew by {growth} KiB");
+    run.assert_below(MAX_GROWTH_KIB);
     sent
 }
 

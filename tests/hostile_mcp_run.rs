@@ -5,37 +5,27 @@
 //! margin: the agent's peak grows by a few MiB where the bound is 64.
 
 mod loopback;
+#[path = "support/peak_memory.rs"]
+mod peak_memory;
 
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loopback::{FakeProvider, Reply};
 use serde_json::json;
+
+use peak_memory::{PeakMemory, run_poked};
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
 
 /// Growth of the agent's peak memory a hostile server may cause.
 const MAX_GROWTH_KIB: u64 = 64 * 1024;
 
-/// What one run cost.
+/// What one run cost, and the hostile server's log.
 struct Measured {
-    /// `VmRSS` when the model was first asked, before the call.
-    before_kib: u64,
-    /// `VmHWM` when the model was asked after the call.
-    peak_kib: u64,
-    /// The hostile server's log.
+    run: PeakMemory,
     log: Vec<String>,
-    stderr: String,
-    status: Option<i32>,
 }
 
 impl Measured {
-    fn growth_kib(&self) -> u64 {
-        self.peak_kib.saturating_sub(self.before_kib)
-    }
-
     fn starting_with(&self, prefix: &str) -> usize {
         self.log.iter().filter(|l| l.starts_with(prefix)).count()
     }
@@ -46,21 +36,6 @@ impl Measured {
             .find_map(|l| l.strip_prefix("sent ")?.parse().ok())
             .unwrap_or(0)
     }
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 /// Runs `hookloop run` with the hostile server `behaviour` as server `evil`, the model calling
@@ -83,57 +58,20 @@ fn run_against(behaviour: &str, vars: &[(&str, &str)], settle: Duration) -> Meas
     let config = dir.join("mcp.json");
     let server = json!({"command": TEST_SERVER, "env": env});
     std::fs::write(&config, json!({"mcpServers": {"evil": server}}).to_string()).unwrap();
-    let pid = Arc::new(AtomicU32::new(0));
-    let memory = Arc::new(Mutex::new((0u64, 0u64)));
-    let turn = AtomicUsize::new(0);
-    let (seen_pid, seen_memory) = (Arc::clone(&pid), Arc::clone(&memory));
-    let provider = FakeProvider::start(move |_| {
-        let pid = seen_pid.load(Ordering::SeqCst);
-        match turn.fetch_add(1, Ordering::SeqCst) {
-            0 => {
-                seen_memory.lock().unwrap().0 = status_kib(pid, "VmRSS:");
-                Reply::tool("evil__poke", json!({}))
-            }
-            _ => {
-                std::thread::sleep(settle);
-                seen_memory.lock().unwrap().1 = status_kib(pid, "VmHWM:");
-                Reply::text("Done.")
-            }
-        }
-    });
-    let child = Command::new(loopback::hookloop())
-        .args(["run", "--mcp-config", config.to_str().unwrap(), "go"])
-        .current_dir(&dir)
-        .env_remove("HOOKLOOP_LOG")
-        .env("OPENAI_BASE_URL", &provider.base_url)
-        .env("HOOKLOOP_MODEL", "loopback")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    pid.store(child.id(), Ordering::SeqCst);
-    let out = child.wait_with_output().unwrap();
+    let run = run_poked(&config, &dir, settle);
     let log = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
         .map(str::to_owned)
         .collect();
     let _ = std::fs::remove_dir_all(&dir);
-    let (before_kib, peak_kib) = *memory.lock().unwrap();
-    let measured = Measured {
-        before_kib,
-        peak_kib,
-        log,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        status: out.status.code(),
-    };
+    let measured = Measured { run, log };
     eprintln!(
         "{behaviour}: VmRSS before {} KiB, VmHWM after {} KiB, growth {} KiB; {} sent, {} \
          listings",
-        measured.before_kib,
-        measured.peak_kib,
-        measured.growth_kib(),
+        measured.run.before_kib,
+        measured.run.peak_kib,
+        measured.run.growth_kib(),
         measured.sent(),
         measured.starting_with("list"),
     );
@@ -142,13 +80,7 @@ fn run_against(behaviour: &str, vars: &[(&str, &str)], settle: Duration) -> Meas
 
 /// The run ended well, the agent's memory was read, and its peak grew by less than the bound.
 fn assert_small(measured: &Measured) {
-    assert_eq!(measured.status, Some(0), "{}", measured.stderr);
-    assert!(measured.before_kib > 0 && measured.peak_kib > 0);
-    assert!(
-        measured.growth_kib() < MAX_GROWTH_KIB,
-        "peak grew by {} KiB",
-        measured.growth_kib()
-    );
+    measured.run.assert_below(MAX_GROWTH_KIB);
 }
 
 #[test]

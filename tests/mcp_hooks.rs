@@ -6,8 +6,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookloop::hooks::encode_hook_body;
-use hookloop::machine::{Effect, Message, Notice, ToolCall, ToolOutput};
+use hookloop::hooks::{ServerName, encode_hook_body};
+use hookloop::machine::{Effect, Input, Message, Notice, ToolCall, ToolOutput};
 use hookloop::mcp::{McpHost, ToolHost};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, Observer, PromptStop, Session};
@@ -173,12 +173,19 @@ async fn an_objection_is_injected_json_encoded_and_the_model_asked_again() {
 
 #[tokio::test]
 async fn several_servers_answer_in_configuration_order() {
-    // `b` answers last but is configured first: its objection comes first.
+    // `b` answers last but is configured first: its objection comes first. It answers only
+    // once the machine has taken `a`'s answer (the observer below says so with a file), so the
+    // order of arrival is certain, whatever the load.
+    let dir = Scratch::new("order");
+    let a_answered = dir.file("a_answered");
     let host = connect(
         vec![
             (
                 "b",
-                test_server(&[("TS_HOOKS", "_Stop"), ("TS_STOP", "slow:400:from b")]),
+                test_server(&[
+                    ("TS_HOOKS", "_Stop"),
+                    ("TS_STOP", &format!("after:{a_answered}:from b")),
+                ]),
             ),
             (
                 "a",
@@ -191,8 +198,16 @@ async fn several_servers_answer_in_configuration_order() {
     .await;
     let llm = ScriptedLlm::new([Step::text("done"), Step::text("done again")]);
     let mut session = Session::new(config(HookServers::All, 3000, 3), llm.clone(), host);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    session.add_observer(Answers {
+        answers: Arc::clone(&answers),
+        release: (ServerName::new("a").unwrap(), a_answered.into()),
+    });
     session.prompt("go").await.unwrap();
 
+    let arrived = answers.lock().unwrap().clone();
+    let at = |name: &str| arrived.iter().position(|s| s.as_str() == name);
+    assert!(at("a") < at("b") && at("b").is_some(), "{arrived:?}");
     assert_eq!(
         injected(&llm.requests()[1].messages),
         [
@@ -203,6 +218,24 @@ async fn several_servers_answer_in_configuration_order() {
     // One objection round, however many servers objected in it.
     assert_eq!(session.counters().objections, 1);
     no_violations(&llm);
+}
+
+/// Records which server each hook answer the machine takes came from, and creates a file once
+/// one server's has come.
+struct Answers {
+    answers: Arc<Mutex<Vec<ServerName>>>,
+    release: (ServerName, std::path::PathBuf),
+}
+
+impl Observer for Answers {
+    fn on_fact(&mut self, _at: Duration, fact: &Input) {
+        if let Input::HookAnswered { server, .. } = fact {
+            self.answers.lock().unwrap().push(server.clone());
+            if *server == self.release.0 {
+                std::fs::write(&self.release.1, b"").expect("release file");
+            }
+        }
+    }
 }
 
 #[tokio::test]
@@ -382,7 +415,10 @@ async fn the_second_consecutive_timeout_kills_the_group_and_it_restarts_after_a_
 async fn a_server_still_restarting_when_a_hook_round_starts_is_skipped_not_timed_out() {
     let dir = Scratch::new("skip");
     let pids = dir.file("pids");
+    let up = dir.file("up");
     let state = dir.path().to_string_lossy().into_owned();
+    // Every start waits for the file `up`: the first finds it, the restart waits for the test.
+    std::fs::write(&up, b"").unwrap();
     let host = connect(
         vec![(
             "slow",
@@ -391,28 +427,26 @@ async fn a_server_still_restarting_when_a_hook_round_starts_is_skipped_not_timed
                 ("TS_STOP", "hang|hang|say:objection"),
                 ("TS_STATE_DIR", &state),
                 ("TS_PID_FILE", &pids),
-                // Every start takes 1.5 s, far over the 300 ms hook timeout.
-                ("TS_STARTUP", "slow:1500"),
+                ("TS_STARTUP", &format!("wait:{up}")),
             ]),
         )],
         fast_options(),
     )
     .await;
+    std::fs::remove_file(&up).unwrap();
     let notices = Arc::new(Mutex::new(Vec::new()));
     let llm = ScriptedLlm::new((0..5).map(|i| Step::text(format!("end {i}"))));
     let mut session = Session::new(config(HookServers::All, 300, 3), llm.clone(), host);
     session.add_observer(Notices(Arc::clone(&notices)));
     session.prompt("one").await.unwrap();
     session.prompt("two").await.unwrap();
-    // The second timeout in a row killed it; its restart takes 1.5 s. This round does not wait
-    // for it, and its absence is neither an objection nor a timeout.
-    let started = Instant::now();
-    assert_eq!(session.prompt("three").await.unwrap(), PromptStop::EndTurn);
-    assert!(
-        started.elapsed() < Duration::from_millis(1000),
-        "{:?}",
-        started.elapsed()
-    );
+    // The second timeout in a row killed it; its restart cannot finish before the test allows,
+    // so a round that waited for it would never end (the bound only turns that into a failure).
+    // This round ends without it, and its absence is neither an objection nor a timeout.
+    let three = tokio::time::timeout(Duration::from_secs(60), session.prompt("three"))
+        .await
+        .expect("the round does not wait for the restart");
+    assert_eq!(three.unwrap(), PromptStop::EndTurn);
     assert!(
         notices.lock().unwrap().iter().any(|n| matches!(n,
             Notice::HookSkipped { server, reason, .. }
@@ -424,6 +458,7 @@ async fn a_server_still_restarting_when_a_hook_round_starts_is_skipped_not_timed
     assert!(session.counters().consecutive_timeouts.is_empty());
 
     // Once back, it is asked again, and its script goes on where it was.
+    std::fs::write(&up, b"").unwrap();
     assert!(restarted(session.host(), "slow", &pids, 2).await);
     session.prompt("four").await.unwrap();
     assert_eq!(session.counters().objections, 1);

@@ -391,6 +391,18 @@ mod wire {
             (found.unwrap(), updates)
         }
 
+        /// Reads frames into the backlog up to and including the first that `seen` accepts.
+        async fn read_until(&mut self, seen: impl Fn(&Value) -> bool) {
+            loop {
+                let frame = self.read().await;
+                let done = seen(&frame);
+                self.backlog.push(frame);
+                if done {
+                    return;
+                }
+            }
+        }
+
         async fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
             let id = self.send_request(method, params).await;
             self.reply(id).await
@@ -679,7 +691,12 @@ mod wire {
         peer.initialize().await;
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Cancel once the first call has started (it never ends): the second is still queued.
+        peer.read_until(|frame| {
+            frame["method"] == "session/update"
+                && frame["params"]["update"]["status"] == "in_progress"
+        })
+        .await;
         peer.notify("session/cancel", json!({"sessionId": session}))
             .await;
         let (reply, updates) = peer.reply(id).await;
@@ -1306,7 +1323,9 @@ mod wire {
         );
     }
 
-    #[tokio::test]
+    // The clock is paused: it moves only when every task waits, so once the hour below has
+    // passed the session has done all it could; one merely slow would have gone on.
+    #[tokio::test(start_paused = true)]
     async fn a_client_that_stops_reading_holds_the_session_back_and_loses_no_frame() {
         const CALLS: usize = 20;
         let calls: Vec<(&str, Value)> = (0..CALLS).map(|i| ("fs__read", json!({"n": i}))).collect();
@@ -1324,9 +1343,9 @@ mod wire {
         let session = peer.new_session().await;
         let id = peer.prompt(&session, "go").await;
 
-        // Not reading: the tools are long done, but the session may not go on to its next
-        // model request while its frames wait.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Not reading: an hour later the tools are long done, but the session may not go on to
+        // its next model request while its frames wait.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
         assert_eq!(
             llm.remaining(),
             1,
@@ -1338,7 +1357,11 @@ mod wire {
         assert_eq!(llm.remaining(), 0);
         // Every call's three updates arrived, none dropped.
         let kinds = kinds(&updates);
-        for kind in ["tool_call:pending", "tool_call_update:completed"] {
+        for kind in [
+            "tool_call:pending",
+            "tool_call_update:in_progress",
+            "tool_call_update:completed",
+        ] {
             assert_eq!(
                 kinds.iter().filter(|k| *k == kind).count(),
                 CALLS,

@@ -25,6 +25,27 @@ pub enum Reply {
     /// Text that ends the turn, streamed in these pieces with a pause before each when the
     /// request asks for a stream (else sent whole after the pauses).
     Stream(Vec<String>, Duration),
+    /// Text that ends the turn, streamed in these pieces: the first at once, the others once
+    /// the gate is open (else sent whole once it is).
+    Held(Vec<String>, Gate),
+}
+
+/// A latch a test opens once; replies held by it wait until then.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    pub fn open(&self) {
+        *self.0.0.lock().unwrap() = true;
+        self.0.1.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.0.0.lock().unwrap();
+        while !*open {
+            open = self.0.1.wait(open).unwrap();
+        }
+    }
 }
 
 impl Reply {
@@ -105,17 +126,34 @@ fn serve(stream: TcpStream, id: u64, answer: &Answer, seen: &Mutex<Vec<Value>>) 
         seen.lock().unwrap().push(request.clone());
         call += 1;
         let reply = answer(&request);
-        if let Reply::Stream(pieces, pause) = &reply
-            && request["stream"] == true
-        {
-            if stream_sse(&mut stream, id, pieces, *pause).is_err() {
-                return;
+        if request["stream"] == true {
+            let streamed = match &reply {
+                Reply::Stream(pieces, pause) => Some(stream_sse(&mut stream, id, pieces, &|_| {
+                    std::thread::sleep(*pause)
+                })),
+                Reply::Held(pieces, gate) => Some(stream_sse(&mut stream, id, pieces, &|i| {
+                    if i > 0 {
+                        gate.wait();
+                    }
+                })),
+                _ => None,
+            };
+            match streamed {
+                Some(Ok(())) => continue,
+                Some(Err(_)) => return,
+                None => {}
             }
-            continue;
         }
         let message = match reply {
             Reply::Stream(pieces, pause) => {
                 std::thread::sleep(pause * u32::try_from(pieces.len()).unwrap_or(1));
+                (
+                    json!({"role": "assistant", "content": pieces.concat()}),
+                    "stop",
+                )
+            }
+            Reply::Held(pieces, gate) => {
+                gate.wait();
                 (
                     json!({"role": "assistant", "content": pieces.concat()}),
                     "stop",
@@ -171,7 +209,7 @@ fn stream_sse(
     stream: &mut TcpStream,
     id: u64,
     pieces: &[String],
-    pause: Duration,
+    before_piece: &dyn Fn(usize),
 ) -> std::io::Result<()> {
     stream.write_all(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
@@ -190,8 +228,8 @@ fn stream_sse(
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     ))?;
-    for piece in pieces {
-        std::thread::sleep(pause);
+    for (i, piece) in pieces.iter().enumerate() {
+        before_piece(i);
         write_chunk(&chunk(json!({"content": piece}), Value::Null))?;
     }
     write_chunk(&chunk(json!({}), json!("stop")))?;

@@ -14,7 +14,7 @@
 //! | `TS_PID_FILE` | append this process's pid at start |
 //! | `TS_GRANDCHILD_FILE` | start a `sleep` grandchild and append its pid here |
 //! | `TS_SERIAL` | handle one tool call at a time, like a single-threaded server |
-//! | `TS_STARTUP` | `fail` (exit at once), `hang` (never answer) or `slow:MS` (wait first) |
+//! | `TS_STARTUP` | `fail` (exit at once), `hang` (never answer), `slow:MS` (wait first) or `wait:PATH` (wait until PATH exists) |
 //! | `TS_ENV_FILE` | write the environment it got, one `NAME=value` a line |
 //! | `TS_HTTP` | serve streamable HTTP on this address; print `http://<addr>/mcp` first |
 //! | `TS_LEGACY` | speak protocol versions up to 2025-11-25 only (`initialize`, server requests) |
@@ -26,7 +26,7 @@
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
 //! `isError` result), `rpcerror` (a JSON-RPC error), `big` (1 MiB of text), `slow:MS:TEXT`,
-//! `link` (a lone resource link), `image` (a lone image), `ask` (asks the person as the `ask`
+//! `after:PATH:TEXT` (says TEXT once PATH exists), `link` (a lone resource link), `image` (a lone image), `ask` (asks the person as the `ask`
 //! tool does, and says the answer).
 //!
 //! Tools: `echo` (its arguments back), `big`, `image`, `big_image` (2 MiB of base64 and a
@@ -179,6 +179,13 @@ impl TestServer {
                 let (ms, said) = rest.split_once(':').unwrap_or((rest, ""));
                 let ms: u64 = ms.parse().expect("slow:MS:TEXT");
                 tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(text(said))
+            }
+            "after" => {
+                let (path, said) = rest.split_once(':').unwrap_or((rest, ""));
+                while !std::path::Path::new(path).exists() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 Ok(text(said))
             }
             other => panic!("unknown step {other:?}"),
@@ -561,6 +568,12 @@ fn main() {
         Some(slow) if slow.starts_with("slow:") => {
             let ms: u64 = slow["slow:".len()..].parse().expect("TS_STARTUP=slow:MS");
             std::thread::sleep(Duration::from_millis(ms));
+        }
+        Some(wait) if wait.starts_with("wait:") => {
+            let path = std::path::Path::new(&wait["wait:".len()..]);
+            while !path.exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         _ => {}
     }

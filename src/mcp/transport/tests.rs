@@ -229,19 +229,50 @@ async fn two_messages_in_one_write_are_both_received() {
     );
 }
 
+/// A reader that hands over each chunk it is sent as one read of its own, and is pending in
+/// between: what a pipe does when the writer's pieces arrive apart, made certain.
+struct Chunks {
+    chunks: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    reads: usize,
+}
+
+impl tokio::io::AsyncRead for Chunks {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.chunks.poll_recv(cx) {
+            std::task::Poll::Ready(Some(chunk)) => {
+                assert!(chunk.len() <= buf.remaining(), "the reader asks for more");
+                buf.put_slice(&chunk);
+                self.reads += 1;
+                std::task::Poll::Ready(Ok(()))
+            }
+            // The end of the stream.
+            std::task::Poll::Ready(None) => std::task::Poll::Ready(Ok(())),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
 #[tokio::test]
 async fn message_split_across_writes_is_received_whole() {
-    let (mut transport, mut server) = connect();
+    use futures_util::FutureExt;
+
+    let (send, chunks) = tokio::sync::mpsc::unbounded_channel();
+    let mut transport = LineTransport::new(Chunks { chunks, reads: 0 }, tokio::io::sink());
     transport.send(call_tool(1)).await.expect("send");
     let (head, tail) = TOOL_ANSWER.split_at(30);
-    let reading = tokio::spawn(async move {
-        let message = receive(&mut transport).await;
-        (transport, message)
-    });
-    server.write(head.as_bytes()).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    server.write(format!("{tail}\n").as_bytes()).await;
-    let (_transport, message) = reading.await.expect("join");
+    send.send(head.as_bytes().to_vec()).expect("send");
+    // The head is read and kept; no message comes of it alone.
+    assert!(transport.receive().now_or_never().is_none());
+    assert_eq!(transport.reader.reads, 1, "the head was read");
+    send.send(format!("{tail}\n").into_bytes()).expect("send");
+    let message = tokio::time::timeout(Duration::from_secs(5), transport.receive())
+        .await
+        .expect("a message within 5 s");
+    assert_eq!(transport.reader.reads, 2, "the tail was read apart");
     assert_eq!(json(&message.expect("a message")), generic(TOOL_ANSWER));
 }
 
