@@ -498,3 +498,59 @@ async fn a_turn_without_tools_keeps_hook_pairs_native_with_tool_choice_none() {
         support::pretty(&server.requests()[1].body)
     );
 }
+
+/// The binary shares one provider client among its sessions, and that client tells the
+/// machine what the dialect sends: an image a tool returns reaches Anthropic as an image
+/// block, not as a line describing it.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
+    let server = Loopback::start([
+        calls(&[("toolu_1", "t__image", json!({}))], 100),
+        text("A picture."),
+    ])
+    .await;
+    let dir = std::env::temp_dir().join(format!("hookloop-image-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"t": {"command": env!("CARGO_BIN_EXE_hookloop-test-server")}}})
+            .to_string(),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookloop"))
+        .args(["run", "--mcp-config", config.to_str().unwrap(), "Look."])
+        .current_dir(&dir)
+        .env_remove("MCP_HOOK_SERVERS")
+        .env_remove("HOOKLOOP_LOG")
+        .env_remove("OPENAI_BASE_URL")
+        .env("HOOKLOOP_PROVIDER", "anthropic")
+        .env("HOOKLOOP_MODEL", "test-model")
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", "sk-test-key")
+        .env(
+            "HOOKLOOP_STREAM",
+            u8::from(support::streaming()).to_string(),
+        )
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let bodies = checked(&server);
+    assert_eq!(bodies.len(), 2);
+    let result = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|block| block["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool result: {}", bodies[1]));
+    let kinds: Vec<&str> = result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|block| block["type"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"image"), "{result}");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hookloop::acp::{ServerSpec, SessionSpec};
 use hookloop::llm::OnDelta;
 use hookloop::llm::{AnyLlm, LlmConfig, LlmRequest};
-use hookloop::machine::LlmReply;
+use hookloop::machine::{LlmReply, Media};
 use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
 use hookloop::{LlmClient, LlmError, ServerName};
 
@@ -36,6 +36,12 @@ impl LlmClient for SharedLlm {
         on_delta: &mut OnDelta<'_>,
     ) -> Result<LlmReply, LlmError> {
         self.0.stream(request, on_delta).await
+    }
+
+    // Forwarded, or the machine would describe every image in a line where the dialect
+    // sends it.
+    fn media(&self) -> Media {
+        self.0.media()
     }
 
     fn model_name(&self) -> Option<(&str, &str)> {
