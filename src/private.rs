@@ -1,7 +1,7 @@
 //! Files that hold what a session said (prompts, tool output, tokens) are the user's alone:
 //! created mode 0600, in directories created mode 0700, from the moment they exist (never
 //! created open and narrowed after). Every such file and directory the crate creates is made
-//! here: transcripts, the agent's side files, the token store, the HTML view.
+//! here: transcripts, the agent's side files, the token store, the HTML view, the JUnit report.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
@@ -33,7 +33,10 @@ pub(crate) fn create_file(path: &Path) -> io::Result<File> {
 }
 
 /// Writes `contents` to the file at `path` as [`create_file`] opens it.
-#[cfg_attr(not(feature = "acp"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "acp", feature = "html", feature = "junit")),
+    allow(dead_code)
+)]
 pub(crate) fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> io::Result<()> {
     use std::io::Write;
     create_file(path)?.write_all(contents.as_ref())

@@ -144,6 +144,8 @@ fn a_recorded_run_is_shown_replayed_as_a_suite_and_checked() {
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let page = std::fs::read_to_string(dir.join("run.html")).unwrap();
+    // The page and the report quote the session: the user's alone, as the transcript is.
+    assert_eq!(mode(&dir.join("run.html")), 0o600);
     assert_eq!(page.matches("<rect class=\"round\"").count(), 4);
     assert_eq!(page.matches("<circle class=\"objection\"").count(), 1);
 
@@ -153,7 +155,13 @@ fn a_recorded_run_is_shown_replayed_as_a_suite_and_checked() {
         text(&out.stdout).contains("1 transcript(s): 1 passed"),
         "{out:?}"
     );
+    assert_eq!(mode(&dir.join("out.xml")), 0o600);
     check_dir_with(&dir, false).expect("the recording checks");
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 /// The records of a transcript file, without the header.

@@ -142,7 +142,7 @@ pub fn replay(
     }
     println!("{report}");
     if let Some(out) = junit
-        && let Err(e) = std::fs::write(out, report.to_junit())
+        && let Err(e) = report.save_junit(out)
     {
         return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
     }

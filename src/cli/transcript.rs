@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use hookloop::Config;
 use hookloop::machine::Message;
 use hookloop::text::for_terminal;
-use hookloop::transcript::{ForkPoint, Recorder, SessionView, Transcript, render_html};
+use hookloop::transcript::{ForkPoint, Recorder, SessionView, Transcript, write_html};
 
 use crate::cli::{Failure, exit, run, wire};
 
@@ -40,7 +40,7 @@ pub fn show(file: &Path, format: ShowFormat) -> ExitCode {
                 || file.display().to_string(),
                 |name| name.to_string_lossy().into_owned(),
             );
-            if let Err(e) = std::fs::write(&out, render_html(&view, &title)) {
+            if let Err(e) = write_html(&view, &title, &out) {
                 return Failure::failed(format!("cannot write {}: {e}", out.display())).report();
             }
             println!("{}: {}", out.display(), for_terminal(&view.end.to_string()));

@@ -5,6 +5,9 @@
 //!
 //! The markup comes from [`maud`] templates, which escape every value from the transcript.
 
+use std::io;
+use std::path::Path;
+
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::machine::HookReply;
@@ -82,6 +85,12 @@ svg rect { stroke: #fbfcfd; stroke-width: 1; }
 /// The session as one HTML page.
 pub fn render_html(view: &SessionView, title: &str) -> String {
     page(view, title).into_string()
+}
+
+/// Writes [`render_html`]'s page to `path`, created mode 0600 as transcripts are: the page holds
+/// everything the session said.
+pub fn write_html(view: &SessionView, title: &str, path: &Path) -> io::Result<()> {
+    crate::private::write_file(path, render_html(view, title))
 }
 
 fn page(view: &SessionView, title: &str) -> Markup {

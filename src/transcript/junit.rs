@@ -1,6 +1,7 @@
 //! A suite's report in the JUnit XML format CI systems show (feature `junit`).
 
 use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use quick_xml::Writer;
@@ -17,6 +18,12 @@ impl SuiteReport {
         // Writing into a Vec cannot fail.
         let _ = self.write_junit(&mut writer);
         String::from_utf8_lossy(&writer.into_inner()).into_owned()
+    }
+
+    /// Writes [`Self::to_junit`]'s report to `path`, created mode 0600 as transcripts are: a
+    /// divergence's diff quotes what the session said.
+    pub fn save_junit(&self, path: &Path) -> io::Result<()> {
+        crate::private::write_file(path, self.to_junit())
     }
 
     fn write_junit(&self, writer: &mut Writer<Vec<u8>>) -> io::Result<()> {

@@ -86,7 +86,7 @@ pub use self::format::{
 };
 #[cfg(feature = "html")]
 #[cfg_attr(docsrs, doc(cfg(feature = "html")))]
-pub use self::html::render_html;
+pub use self::html::{render_html, write_html};
 pub use self::live::{Drift, DriftKind, LiveReport, replay_live};
 pub use self::parse::MAX_LINE_BYTES;
 pub use self::recorder::{RecordDir, Recorder};
