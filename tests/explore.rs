@@ -101,7 +101,7 @@ fn permission_family() -> Vec<Setup> {
     Family::permission().setups
 }
 
-// The families at smaller depths than the release run of tests/explore_families.rs gives them:
+// The families at smaller depths than the release run of explore/ (`.ci/after.d/15-explore-release.sh`) gives them:
 // a debug build spends about eight times the CPU a transition.
 
 #[test]
