@@ -265,20 +265,20 @@ impl Family {
         }
     }
 
-    /// All eight hooks on one server, budgets 1 and 3, to depth 8.
+    /// All eight hooks on one server, budgets 1 and 3, to depth 12.
     pub fn every_hook() -> Self {
         let setups = [1, 3].map(|budget| setup(vec![ALL_HOOKS], Allow::All, budget, false));
         Self {
             name: "every_hook",
             setups: classes(setups),
-            depth: 8,
+            depth: 12,
             agent: Agent::TopLevel,
         }
     }
 
     /// Two servers: both with the same one hook (each hook point answered by two servers, in
     /// configuration order), both with every hook, and one with every hook beside one with none;
-    /// the allowlist off, naming one, or all; every budget where `_Stop` is allowed. To depth 6.
+    /// the allowlist off, naming one, or all; every budget where `_Stop` is allowed. To depth 8.
     pub fn two_servers() -> Self {
         let mut pairs: Vec<[u8; 2]> = Hook::ALL.iter().map(|h| [bits(&[*h]); 2]).collect();
         pairs.extend([
@@ -297,7 +297,7 @@ impl Family {
         Self {
             name: "two_servers",
             setups: classes(setups),
-            depth: 6,
+            depth: 8,
             agent: Agent::TopLevel,
         }
     }
@@ -335,7 +335,7 @@ impl Family {
     }
 
     /// A subagent ([`Subagent`]) whose servers have `_SubagentStart`, `_SubagentStop` and
-    /// `_PreToolUse` (budget 2), or every hook (budget 1), to depth 8: its start round, an
+    /// `_PreToolUse` (budget 2), or every hook (budget 1), to depth 10: its start round, an
     /// objection that continues it, a call gated inside it.
     pub fn with_child() -> Self {
         let start_stop_gate = bits(&[Hook::SessionStart, Hook::Stop, Hook::PreToolUse]);
@@ -346,7 +346,7 @@ impl Family {
         Self {
             name: "with_child",
             setups: setups.to_vec(),
-            depth: 8,
+            depth: 10,
             agent: Agent::Subagent,
         }
     }
