@@ -2,8 +2,8 @@
 //! show that the exhaustive explorer and the invariants find each (`tests/planted.rs`).
 //!
 //! Each bug is a one- or two-line guard beside the rule it breaks, written
-//! `planted::on(Bug::…)`. Without the `planted` feature [`on`] is a constant `false` and every
-//! guard compiles away; with it, [`on`] reads the bug switched on in the calling thread by
+//! `planted::on(Bug::…)`. Without the `planted` feature `on` is a constant `false` and every
+//! guard compiles away; with it, `on` reads the bug switched on in the calling thread by
 //! [`plant`]. A thread, not the machine, holds the switch so that a guard can sit in any
 //! function of the machine (the catalog is built without a `Core`) and so that the explorer,
 //! which drives one setup in one thread, explores the planted machine while the other tests
