@@ -10,10 +10,11 @@
 //! A server that does not take DPoP gets bearer tokens, no proof, and no key file is made.
 
 mod loopback;
+#[path = "support/oauth_server.rs"]
+mod oauth_server;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use loopback::{FakeProvider, Reply};
+use oauth_server::{Request, authorization_metadata, mcp, respond, scratch};
 use serde_json::{Value, json};
 
 const CLIENT_ID: &str = "ci-runner";
@@ -74,53 +76,6 @@ impl Server {
 
     fn url(&self) -> String {
         format!("{}/mcp", self.base)
-    }
-}
-
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn read(stream: &TcpStream) -> Option<Self> {
-        let mut reader = BufReader::new(stream.try_clone().ok()?);
-        let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
-        let mut parts = line.split_whitespace();
-        let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-        let mut headers = Vec::new();
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-            }
-        }
-        let length: usize = headers
-            .iter()
-            .find(|(n, _)| n == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).ok()?;
-        Some(Self {
-            method,
-            path,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
     }
 }
 
@@ -222,14 +177,7 @@ fn serve(stream: TcpStream, base: &str, seen: &Seen, dpop: bool) {
             json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]}),
         ),
         ("GET", p) if p.starts_with("/.well-known/oauth-authorization-server") => {
-            let mut metadata = json!({
-                "issuer": base,
-                "authorization_endpoint": format!("{base}/authorize"),
-                "token_endpoint": format!("{base}/token"),
-                "response_types_supported": ["code"],
-                "grant_types_supported": ["client_credentials"],
-                "token_endpoint_auth_methods_supported": ["client_secret_basic"],
-            });
+            let mut metadata = authorization_metadata(base);
             if dpop {
                 metadata["dpop_signing_alg_values_supported"] = json!(["ES256"]);
             }
@@ -239,18 +187,7 @@ fn serve(stream: TcpStream, base: &str, seen: &Seen, dpop: bool) {
         (method, "/mcp") => resource(&request, method, base, seen, dpop, &metadata_url),
         _ => (405, String::new(), json!({"error": "method not allowed"})),
     };
-    let text = if reply.is_null() {
-        String::new()
-    } else {
-        reply.to_string()
-    };
-    let mut stream = stream;
-    let _ = write!(
-        stream,
-        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n{extra}\r\n{text}",
-        text.len()
-    );
+    respond(stream, status, &extra, &reply);
 }
 
 /// The token endpoint: the client's secret, and with `dpop` a valid proof with its nonce.
@@ -388,7 +325,7 @@ fn resource(
     match method {
         "POST" => {
             let message: Value = serde_json::from_str(&request.body).unwrap_or(Value::Null);
-            match mcp(&message, seen) {
+            match mcp(&message, "bound", &seen.calls) {
                 Some(reply) => (200, String::new(), reply),
                 None => (202, String::new(), Value::Null),
             }
@@ -396,44 +333,6 @@ fn resource(
         "DELETE" => (200, String::new(), Value::Null),
         _ => (405, String::new(), Value::Null),
     }
-}
-
-/// The MCP side: initialize, the tool list, one tool.
-fn mcp(request: &Value, seen: &Seen) -> Option<Value> {
-    let id = request.get("id")?.clone();
-    let result = match request["method"].as_str()? {
-        "initialize" => json!({
-            "protocolVersion": request["params"]["protocolVersion"],
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "bound", "version": "1"},
-        }),
-        "tools/list" => json!({"tools": [{
-            "name": "echo",
-            "description": "Echoes its text.",
-            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
-        }]}),
-        "tools/call" => {
-            let text = request["params"]["arguments"]["text"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned();
-            seen.calls.lock().unwrap().push(text.clone());
-            json!({"content": [{"type": "text", "text": format!("echoed: {text}")}]})
-        }
-        _ => {
-            return Some(
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}),
-            );
-        }
-    };
-    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hookloop-dpop-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Runs `hookloop run` against the server; the model calls the tool twice.
@@ -475,7 +374,7 @@ fn run(dir: &Path, server: &Server) -> std::process::Output {
 
 #[test]
 fn run_binds_its_token_to_the_stores_key_and_answers_both_nonce_challenges() {
-    let dir = scratch("bound");
+    let dir = scratch("dpop", "bound");
     let server = Server::start(true);
     let output = run(&dir, &server);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -531,7 +430,7 @@ fn run_binds_its_token_to_the_stores_key_and_answers_both_nonce_challenges() {
 
 #[test]
 fn a_server_that_does_not_take_dpop_gets_bearer_tokens_and_no_proof() {
-    let dir = scratch("bearer");
+    let dir = scratch("dpop", "bearer");
     let server = Server::start(false);
     let output = run(&dir, &server);
     let stderr = String::from_utf8_lossy(&output.stderr);

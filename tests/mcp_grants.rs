@@ -9,16 +9,18 @@
 //! token endpoint that quotes it back in its refusal is scrubbed).
 
 mod loopback;
+#[path = "support/oauth_server.rs"]
+mod oauth_server;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use loopback::{FakeProvider, Reply};
+use oauth_server::{Request, authorization_metadata, mcp, respond, scratch};
 use serde_json::{Value, json};
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
@@ -67,57 +69,21 @@ impl Protected {
 }
 
 fn serve(stream: TcpStream, base: &str, seen: &Seen, secret: &str, lasts: u64) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
+    let Some(request) = Request::read(&stream) else {
         return;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or("").to_owned(),
-        parts.next().unwrap_or("").to_owned(),
-    );
-    let mut headers = Vec::new();
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-    }
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
     };
-    let length: usize = header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
-    let body = String::from_utf8_lossy(&body).into_owned();
+    let header = |name: &str| request.header(name).map(str::to_owned);
+    let body = &request.body;
     let metadata_url = format!("{base}/.well-known/oauth-protected-resource/mcp");
-    let (status, extra, reply) = match (method.as_str(), path.as_str()) {
+    let (status, extra, reply) = match (request.method.as_str(), request.path.as_str()) {
         ("GET", p) if p.starts_with("/.well-known/oauth-protected-resource") => (
             200,
             String::new(),
             json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]}),
         ),
-        ("GET", p) if p.starts_with("/.well-known/oauth-authorization-server") => (
-            200,
-            String::new(),
-            json!({
-                "issuer": base,
-                "authorization_endpoint": format!("{base}/authorize"),
-                "token_endpoint": format!("{base}/token"),
-                "response_types_supported": ["code"],
-                "grant_types_supported": ["client_credentials"],
-                "token_endpoint_auth_methods_supported": ["client_secret_basic"],
-            }),
-        ),
+        ("GET", p) if p.starts_with("/.well-known/oauth-authorization-server") => {
+            (200, String::new(), authorization_metadata(base))
+        }
         ("POST", "/token") => {
             seen.token_requests.fetch_add(1, Ordering::SeqCst);
             let expected = format!(
@@ -162,8 +128,8 @@ fn serve(stream: TcpStream, base: &str, seen: &Seen, secret: &str, lasts: u64) {
                     json!({"error": "unauthorized"}),
                 )
             } else {
-                let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-                match mcp(&request, seen) {
+                let message: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+                match mcp(&message, "protected", &seen.calls) {
                     Some(reply) => (200, String::new(), reply),
                     None => (202, String::new(), Value::Null),
                 }
@@ -172,56 +138,7 @@ fn serve(stream: TcpStream, base: &str, seen: &Seen, secret: &str, lasts: u64) {
         ("DELETE", "/mcp") => (200, String::new(), Value::Null),
         _ => (405, String::new(), json!({"error": "method not allowed"})),
     };
-    let text = if reply.is_null() {
-        String::new()
-    } else {
-        reply.to_string()
-    };
-    let mut stream = stream;
-    let _ = write!(
-        stream,
-        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n{extra}\r\n{text}",
-        text.len()
-    );
-}
-
-/// The MCP side: initialize, the tool list, one tool.
-fn mcp(request: &Value, seen: &Seen) -> Option<Value> {
-    let id = request.get("id")?.clone();
-    let result = match request["method"].as_str()? {
-        "initialize" => json!({
-            "protocolVersion": request["params"]["protocolVersion"],
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "protected", "version": "1"},
-        }),
-        "tools/list" => json!({"tools": [{
-            "name": "echo",
-            "description": "Echoes its text.",
-            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
-        }]}),
-        "tools/call" => {
-            let text = request["params"]["arguments"]["text"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned();
-            seen.calls.lock().unwrap().push(text.clone());
-            json!({"content": [{"type": "text", "text": format!("echoed: {text}")}]})
-        }
-        _ => {
-            return Some(
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}),
-            );
-        }
-    };
-    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hookloop-grants-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    respond(stream, status, &extra, &reply);
 }
 
 /// Runs `hookloop run` with the protected server (and a stdio server that writes down its
@@ -271,7 +188,7 @@ fn run(dir: &Path, server: &Protected, secret: &str) -> (std::process::Output, F
 
 #[test]
 fn run_reaches_a_client_credentials_server_and_the_secret_stays_out() {
-    let dir = scratch("ok");
+    let dir = scratch("grants", "ok");
     let server = Protected::start(SECRET);
     let (output, provider) = run(&dir, &server, SECRET);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -311,7 +228,7 @@ fn run_reaches_a_client_credentials_server_and_the_secret_stays_out() {
 fn a_short_lived_token_is_used_until_its_renewal_time() {
     // A 20 s token is renewed 5 s before its end, not obtained again for every request of the
     // session (initialize, the tool list, the call, ...).
-    let dir = scratch("short");
+    let dir = scratch("grants", "short");
     let server = Protected::lasting(SECRET, 20);
     let (output, _provider) = run(&dir, &server, SECRET);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -323,7 +240,7 @@ fn a_short_lived_token_is_used_until_its_renewal_time() {
 
 #[test]
 fn a_refused_secret_fails_the_server_with_the_secret_scrubbed() {
-    let dir = scratch("refused");
+    let dir = scratch("grants", "refused");
     let server = Protected::start(SECRET);
     let wrong = "wrong-secret-77c1e0a3-quoted-back";
     let (output, _provider) = run(&dir, &server, wrong);
@@ -350,7 +267,7 @@ fn a_refused_secret_fails_the_server_with_the_secret_scrubbed() {
 
 #[test]
 fn an_unset_variable_is_named_and_nothing_is_sent() {
-    let dir = scratch("unset");
+    let dir = scratch("grants", "unset");
     let server = Protected::start(SECRET);
     let config = dir.join("mcp.json");
     let mcp_json = json!({"mcpServers": {"remote": {
