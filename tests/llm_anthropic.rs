@@ -499,9 +499,8 @@ async fn a_turn_without_tools_keeps_hook_pairs_native_with_tool_choice_none() {
     );
 }
 
-/// The binary shares one provider client among its sessions, and that client tells the
-/// machine what the dialect sends: an image a tool returns reaches Anthropic as an image
-/// block, not as a line describing it.
+/// Through the binary's shared provider client: an image a tool returns reaches Anthropic as
+/// an image block, not as a line describing it.
 #[tokio::test(flavor = "multi_thread")]
 async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
     let server = Loopback::start([

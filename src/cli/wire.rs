@@ -38,8 +38,8 @@ impl LlmClient for SharedLlm {
         self.0.stream(request, on_delta).await
     }
 
-    // Forwarded, or the machine would describe every image in a line where the dialect
-    // sends it.
+    // Forwarded, or the machine's context estimate would count each tool image as a one-line
+    // description where the dialect sends the image (up to 1,600 tokens with Anthropic).
     fn media(&self) -> Media {
         self.0.media()
     }
