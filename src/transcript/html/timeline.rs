@@ -283,7 +283,12 @@ fn draw_entry(
         }
         EntryKind::Tools { calls } => {
             let done = calls.iter().filter_map(|run| run.done_ms).max();
-            let end = axis.x(done.unwrap_or(entry.at_ms), entry.index + calls.len());
+            // By record order, an `agent` call lasts until its subagent's last record.
+            let last = extent(std::slice::from_ref(entry)).1.unwrap_or(entry.index);
+            let end = axis.x(
+                done.unwrap_or(entry.at_ms),
+                (entry.index + calls.len()).max(last + 1),
+            );
             let names: Vec<&str> = calls.iter().map(|run| run.call.name.as_str()).collect();
             layer.bars.push(Bar {
                 y: rows.y("tools"),
