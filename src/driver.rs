@@ -11,7 +11,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use crate::config::Config;
 use crate::hooks::{Hook, ServerName};
@@ -546,30 +546,18 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             subjects,
         } = hooks;
         let round = telemetry::hook_round(hook, servers.len(), &context);
-        let calls =
-            hook_calls(hook, &servers, timeout, context, &subjects).map(|(subject, call)| {
-                let answer = async move {
-                    let span = telemetry::hook_answer(hook, &call.server);
-                    let reply = call_hook_bounded(host, &call)
-                        .instrument(span.clone())
-                        .await;
-                    telemetry::hook_answered(&span, &reply);
-                    Input::HookAnswered {
-                        server: call.server,
-                        hook,
-                        reply,
-                        subject,
-                    }
-                };
-                (None, answer)
-            });
+        let calls = hook_calls(hook, &servers, timeout, context, &subjects)
+            .map(|(subject, call)| (None, answer_hook(host, &round, subject, call)))
+            // Collected so that every answer's span is made before the round is moved into
+            // the fan-out's instrument.
+            .collect::<Vec<_>>();
         // Every server of a round is asked at once.
         fan_out(
             &mut self.boundary,
             &mut self.cancel_rx,
             host,
             usize::MAX,
-            calls,
+            calls.into_iter(),
             None,
         )
         .instrument(round)
@@ -615,6 +603,30 @@ pub(crate) fn hook_calls<'a>(
                 )
             })
         })
+}
+
+/// Asks one server of a hook round, in that server's answer span under `round`, and comes to
+/// the fact that answers the machine for `subject`. The span is made here, not when the future
+/// is first polled, so that its parent is the round whichever span polls it.
+pub(crate) fn answer_hook<'h>(
+    host: &'h impl ToolHost,
+    round: &Span,
+    subject: Option<u32>,
+    call: HookCall,
+) -> impl Future<Output = Input> + Send + 'h {
+    let span = round.in_scope(|| telemetry::hook_answer(call.hook, &call.server));
+    async move {
+        let reply = call_hook_bounded(host, &call)
+            .instrument(span.clone())
+            .await;
+        telemetry::hook_answered(&span, &reply);
+        Input::HookAnswered {
+            server: call.server,
+            hook: call.hook,
+            reply,
+            subject,
+        }
+    }
 }
 
 /// Calls one hook. The host enforces the hook's timeout; this also bounds a host that does not,

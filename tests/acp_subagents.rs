@@ -83,20 +83,38 @@ fn content(update: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_subagent_runs_under_its_call_with_its_own_hooks_through_the_client() {
-    let scratch = common::Scratch::new("acp-subagents");
-    let log = scratch.file("log");
-    let provider = FakeProvider::start(model);
-    let server = test_server(
+/// The hook server: `_SubagentStart` gives the child [`CONTEXT`], `_SubagentStop` objects with
+/// [`OBJECTION`], each call logged to `log`.
+fn hook_server(log: &str) -> Value {
+    test_server(
         "todo",
         &[
             ("TS_HOOKS", "_SubagentStart,_SubagentStop,_PreToolUse,_Stop"),
             ("TS_SUBAGENT_START", &format!("say:{CONTEXT}")),
             ("TS_SUBAGENT_STOP", &format!("say:{OBJECTION}")),
-            ("TS_LOG", &log),
+            ("TS_LOG", log),
         ],
-    );
+    )
+}
+
+/// The updates about the call `id`: the `tool_call`s that show it and the `tool_call_update`s
+/// that follow it.
+fn about<'a>(updates: &'a [Value], id: &str) -> (Vec<&'a Value>, Vec<&'a Value>) {
+    let of = |kind: &str| -> Vec<&Value> {
+        updates
+            .iter()
+            .filter(|u| u["sessionUpdate"] == kind && u["toolCallId"] == id)
+            .collect()
+    };
+    (of("tool_call"), of("tool_call_update"))
+}
+
+#[tokio::test]
+async fn a_subagent_runs_under_its_call_with_its_own_hooks_through_the_client() {
+    let scratch = common::Scratch::new("acp-subagents");
+    let log = scratch.file("log");
+    let provider = FakeProvider::start(model);
+    let server = hook_server(&log);
     let (mut agent, session) =
         Agent::start(&provider, &[("HOOKLOOP_SUBAGENTS", "2")], json!([server])).await;
     let (reply, updates, questions) = prompt_allowing(&mut agent, &session).await;
@@ -163,17 +181,10 @@ async fn a_subagent_runs_under_its_call_with_its_own_hooks_through_the_client() 
     // The client saw the agent call as one think call, titled with its description, whose
     // content followed the child: its tool call, its text as it streamed, the objection, and
     // its answer at the end.
-    let calls: Vec<&Value> = updates
-        .iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == "agent-1")
-        .collect();
+    let (calls, trail) = about(&updates, "agent-1");
     assert_eq!(calls.len(), 1, "{updates:?}");
     assert_eq!(calls[0]["kind"], "think");
     assert_eq!(calls[0]["title"], "Find the bug");
-    let trail: Vec<&Value> = updates
-        .iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == "agent-1")
-        .collect();
     let shown: Vec<Vec<String>> = trail.iter().map(|u| content(u)).collect();
     assert!(
         shown
@@ -219,5 +230,71 @@ async fn a_subagent_runs_under_its_call_with_its_own_hooks_through_the_client() 
         .filter_map(|u| u["content"]["text"].as_str())
         .collect();
     assert_eq!(said, "The subagent fixed it.");
+    agent.close().await;
+}
+
+#[tokio::test]
+async fn a_loaded_session_shows_a_past_agent_call_with_its_childs_trail_as_it_ended_live() {
+    let scratch = common::Scratch::new("acp-subagents-load");
+    let (log, records) = (scratch.file("log"), scratch.file("records"));
+    let provider = FakeProvider::start(model);
+    let env = [
+        ("HOOKLOOP_SUBAGENTS", "2"),
+        ("HOOKLOOP_RECORD_DIR", &records),
+    ];
+    let (mut agent, session) = Agent::start(&provider, &env, json!([hook_server(&log)])).await;
+    let (reply, live, _) = prompt_allowing(&mut agent, &session).await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    agent.disconnect().await;
+
+    // Another process loads the session: the history comes back before the answer.
+    let mut agent = Agent::spawn(&provider, &env);
+    agent.initialize().await;
+    let (loaded, params) = agent
+        .call(
+            "session/load",
+            json!({"sessionId": session, "cwd": std::env::temp_dir(),
+                   "mcpServers": [hook_server(&log)]}),
+        )
+        .await;
+    assert_eq!(loaded["result"], json!({}), "{loaded}");
+    let replayed: Vec<Value> = params.iter().map(|p| p["update"].clone()).collect();
+
+    // The call shows as it did live: one think call titled with its description, ended with
+    // the child's whole trail (its tool call, its first reply, the objection, its answer last).
+    let (live_calls, live_trail) = about(&live, "agent-1");
+    let (calls, trail) = about(&replayed, "agent-1");
+    assert_eq!(calls.len(), 1, "{replayed:?}");
+    for key in ["kind", "title", "rawInput", "_meta"] {
+        assert_eq!(calls[0][key], live_calls[0][key], "{key}");
+    }
+    let (live_end, end) = (
+        live_trail.last().unwrap(),
+        trail.last().expect("the call ends"),
+    );
+    assert_eq!(end["status"], "completed", "{end}");
+    assert_eq!(end["rawOutput"], live_end["rawOutput"]);
+    assert_eq!(
+        content(end),
+        content(live_end),
+        "the trail as it ended live"
+    );
+    assert!(
+        content(end).contains(&"✓ todo__remove: completed".to_owned()),
+        "{end}"
+    );
+    // The child's calls and text stay in its trail, as they did live.
+    assert!(
+        !replayed
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "todo__remove"),
+        "{replayed:?}"
+    );
+    let said: Vec<&str> = replayed
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert_eq!(said, ["The subagent fixed it."]);
     agent.close().await;
 }

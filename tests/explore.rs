@@ -27,6 +27,11 @@ mod cpu_time;
 
 use cpu_time::CpuTime;
 
+#[path = "support/skip_round.rs"]
+mod skip_round;
+
+use skip_round::SkipRound;
+
 /// Explores every setup to `depth`, the setups shared out over the machine's cores; panics
 /// with the counterexample on a violation.
 fn explore_all(setups: &[Setup], depth: usize) -> Vec<Report> {
@@ -825,65 +830,6 @@ fn the_fingerprint_tells_a_subagent_from_the_top_level_agent_and_children_apart(
     }
 }
 
-/// A subagent that never orders a round of `hook`: where it would, it goes on as if every
-/// server had answered with nothing to say.
-#[derive(Clone)]
-struct ChildSkipsRound {
-    child: Subagent,
-    hook: Hook,
-    out: VecDeque<Effect>,
-}
-
-impl Subject for ChildSkipsRound {
-    fn machine(&self) -> &Machine {
-        self.child.machine()
-    }
-
-    fn handle(&mut self, fact: Input) -> Result<(), MachineError> {
-        self.child.handle(fact)?;
-        let mut effects: Vec<Effect> = std::iter::from_fn(|| self.child.poll_effect()).collect();
-        while let Some(at) = effects
-            .iter()
-            .position(|e| matches!(e, Effect::CallHooks { hook, .. } if *hook == self.hook))
-        {
-            let Effect::CallHooks {
-                hook,
-                servers,
-                subjects,
-                ..
-            } = effects.remove(at)
-            else {
-                unreachable!("found as a round of the skipped hook")
-            };
-            effects.truncate(at);
-            let subjects: Vec<Option<u32>> = if subjects.is_empty() {
-                vec![None]
-            } else {
-                (0..subjects.len() as u32).map(Some).collect()
-            };
-            for subject in subjects {
-                for server in &servers {
-                    self.child.handle(Input::HookAnswered {
-                        server: server.clone(),
-                        hook,
-                        reply: HookReply::Text {
-                            text: String::new(),
-                        },
-                        subject,
-                    })?;
-                }
-            }
-            effects.extend(std::iter::from_fn(|| self.child.poll_effect()));
-        }
-        self.out.extend(effects);
-        Ok(())
-    }
-
-    fn poll_effect(&mut self) -> Option<Effect> {
-        self.out.pop_front()
-    }
-}
-
 #[test]
 fn a_subagent_explored_alone_holds_every_invariant_and_its_hooks_are_live() {
     // The honest child: its start round, an objection, a gated call, all within depth 6.
@@ -910,11 +856,7 @@ fn a_subagent_explored_alone_holds_every_invariant_and_its_hooks_are_live() {
     // A child that skips any of its rounds is caught.
     for hook in [Hook::SubagentStart, Hook::SubagentStop, Hook::PreToolUse] {
         let setup = family.setups[0].clone();
-        let planted = ChildSkipsRound {
-            child: Subagent::spawn(&setup),
-            hook,
-            out: VecDeque::new(),
-        };
+        let planted = SkipRound::new(Subagent::spawn(&setup), hook);
         let found = explore(&setup, planted, 6).expect_err("the skipped round is caught");
         eprintln!("{hook}: {found}");
         assert!(

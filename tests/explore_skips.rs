@@ -3,77 +3,17 @@
 //! the eight hooks, with a shortest counterexample written as a transcript that `hookloop
 //! replay` reads and that diverges from the engine where the round was skipped.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use hookloop::hooks::Hook;
-use hookloop::machine::{Canon, Effect, HookReply, Input, Machine, MachineError};
-use hookloop::testing::explore::{Allow, Setup, Subject, explore, fingerprint};
+use hookloop::testing::explore::{Allow, Setup, explore};
 use hookloop::testing::liveness;
 use hookloop::transcript::replay_str;
 
-/// The machine, except that it never orders a round of `hook`: where it would, it goes on as if
-/// every server had answered with nothing to say.
-#[derive(Clone)]
-struct SkipRound {
-    machine: Machine,
-    hook: Hook,
-    out: VecDeque<Effect>,
-}
+#[path = "support/skip_round.rs"]
+mod skip_round;
 
-impl Subject for SkipRound {
-    fn machine(&self) -> &Machine {
-        &self.machine
-    }
-
-    fn handle(&mut self, fact: Input) -> Result<(), MachineError> {
-        self.machine.handle(fact)?;
-        let mut effects: Vec<Effect> = std::iter::from_fn(|| self.machine.poll_effect()).collect();
-        while let Some(at) = effects
-            .iter()
-            .position(|e| matches!(e, Effect::CallHooks { hook, .. } if *hook == self.hook))
-        {
-            let Effect::CallHooks {
-                hook,
-                servers,
-                subjects,
-                ..
-            } = effects.remove(at)
-            else {
-                unreachable!("found as a round of the skipped hook")
-            };
-            effects.truncate(at);
-            let subjects: Vec<Option<u32>> = if subjects.is_empty() {
-                vec![None]
-            } else {
-                (0..subjects.len() as u32).map(Some).collect()
-            };
-            for subject in subjects {
-                for server in &servers {
-                    self.machine.handle(Input::HookAnswered {
-                        server: server.clone(),
-                        hook,
-                        reply: HookReply::Text {
-                            text: String::new(),
-                        },
-                        subject,
-                    })?;
-                }
-            }
-            effects.extend(std::iter::from_fn(|| self.machine.poll_effect()));
-        }
-        self.out.extend(effects);
-        Ok(())
-    }
-
-    fn poll_effect(&mut self) -> Option<Effect> {
-        self.out.pop_front()
-    }
-
-    fn fingerprint(&self, out: &mut Canon) {
-        fingerprint(&self.machine, out);
-    }
-}
+use skip_round::SkipRound;
 
 /// Where the counterexamples are written: under the target directory.
 fn out_dir() -> PathBuf {
@@ -93,11 +33,7 @@ fn a_machine_that_skips_any_one_hook_round_is_caught() {
             budget: 1,
             permission: false,
         };
-        let planted = SkipRound {
-            machine: setup.machine(),
-            hook,
-            out: VecDeque::new(),
-        };
+        let planted = SkipRound::new(setup.machine(), hook);
         let counterexample =
             explore(&setup, planted, 6).expect_err("the skipped round is found within six facts");
         let expected = match hook {

@@ -109,6 +109,15 @@ impl Hostile {
     fn closed(&self) -> bool {
         self.log().iter().any(|l| l.starts_with("closed"))
     }
+
+    /// Waits up to 20 s for the server to log that the agent closed the misbehaving stream.
+    async fn assert_closed(&self) {
+        assert!(
+            eventually(Duration::from_secs(20), || self.closed()).await,
+            "{:?}",
+            self.log()
+        );
+    }
 }
 
 impl Drop for Hostile {
@@ -130,15 +139,42 @@ fn options(call_timeout: Duration) -> HostOptions {
     fast_options().with_call_timeout(call_timeout)
 }
 
+/// What came of a poke beside a good server.
+struct Poke {
+    /// The poke's output text.
+    text: String,
+    is_error: bool,
+    took: Duration,
+    /// How many of the good server's echoes answered while the poke ran.
+    echoes: usize,
+    /// The host, still connected to both servers.
+    host: McpHost,
+}
+
+impl Poke {
+    /// The poke ended in an error result within `limit`, and the good server answered
+    /// meanwhile.
+    fn assert_failed_within(&self, limit: Duration) {
+        assert!(self.is_error, "{}", self.text);
+        assert!(self.took < limit, "{:?}", self.took);
+        assert!(self.echoes > 0, "the other server did not answer meanwhile");
+    }
+
+    /// The poke answered `text`, and the good server answered meanwhile.
+    fn assert_answered(&self, text: &str) {
+        assert!(!self.is_error, "{}", self.text);
+        assert_eq!(self.text, text);
+        assert!(self.echoes > 0, "the other server did not answer meanwhile");
+    }
+}
+
 /// Connects to the hostile server as `evil` and to a well-behaved streamable HTTP server as
-/// `good`; calls `evil__poke` and, while it runs, `good__echo` until the poke ends. Returns the
-/// poke's output text, whether it is an error, how long it took, and how many echoes answered
-/// while it ran.
+/// `good`; calls `evil__poke` and, while it runs, `good__echo` until the poke ends.
 async fn poke_beside_a_good_server(
     transport: &str,
     hostile: &Hostile,
     call_timeout: Duration,
-) -> (String, bool, Duration, usize, McpHost) {
+) -> Poke {
     let good = HttpServer::start(&[]);
     let host = connect(
         vec![
@@ -170,23 +206,23 @@ async fn poke_beside_a_good_server(
         hostile.sent(),
         output.joined_text()
     );
-    (output.joined_text(), output.is_error, took, echoes, host)
+    Poke {
+        text: output.joined_text(),
+        is_error: output.is_error,
+        took,
+        echoes,
+        host,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keepalive_forever_answer_ends_by_the_call_timeout_and_the_stream_is_closed() {
     let hostile = Hostile::start("http", "keepalive", &[]);
     let timeout = Duration::from_secs(2);
-    let (text, is_error, took, echoes, _host) =
-        poke_beside_a_good_server("http", &hostile, timeout).await;
-    assert!(is_error, "{text}");
-    assert!(took >= timeout && took < timeout + MARGIN, "{took:?}");
-    assert!(echoes > 0, "the other server did not answer meanwhile");
-    assert!(
-        eventually(Duration::from_secs(20), || hostile.closed()).await,
-        "{:?}",
-        hostile.log()
-    );
+    let poke = poke_beside_a_good_server("http", &hostile, timeout).await;
+    poke.assert_failed_within(timeout + MARGIN);
+    assert!(poke.took >= timeout, "{:?}", poke.took);
+    hostile.assert_closed().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,11 +237,7 @@ async fn a_dropped_call_on_a_keepalive_forever_answer_closes_its_stream() {
     let dropped = tokio::time::timeout(Duration::from_millis(300), host.call_tool(&poke)).await;
     assert!(dropped.is_err(), "the call ended: {dropped:?}");
     // The agent stops reading the stream it no longer needs: the server sees it closed.
-    assert!(
-        eventually(Duration::from_secs(20), || hostile.closed()).await,
-        "{:?}",
-        hostile.log()
-    );
+    hostile.assert_closed().await;
     let echo = host.call_tool(&call("evil__echo")).await;
     assert_eq!(echo.joined_text(), r#"{"n":1}"#, "{echo:?}");
 }
@@ -214,39 +246,28 @@ async fn a_dropped_call_on_a_keepalive_forever_answer_closes_its_stream() {
 async fn an_endless_event_over_streamable_http_ends_the_call_and_the_stream() {
     let hostile = Hostile::start("http", "endless", &[]);
     let timeout = Duration::from_secs(5);
-    let (text, is_error, took, echoes, _host) =
-        poke_beside_a_good_server("http", &hostile, timeout).await;
-    assert!(is_error, "{text}");
-    assert!(took < timeout + MARGIN, "{took:?}");
-    assert!(echoes > 0, "the other server did not answer meanwhile");
-    assert!(
-        eventually(Duration::from_secs(20), || hostile.closed()).await,
-        "{:?}",
-        hostile.log()
-    );
+    let poke = poke_beside_a_good_server("http", &hostile, timeout).await;
+    poke.assert_failed_within(timeout + MARGIN);
+    hostile.assert_closed().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_giant_event_over_streamable_http_ends_the_call_before_its_timeout() {
     let hostile = Hostile::start("http", "giant", &[("HOSTILE_MB", "24")]);
     let timeout = Duration::from_secs(30);
-    let (text, is_error, took, _, host) =
-        poke_beside_a_good_server("http", &hostile, timeout).await;
-    assert!(is_error, "{text}");
-    assert!(took < timeout, "{took:?}");
+    let poke = poke_beside_a_good_server("http", &hostile, timeout).await;
+    assert!(poke.is_error, "{}", poke.text);
+    assert!(poke.took < timeout, "{:?}", poke.took);
     // The server is still there for the next call.
-    let echo = host.call_tool(&call("evil__echo")).await;
+    let echo = poke.host.call_tool(&call("evil__echo")).await;
     assert_eq!(echo.joined_text(), r#"{"n":1}"#, "{echo:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_flood_on_the_get_stream_does_not_hold_up_calls() {
     let hostile = Hostile::start("http", "flood", &[("HOSTILE_MS", "2000")]);
-    let (text, is_error, _, echoes, _host) =
-        poke_beside_a_good_server("http", &hostile, Duration::from_secs(30)).await;
-    assert!(!is_error, "{text}");
-    assert_eq!(text, r#"{"n":1}"#);
-    assert!(echoes > 0, "the other server did not answer meanwhile");
+    let poke = poke_beside_a_good_server("http", &hostile, Duration::from_secs(30)).await;
+    poke.assert_answered(r#"{"n":1}"#);
     assert!(
         hostile.log().contains(&"get".to_owned()),
         "{:?}",
@@ -260,20 +281,13 @@ async fn a_notification_flood_on_the_get_stream_does_not_hold_up_calls() {
 async fn an_endless_event_over_sse_breaks_the_connection_and_the_server_comes_back() {
     let hostile = Hostile::start("sse", "endless", &[]);
     let timeout = Duration::from_secs(5);
-    let (text, is_error, took, echoes, host) =
-        poke_beside_a_good_server("sse", &hostile, timeout).await;
-    assert!(is_error, "{text}");
-    assert!(took < timeout + MARGIN, "{took:?}");
-    assert!(echoes > 0, "the other server did not answer meanwhile");
-    assert!(
-        eventually(Duration::from_secs(20), || hostile.closed()).await,
-        "{:?}",
-        hostile.log()
-    );
+    let poke = poke_beside_a_good_server("sse", &hostile, timeout).await;
+    poke.assert_failed_within(timeout + MARGIN);
+    hostile.assert_closed().await;
     // Closed at the 16 MiB cap, not after reading on.
     assert!(hostile.sent() < 64 << 20, "{} bytes read", hostile.sent());
     let came_back = eventually_async(Duration::from_secs(20), || async {
-        host.call_tool(&call("evil__echo")).await.joined_text() == r#"{"n":1}"#
+        poke.host.call_tool(&call("evil__echo")).await.joined_text() == r#"{"n":1}"#
     })
     .await;
     assert!(came_back, "{:?}", hostile.log());
@@ -282,18 +296,16 @@ async fn an_endless_event_over_sse_breaks_the_connection_and_the_server_comes_ba
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_flood_on_the_sse_stream_does_not_hold_up_calls() {
     let hostile = Hostile::start("sse", "flood", &[("HOSTILE_MS", "2000")]);
-    let (text, is_error, _, echoes, _host) =
-        poke_beside_a_good_server("sse", &hostile, Duration::from_secs(30)).await;
-    assert!(!is_error, "{text}");
-    assert_eq!(text, "poked");
-    assert!(echoes > 0, "the other server did not answer meanwhile");
+    let poke = poke_beside_a_good_server("sse", &hostile, Duration::from_secs(30)).await;
+    poke.assert_answered("poked");
     assert!(hostile.sent() > 1 << 20, "only {} bytes", hostile.sent());
 }
 
 /// Runs `hookloop run` with the hostile server as server `evil` over `transport`, the model
-/// calling `evil__poke` once; asserts the run ends well and the agent's peak memory over the
-/// call grew by less than [`MAX_GROWTH_KIB`]. Returns the bytes the server sent.
-fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str)]) -> u64 {
+/// calling `evil__poke` once; asserts the run ends well, the agent's peak memory over the call
+/// grew by less than [`MAX_GROWTH_KIB`], and the server sent more than `at_least` bytes (the
+/// misbehaviour really happened).
+fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str)], at_least: u64) {
     let hostile = Hostile::start(transport, behaviour, vars);
     let dir = Scratch::new(&format!("hostile-http-run-{transport}-{behaviour}"));
     let config = dir.file("mcp.json");
@@ -313,55 +325,48 @@ fn run_costs_little_memory(transport: &str, behaviour: &str, vars: &[(&str, &str
             .collect::<Vec<_>>()
     );
     run.assert_below(MAX_GROWTH_KIB);
-    sent
+    assert!(sent > at_least, "only {sent} bytes");
 }
 
 #[test]
 fn an_endless_event_over_streamable_http_costs_little_memory() {
-    let sent = run_costs_little_memory("http", "endless", &[("HOSTILE_MS", "3000")]);
-    assert!(sent > 16 << 20, "only {sent} bytes");
+    run_costs_little_memory("http", "endless", &[("HOSTILE_MS", "3000")], 16 << 20);
 }
 
 #[test]
 fn a_giant_event_over_streamable_http_costs_little_memory() {
-    let sent = run_costs_little_memory("http", "giant", &[("HOSTILE_MB", "64")]);
-    assert!(sent > 16 << 20, "only {sent} bytes");
+    run_costs_little_memory("http", "giant", &[("HOSTILE_MB", "64")], 16 << 20);
 }
 
 #[test]
 fn a_get_stream_notification_flood_costs_little_memory() {
-    let sent = run_costs_little_memory("http", "flood", &[("HOSTILE_MS", "3000")]);
-    assert!(sent > 1 << 20, "only {sent} bytes");
+    run_costs_little_memory("http", "flood", &[("HOSTILE_MS", "3000")], 1 << 20);
 }
 
 #[test]
 fn an_endless_event_over_sse_costs_little_memory() {
-    let sent = run_costs_little_memory("sse", "endless", &[("HOSTILE_MS", "3000")]);
-    assert!(sent > 16 << 20, "only {sent} bytes");
+    run_costs_little_memory("sse", "endless", &[("HOSTILE_MS", "3000")], 16 << 20);
 }
 
 #[test]
 fn a_notification_flood_over_sse_costs_little_memory() {
-    let sent = run_costs_little_memory("sse", "flood", &[("HOSTILE_MS", "3000")]);
-    assert!(sent > 1 << 20, "only {sent} bytes");
+    run_costs_little_memory("sse", "flood", &[("HOSTILE_MS", "3000")], 1 << 20);
 }
 
 /// Each ping is answered by a POST of its own, one at a time: the agent reads the stream no
 /// faster than it posts, so the pings wait in the server's socket, not in the agent.
 #[test]
 fn a_ping_flood_over_sse_costs_little_memory() {
-    let pings = "12000";
-    let sent = run_costs_little_memory(
+    run_costs_little_memory(
         "sse",
         "pings",
-        &[("HOSTILE_MS", "3000"), ("HOSTILE_COUNT", pings)],
+        &[("HOSTILE_MS", "3000"), ("HOSTILE_COUNT", "12000")],
+        512 << 10,
     );
-    assert!(sent > 512 << 10, "only {sent} bytes");
 }
 
 /// Answers past 64 waiting to be sent are dropped: the flood costs no more memory as it goes on.
 #[test]
 fn a_get_stream_ping_flood_costs_little_memory() {
-    let sent = run_costs_little_memory("http", "pings", &[("HOSTILE_MS", "10000")]);
-    assert!(sent > 1 << 20, "only {sent} bytes");
+    run_costs_little_memory("http", "pings", &[("HOSTILE_MS", "10000")], 1 << 20);
 }

@@ -1,7 +1,7 @@
 //! `hookloop transcript show`: golden transcripts read back as a session, as text and JSON, and
 //! transcripts that stop early shown up to their last good record.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use hookloop::Hook;
@@ -180,6 +180,17 @@ fn count(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()
 }
 
+/// Golden `name` as `hookloop transcript show` builds it, and the page `--html` writes of it
+/// into `dir`.
+fn html_of_golden(name: &str, dir: &Path) -> (SessionView, String) {
+    let path = golden(name);
+    let view = SessionView::build(&Transcript::read(&path).unwrap());
+    let out_file = dir.join(format!("{name}.html"));
+    let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    (view, std::fs::read_to_string(&out_file).unwrap())
+}
+
 #[test]
 fn the_html_page_shows_every_round_hook_round_and_objection_of_its_transcript() {
     let dir = tempdir("html");
@@ -189,12 +200,7 @@ fn the_html_page_shows_every_round_hook_round_and_objection_of_its_transcript() 
         "compaction_with_post_compact",
         "several_servers_answer_in_config_order",
     ] {
-        let path = golden(name);
-        let view = SessionView::build(&Transcript::read(&path).unwrap());
-        let out_file = dir.join(format!("{name}.html"));
-        let out = show(&["--html", out_file.to_str().unwrap(), path.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(0), "{out:?}");
-        let page = std::fs::read_to_string(&out_file).unwrap();
+        let (view, page) = html_of_golden(name, &dir);
         let (svg, conversation) = page
             .split_once("</svg>")
             .expect("a timeline above the rest");
@@ -429,4 +435,93 @@ fn show_json_and_html_nest_each_of_two_subagents_under_its_call() {
             "no lane for {id}"
         );
     }
+}
+
+/// Every subagent's lane of `entries`, nested ones included, in the order their calls started.
+fn all_lanes(entries: &[Entry]) -> Vec<&AgentLane> {
+    entries
+        .iter()
+        .flat_map(|entry| entry.kind.agent_lanes())
+        .flat_map(|lane| std::iter::once(lane).chain(all_lanes(&lane.entries)))
+        .collect()
+}
+
+/// What the timeline draws for one agent's steps: model rounds (turn, summary or failed), tool
+/// rounds, hook rounds, objections, denials and compactions, counted in `svg`.
+fn drawn(svg: &str) -> [usize; 6] {
+    [
+        count(svg, r#"<rect class="round""#)
+            + count(svg, r#"<rect class="summary-round""#)
+            + count(svg, r#"<rect class="failed-round""#),
+        count(svg, r#"<rect class="tool-round""#),
+        count(svg, r#"<rect class="hook-round""#),
+        count(svg, r#"<circle class="objection""#),
+        count(svg, r#"<circle class="denial""#),
+        count(svg, r#"<line class="compaction""#),
+    ]
+}
+
+/// The same counts, taken from the steps themselves.
+fn steps(entries: &[Entry]) -> [usize; 6] {
+    let of = |pick: fn(&EntryKind) -> bool| entries.iter().filter(|e| pick(&e.kind)).count();
+    [
+        of(|k| matches!(k, EntryKind::Request { .. })),
+        of(|k| matches!(k, EntryKind::Tools { .. })),
+        of(|k| matches!(k, EntryKind::HookRound { .. })),
+        of(|k| matches!(k, EntryKind::Objection { .. })),
+        of(|k| {
+            matches!(
+                k,
+                EntryKind::ToolDenied { .. } | EntryKind::PermissionRejected { .. }
+            )
+        }),
+        of(|k| matches!(k, EntryKind::Compaction { .. })),
+    ]
+}
+
+#[test]
+fn the_html_timeline_draws_each_subagents_rounds_on_a_lane_labelled_with_its_id() {
+    let dir = tempdir("agent-bars");
+    let mut children = [0; 6];
+    for name in [
+        "subagent_stop_objects_once",
+        "two_subagents_run_in_parallel",
+        "subagent_cancelled_with_its_parent",
+        "subagent_denied_by_pre_tool_use",
+        "subagent_compacts",
+    ] {
+        let (view, page) = html_of_golden(name, &dir);
+        let (svg, _) = page
+            .split_once("</svg>")
+            .expect("a timeline above the rest");
+        // The session's own steps come first, on its lanes; each subagent's follow in a group
+        // of their own.
+        let mut groups = svg.split(r#"<g class="agent" data-agent=""#);
+        let session = groups.next().expect("the session's part");
+        assert_eq!(drawn(session), steps(&view.entries), "{name}: the session");
+        let groups: Vec<&str> = groups.collect();
+        let lanes = all_lanes(&view.entries);
+        assert!(!lanes.is_empty(), "{name} has no subagent");
+        assert_eq!(groups.len(), lanes.len(), "{name}: a group per subagent");
+        for (group, lane) in groups.iter().zip(&lanes) {
+            let id = &lane.id.0;
+            let (named, bars) = group.split_once(r#"">"#).expect("the group's id");
+            assert_eq!(named, id, "{name}: lanes in the order their calls started");
+            assert!(
+                bars.starts_with("<text x="),
+                "{name}: {id}'s lane has no label: {bars}"
+            );
+            assert!(
+                bars.contains(&format!("<title>subagent {id}</title>{id}</text>")),
+                "{name}: {id}'s label: {bars}"
+            );
+            let expected = steps(&lane.entries);
+            assert_eq!(drawn(bars), expected, "{name}: {id}'s bars");
+            for (total, n) in children.iter_mut().zip(expected) {
+                *total += n;
+            }
+        }
+    }
+    // Between them the goldens give the subagents' lanes something of each kind to draw.
+    assert!(children.iter().all(|&n| n > 0), "{children:?}");
 }

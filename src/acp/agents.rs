@@ -7,8 +7,12 @@
 //! shown is at most [`MAX_TRAIL_BYTES`] (the oldest entries give way first), and streamed text
 //! is sent again only once it grew by a quarter of what is shown (or at once when the piece
 //! ends a reply, or something else happens).
+//!
+//! A session restored by `session/load` shows a past `agent` call as it ended live: its trail
+//! is rebuilt from the child's records ([`Children::replay`]), through the same events.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
@@ -16,10 +20,12 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Value, json};
 
+use crate::Observer;
 use crate::llm::Delta;
 use crate::machine::{AGENT_TOOL, AgentId};
-use crate::progress::Event;
+use crate::progress::{Event, ProgressObserver};
 use crate::text::{Cut, cut, one_line};
+use crate::transcript::{Event as Recorded, Record};
 
 /// The most bytes of a child's trail one update carries.
 pub(super) const MAX_TRAIL_BYTES: usize = 16 * 1024;
@@ -144,6 +150,44 @@ impl Children {
             },
         };
         changed.then(|| trail.update(agent))
+    }
+
+    /// Rebuilds the trail of the running `agent` call `agent` from `lane`, its child's records
+    /// in order, through the events its boundary gave live. The pieces a reply streamed in are
+    /// not recorded: each reply shows whole, as it ended up live. Records of other agents are
+    /// passed over: a child's own subagents show in its trail as its calls, as they did live.
+    pub(super) fn replay<'r>(
+        &mut self,
+        agent: &AgentId,
+        lane: impl IntoIterator<Item = &'r Record>,
+    ) {
+        let (events, received) = std::sync::mpsc::channel();
+        let mut observer = ProgressObserver::new(|_: Duration, _: Event| {}).with_agents(
+            move |_, from: &AgentId, event| {
+                // The receiver outlives the observer: the send cannot fail.
+                let _ = events.send((from.clone(), event));
+            },
+        );
+        for record in lane {
+            let at = Duration::from_millis(record.at_ms);
+            match &record.event {
+                Recorded::AgentEffect {
+                    agent: from,
+                    effect,
+                } if from == agent => {
+                    observer.on_agent_effect(at, from, effect);
+                }
+                Recorded::AgentFact { agent: from, fact } if from == agent => {
+                    observer.on_agent_fact(at, from, fact);
+                }
+                _ => {}
+            }
+        }
+        drop(observer);
+        for (from, event) in received {
+            // Only the call's last state is shown: the updates on the way are not sent.
+            let _ = self.event(&from, event);
+        }
     }
 
     /// What a piece of the child `agent`'s reply changes in its call's content, if anything.

@@ -220,6 +220,11 @@ pub struct Restored {
 }
 
 impl Restored {
+    /// The records before the session's close, its subagents' lanes among them.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
     /// Starts recording the session that goes on from this record, in the file at `path`: the
     /// file is rewritten (through a new file renamed over it, so a failure leaves the old one
     /// whole) with the header and the records before the close, and the recorder returned

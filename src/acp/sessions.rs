@@ -256,7 +256,8 @@ impl<F: SessionFactory> AgentState<F> {
         };
         let path = records::find(dir, &id.0).map_err(load_error)?;
         let restored = records::restore(&path).map_err(load_error)?;
-        let conversation = history.then(|| restored.machine.history().to_vec());
+        let conversation =
+            history.then(|| history_updates(restored.machine.history(), restored.records()));
         // Recorded on in its own file, so what happens now is there for the next load.
         let (recorder, observer) = restored.record_on(&path).map_err(|e| {
             error(
@@ -280,13 +281,13 @@ impl<F: SessionFactory> AgentState<F> {
                     format!("could not start the session: {e}"),
                 )
             })?;
-        if let Some(messages) = conversation {
+        if let Some(updates) = conversation {
             let notifier = Notifier {
                 id: id.clone(),
                 cx: cx.clone(),
                 outflow: Arc::clone(&self.outflow),
             };
-            for update in history_updates(&messages) {
+            for update in updates {
                 notifier.send(update);
             }
         }

@@ -17,6 +17,7 @@ use crate::llm::Delta;
 use crate::machine::{AgentId, Message, SkipReason, ToolHints};
 use crate::progress::Event;
 use crate::text::lock;
+use crate::transcript::Record;
 
 /// A call's kind from its server's hints: a read-only tool reads (or fetches, when it reaches
 /// outside the machine), one that changes things edits; with no hints it is `other`. MCP's
@@ -301,9 +302,18 @@ impl Translator {
 
 /// A restored conversation as the updates that would have shown it: each user message as a
 /// `user_message_chunk`, the model's text as an `agent_message_chunk`, and each tool call as a
-/// `tool_call` ended with its recorded result. A compacted session shows its context as the
-/// machine holds it: the summary first, as the user message it is.
-pub(super) fn history_updates(messages: &[Message]) -> Vec<SessionUpdate> {
+/// `tool_call` ended with its recorded result. An `agent` call shows as it ended live: a think
+/// call titled with its description, its content the child's trail rebuilt from the child's
+/// lane of `records`, then its result. A compacted session shows its context as the machine
+/// holds it: the summary first, as the user message it is.
+pub(super) fn history_updates(messages: &[Message], records: &[Record]) -> Vec<SessionUpdate> {
+    let mut lanes: HashMap<&AgentId, Vec<&Record>> = HashMap::new();
+    for record in records {
+        if let Some(agent) = record.event.agent() {
+            lanes.entry(agent).or_default().push(record);
+        }
+    }
+    let mut children = Children::default();
     let mut updates = Vec::new();
     for message in messages {
         match message {
@@ -317,28 +327,29 @@ pub(super) fn history_updates(messages: &[Message]) -> Vec<SessionUpdate> {
                     )));
                 }
                 for call in tool_calls {
+                    let id = call.id.to_string();
+                    let shown = children
+                        .started(&id, &call.name, &call.arguments)
+                        .unwrap_or_else(|| {
+                            ToolCall::new(id, call.name.clone())
+                                .kind(ToolKind::Other)
+                                .raw_input(call.arguments.clone())
+                        });
                     updates.push(SessionUpdate::ToolCall(
-                        ToolCall::new(call.id.to_string(), call.name.clone())
-                            .kind(ToolKind::Other)
-                            .status(ToolCallStatus::InProgress)
-                            .raw_input(call.arguments.clone()),
+                        shown.status(ToolCallStatus::InProgress),
                     ));
                 }
             }
             Message::ToolResult { call_id, output } => {
-                let status = if output.is_error {
-                    ToolCallStatus::Failed
-                } else {
-                    ToolCallStatus::Completed
-                };
-                let text = output.joined_text();
-                updates.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    call_id.to_string(),
-                    ToolCallUpdateFields::new()
-                        .status(status)
-                        .raw_output(json!({"text": text, "isError": output.is_error}))
-                        .content(vec![ToolCallContent::from(text)]),
-                )));
+                let (id, text) = (call_id.to_string(), output.joined_text());
+                let agent = AgentId(id.clone());
+                if let Some(lane) = lanes.remove(&agent) {
+                    children.replay(&agent, lane);
+                }
+                let update = children
+                    .finished(&id, output.is_error, &text)
+                    .unwrap_or_else(|| finished(id, output.is_error, text));
+                updates.push(update);
             }
         }
     }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use super::{PermissionAsker, call_hook_bounded, hook_calls};
+use super::{PermissionAsker, answer_hook, hook_calls};
 use crate::llm::{Delta, LlmClient};
 use crate::machine::{
     AgentId, CallId, Effect, Input, Machine, MachineError, Purpose, ToolCall, ToolOutput,
@@ -239,21 +239,7 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
         let round = telemetry::hook_round(hook, servers.len(), &context);
         let mut running: FuturesUnordered<_> =
             hook_calls(hook, &servers, timeout, context, &subjects)
-                .map(|(subject, call)| {
-                    let span = round.in_scope(|| telemetry::hook_answer(hook, &call.server));
-                    async move {
-                        let reply = call_hook_bounded(host, &call)
-                            .instrument(span.clone())
-                            .await;
-                        telemetry::hook_answered(&span, &reply);
-                        Input::HookAnswered {
-                            server: call.server,
-                            hook,
-                            reply,
-                            subject,
-                        }
-                    }
-                })
+                .map(|(subject, call)| answer_hook(host, &round, subject, call))
                 .collect();
         while let Some(fact) = running.next().await {
             self.feed(fact)?;

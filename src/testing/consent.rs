@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::machine::{CallId, Canon, Effect, Input, Machine, PermissionDecision};
+use crate::machine::{CallId, Canon, Effect, Input, PermissionDecision};
 
-use super::invariants::{Violation, ensure};
+use super::invariants::{Transition, Violation, ensure};
 
 /// The rule a call run without consent breaks.
 pub const RUNS: &str = "a destructive call runs only once the user allowed it";
@@ -44,14 +44,9 @@ impl Consent {
         }
     }
 
-    /// Checks the orders `fact` led to; `m` is the machine after it.
-    pub fn check(
-        &mut self,
-        fact: &Input,
-        m: &Machine,
-        effects: &[Effect],
-    ) -> Result<(), Violation> {
-        if let Input::PermissionDecided { id, decision } = fact
+    /// Checks the orders a fact led to.
+    pub fn check(&mut self, step: &Transition<'_>) -> Result<(), Violation> {
+        if let Input::PermissionDecided { id, decision } = step.fact
             && let Some((asked, tool)) = self.asked.take()
             && asked == *id
         {
@@ -61,12 +56,12 @@ impl Consent {
                 self.allowed.insert(asked);
             }
         }
-        if matches!(fact, Input::Cancelled | Input::Closed) {
+        if matches!(step.fact, Input::Cancelled | Input::Closed) {
             // A batch cut short runs nothing more: its questions and consents lapse.
             self.asked = None;
             self.allowed.clear();
         }
-        for effect in effects {
+        for effect in step.effects {
             match effect {
                 Effect::AskPermission { call } => {
                     ensure(!self.standing.contains_key(&call.name), STANDING, || {
@@ -76,7 +71,7 @@ impl Consent {
                 }
                 Effect::CallTools { calls } => {
                     for call in calls {
-                        let consented = !m.asks_permission_for(&call.name)
+                        let consented = !step.machine.asks_permission_for(&call.name)
                             || self.allowed.remove(&call.id)
                             || self.standing.get(&call.name) == Some(&true);
                         ensure(consented, RUNS, || {

@@ -21,6 +21,21 @@ use super::consent::Consent;
 use super::liveness::{HookLiveness, stop_hook};
 use super::words::HookWords;
 
+/// One fact the machine accepted and what it led to: what each rule judges.
+#[derive(Clone, Copy, Debug)]
+pub struct Transition<'a> {
+    /// The phase the machine was in when the fact came.
+    pub before: Phase,
+    /// The fact.
+    pub fact: &'a Input,
+    /// The machine after it.
+    pub machine: &'a Machine,
+    /// Every order it gave for the fact.
+    pub effects: &'a [Effect],
+    /// Its history when the fact came.
+    pub history_before: &'a [Message],
+}
+
 /// A rule the machine broke on one fact.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -155,14 +170,21 @@ impl Invariants {
             return Ok(());
         }
         self.check_orders(m, effects)?;
-        self.liveness.check(before, fact, m, effects)?;
+        let step = Transition {
+            before,
+            fact,
+            machine: m,
+            effects,
+            history_before,
+        };
+        self.liveness.check(&step)?;
         self.check_kills(fact, effects)?;
         self.check_stop(before, fact, m, effects)?;
         self.check_injections(fact, m, effects, history_before)?;
         self.check_denials(before, fact, m, effects)?;
         self.check_rejections(before, m, effects)?;
-        self.words.check(before, fact, m, effects, history_before)?;
-        self.consent.check(fact, m, effects)?;
+        self.words.check(&step)?;
+        self.consent.check(&step)?;
 
         // Work and prompts move the slack of the bound up; every model request moves it down.
         match fact {

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Effect, Input, Machine, Notice, Phase, Purpose, StopReason};
 
-use super::invariants::{Violation, ensure};
+use super::invariants::{Transition, Violation, ensure};
 
 /// The rule a missing, extra or misplaced hook round breaks.
 pub const RULE: &str =
@@ -86,15 +86,15 @@ impl HookLiveness {
         e.num(self.ran as u64);
     }
 
-    /// Checks the hook rounds `fact` opened against the rules: `before` is the phase the
-    /// machine was in when it came, `m` the machine after it, `effects` its orders.
-    pub fn check(
-        &mut self,
-        before: Phase,
-        fact: &Input,
-        m: &Machine,
-        effects: &[Effect],
-    ) -> Result<(), Violation> {
+    /// Checks the hook rounds a fact opened against the rules.
+    pub fn check(&mut self, step: &Transition<'_>) -> Result<(), Violation> {
+        let Transition {
+            before,
+            fact,
+            machine: m,
+            effects,
+            ..
+        } = *step;
         let compaction_started = m.counters().compactions > self.compactions;
         self.compactions = m.counters().compactions;
         let expected = self.expected(before, fact, m, effects, compaction_started);

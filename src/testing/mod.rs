@@ -28,7 +28,7 @@ mod invariants;
 pub mod liveness;
 pub mod words;
 
-pub use self::invariants::{Invariants, Violation};
+pub use self::invariants::{Invariants, Transition, Violation};
 pub use crate::machine::check_pairing;
 
 /// A request as the scripted model saw it.

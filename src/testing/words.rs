@@ -4,9 +4,9 @@
 //! call and an empty answer say nothing: a hook fails open.
 
 use crate::hooks::{self, Hook, ServerName};
-use crate::machine::{Canon, Effect, HookReply, Input, Machine, Message, Notice, Phase};
+use crate::machine::{Canon, Effect, HookReply, Input, Message, Notice, Phase};
 
-use super::invariants::{Violation, ensure};
+use super::invariants::{Transition, Violation, ensure};
 
 /// The rule a hook's words break when they did not come from its server.
 pub const RULE: &str = "a hook's words are only what its servers said, injected encoded";
@@ -27,28 +27,20 @@ impl HookWords {
         }
     }
 
-    /// Checks the words `fact` led to: `before` is the phase the machine was in when it came,
-    /// `history_before` its history then, `m` the machine after it, `effects` its orders.
-    pub fn check(
-        &mut self,
-        before: Phase,
-        fact: &Input,
-        m: &Machine,
-        effects: &[Effect],
-        history_before: &[Message],
-    ) -> Result<(), Violation> {
+    /// Checks the words a fact led to.
+    pub fn check(&mut self, step: &Transition<'_>) -> Result<(), Violation> {
         if let Input::HookAnswered {
             server,
             hook,
             reply: HookReply::Text { text },
             ..
-        } = fact
-            && before == Phase::of_hook(*hook)
+        } = step.fact
+            && step.before == Phase::of_hook(*hook)
             && !text.trim().is_empty()
         {
             self.said.push((server.clone(), text.trim().to_owned()));
         }
-        for effect in effects {
+        for effect in step.effects {
             let Effect::Notify { notice } = effect else {
                 continue;
             };
@@ -65,12 +57,12 @@ impl HookWords {
         }
         // Hook pairs enter the history only on the answer that completes a round (the rule of
         // `Invariants::check_injections`); a model's own call to a hook's name is not one.
-        let after = m.history();
-        if matches!(fact, Input::HookAnswered { .. })
-            && after.len() > history_before.len()
-            && after.starts_with(history_before)
+        let after = step.machine.history();
+        if matches!(step.fact, Input::HookAnswered { .. })
+            && after.len() > step.history_before.len()
+            && after.starts_with(step.history_before)
         {
-            let added = &after[history_before.len()..];
+            let added = &after[step.history_before.len()..];
             for message in added {
                 let Message::ToolResult { call_id, output } = message else {
                     continue;
@@ -97,10 +89,11 @@ impl HookWords {
                 )?;
             }
         }
-        if effects
+        if step
+            .effects
             .iter()
             .any(|e| matches!(e, Effect::CallHooks { .. }))
-            || matches!(fact, Input::Cancelled | Input::Closed)
+            || matches!(step.fact, Input::Cancelled | Input::Closed)
         {
             self.said.clear();
         }
