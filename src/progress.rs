@@ -211,9 +211,13 @@ impl Event {
             Self::PermissionAsked { name, .. } => {
                 format!("? asking the user whether {name} may run")
             }
-            Self::ToolRejected { tool, standing, .. } => format!(
-                "⊘ {tool} rejected by the user{}: it did not run",
-                if *standing { " (always)" } else { "" }
+            Self::ToolRejected { id, tool, standing } => notice_line(
+                &Notice::PermissionRejected {
+                    id: CallId(id.clone()),
+                    tool: tool.clone(),
+                    standing: *standing,
+                },
+                stop,
             ),
             Self::ModelText { text } => format!("model: {}", one_line(text, 200)),
             Self::ToolStarted {
@@ -233,54 +237,84 @@ impl Event {
                 )
             }
             Self::ToolRefused { name } => {
-                format!("✗ {name}: refused (a hook, or no such tool); nothing ran")
+                notice_line(&Notice::UnknownToolRefused { name: name.clone() }, stop)
             }
             Self::Objection {
                 server,
                 text,
                 budget_left,
-            } => format!(
-                "⚑ {stop} objection from {server} ({budget_left} left in the budget): {}",
-                one_line(text, 200)
+            } => notice_line(
+                &Notice::Objection {
+                    server: server.clone(),
+                    text: text.clone(),
+                    budget_left: *budget_left,
+                },
+                stop,
             ),
-            Self::StopSkipped {
-                reason: SkipReason::BudgetSpent,
-            } => format!("■ {stop} budget spent: the turn ends whatever the hooks say"),
-            Self::StopSkipped {
-                reason: SkipReason::DeclinedObjection,
-            } => "■ the model ended its turn again after an objection: it declined".to_owned(),
+            Self::StopSkipped { reason } => {
+                notice_line(&Notice::StopSkipped { reason: *reason }, stop)
+            }
             Self::Compacted {
                 summarized,
                 messages_before,
                 messages_after,
-            } => format!(
-                "⟲ history compacted ({}): {messages_before} → {messages_after} messages",
-                if *summarized {
-                    "summarized"
-                } else {
-                    "oldest turns dropped"
-                }
+            } => notice_line(
+                &Notice::Compacted {
+                    summarized: *summarized,
+                    messages_before: *messages_before,
+                    messages_after: *messages_after,
+                },
+                stop,
             ),
-            Self::PostCompactInjected { server, text } => format!(
-                "↺ _PostCompact from {server} re-injected: {}",
-                one_line(text, 200)
+            Self::PostCompactInjected { server, text } => notice_line(
+                &Notice::PostCompactInjected {
+                    server: server.clone(),
+                    text: text.clone(),
+                },
+                stop,
             ),
-            Self::HookInjected { hook, server, text } => {
-                format!("+ {hook} from {server}: {}", one_line(text, 200))
-            }
-            Self::ToolDenied { server, tool, text } => format!(
-                "⊘ {tool} denied by _PreToolUse of {server}: {}",
-                one_line(text, 200)
+            Self::HookInjected { hook, server, text } => notice_line(
+                &Notice::HookInjected {
+                    hook: *hook,
+                    server: server.clone(),
+                    text: text.clone(),
+                },
+                stop,
+            ),
+            Self::ToolDenied { server, tool, text } => notice_line(
+                &Notice::ToolDenied {
+                    server: server.clone(),
+                    tool: tool.clone(),
+                    text: text.clone(),
+                },
+                stop,
             ),
             Self::HookFailedOpen {
                 server,
                 hook,
                 reason,
-            } => format!("! {hook} on {server} failed open ({reason}): no objection"),
+            } => notice_line(
+                &Notice::HookFailedOpen {
+                    server: server.clone(),
+                    hook: *hook,
+                    reason: reason.clone(),
+                },
+                stop,
+            ),
             Self::ServerKilled { server } => {
                 format!("! server {server} killed after two hook timeouts in a row")
             }
         })
+    }
+}
+
+/// A notice's line for a person watching: its headline, then the hook's words on the same line,
+/// cut to fit.
+fn notice_line(notice: &Notice, stop: Hook) -> String {
+    let headline = notice.headline(stop);
+    match notice.said() {
+        Some(said) => format!("{headline}: {}", one_line(said, 200)),
+        None => headline,
     }
 }
 

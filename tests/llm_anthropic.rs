@@ -499,16 +499,14 @@ async fn a_turn_without_tools_keeps_hook_pairs_native_with_tool_choice_none() {
     );
 }
 
-/// Through the binary's shared provider client: an image a tool returns reaches Anthropic as
-/// an image block, not as a line describing it.
-#[tokio::test(flavor = "multi_thread")]
-async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
-    let server = Loopback::start([
-        calls(&[("toolu_1", "t__image", json!({}))], 100),
-        text("A picture."),
-    ])
-    .await;
-    let dir = std::env::temp_dir().join(format!("hookloop-image-{}", std::process::id()));
+/// `hookloop run PROMPT` with the test server as server `t` and `server` as Anthropic, each
+/// `(name, value)` of `env` set too; the run must end well.
+async fn run_binary(server: &Loopback, prompt: &str, env: &[(&str, &str)]) {
+    let dir = std::env::temp_dir().join(format!(
+        "hookloop-image-{}-{}",
+        std::process::id(),
+        server.url().rsplit(':').next().unwrap_or_default()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("mcp.json");
     std::fs::write(
@@ -518,11 +516,13 @@ async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
     )
     .unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookloop"))
-        .args(["run", "--mcp-config", config.to_str().unwrap(), "Look."])
+        .args(["run", "--mcp-config", config.to_str().unwrap(), prompt])
         .current_dir(&dir)
         .env_remove("MCP_HOOK_SERVERS")
         .env_remove("HOOKLOOP_LOG")
         .env_remove("OPENAI_BASE_URL")
+        .env_remove("HOOKLOOP_MAX_CONTEXT_TOKENS")
+        .env_remove("HOOKLOOP_MAX_OUTPUT_TOKENS")
         .env("HOOKLOOP_PROVIDER", "anthropic")
         .env("HOOKLOOP_MODEL", "test-model")
         .env("ANTHROPIC_BASE_URL", server.url())
@@ -531,11 +531,24 @@ async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
             "HOOKLOOP_STREAM",
             u8::from(support::streaming()).to_string(),
         )
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// Through the binary's shared provider client: an image a tool returns reaches Anthropic as
+/// an image block, not as a line describing it.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
+    let server = Loopback::start([
+        calls(&[("toolu_1", "t__image", json!({}))], 100),
+        text("A picture."),
+    ])
+    .await;
+    run_binary(&server, "Look.", &[]).await;
     let bodies = checked(&server);
     assert_eq!(bodies.len(), 2);
     let result = bodies[1]["messages"]
@@ -552,4 +565,34 @@ async fn run_sends_a_tool_image_to_anthropic_as_an_image() {
         .map(|block| block["type"].as_str().unwrap())
         .collect();
     assert!(kinds.contains(&"image"), "{result}");
+}
+
+/// Through the binary's shared provider client: the context estimate counts a tool image as
+/// Anthropic is sent it (1,600 tokens at most), so an image that overflows the window compacts
+/// before the next request. Counted as its one-line description (about 15 tokens), the same
+/// image would leave the estimate far under the budget and no summary would be asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_counts_a_tool_image_as_anthropic_is_sent_it_and_compacts() {
+    // The budget is 3,000 tokens; the first request is reported at 2,000. A 64 KiB image costs
+    // the cap, 1,600 tokens, and passes it; its description would cost about 15.
+    let server = Loopback::start([
+        calls(&[("toolu_1", "t__image", json!({"kib": 64}))], 2_000),
+        text("The user asked to look; a 64 KiB picture came back."),
+        text("A picture."),
+    ])
+    .await;
+    run_binary(
+        &server,
+        "Look.",
+        &[
+            ("HOOKLOOP_MAX_CONTEXT_TOKENS", "4000"),
+            ("HOOKLOOP_MAX_OUTPUT_TOKENS", "1000"),
+        ],
+    )
+    .await;
+    let bodies = checked(&server);
+    assert_eq!(bodies.len(), 3, "a summary request between the two turns");
+    // The summary request offers no tools; the request after it does.
+    assert!(bodies[1].get("tools").is_none(), "{}", bodies[1]);
+    assert!(bodies[2].get("tools").is_some(), "{}", bodies[2]);
 }

@@ -129,7 +129,7 @@ fn a_recorded_run_is_shown_replayed_as_a_suite_and_checked() {
     assert_eq!(view.objections(), 1);
     let shown = view.to_text();
     assert!(
-        shown.contains("objection from todo, budget left 2"),
+        shown.contains("⚑ _Stop objection from todo (2 left in the budget)"),
         "{shown}"
     );
     assert!(

@@ -56,9 +56,9 @@ fn run_shows_injected_context_and_denials_in_its_progress_lines() {
     assert_eq!(
         shown,
         [
-            "+ _UserPromptSubmit from gate: mind the tests",
+            "+ _UserPromptSubmit from gate injected as context: mind the tests",
             "⊘ gate__echo denied by _PreToolUse of gate: no echo yet",
-            "+ _PostToolUse from gate: echo ran",
+            "+ _PostToolUse from gate injected as context: echo ran",
         ],
         "{stderr}"
     );

@@ -63,7 +63,7 @@ fn show_rebuilds_every_request_reply_hook_round_and_objection_of_a_golden() {
         "tools: todo__list",
         "_Stop round 1: 1 server(s), timeout 2500 ms, 0 objection(s) so far, budget left 3",
         "todo after 0 ms: \"1 open: write tests\"",
-        "objection from todo, budget left 2",
+        "⚑ _Stop objection from todo (2 left in the budget)\n                   hook: 1 open",
         "c1 todo__list {} — done at 0 ms",
         "_Stop round 2",
         "todo after 0 ms: nothing",
@@ -104,7 +104,7 @@ fn show_gives_a_compaction_its_sizes_before_and_after() {
     assert!(bytes_before > 4_000 && bytes_after < 200, "{compaction:?}");
     assert!(
         view.to_text()
-            .contains("compaction (summarized): 3 → 2 messages")
+            .contains("⟲ history compacted (summarized): 3 → 2 messages, ")
     );
 }
 
@@ -379,10 +379,20 @@ fn show_puts_a_subagent_as_its_own_lane_under_its_call_with_its_hook_rounds_and_
             .any(|l| l.contains("_SubagentStop round 2")),
         "{text}"
     );
+    // A subagent's objection names the hook it answered, in the text and on the page.
     assert!(
-        lane_lines.iter().any(|l| l.contains("objection from todo")),
+        lane_lines
+            .iter()
+            .any(|l| l.contains("⚑ _SubagentStop objection from todo (2 left in the budget)")),
         "{text}"
     );
+    assert!(!text.contains("⚑ _Stop objection"), "{text}");
+    let page = hookloop::transcript::render_html(&view, "subagent");
+    assert!(
+        page.contains("⚑ _SubagentStop objection from todo (2 left in the budget)"),
+        "{page}"
+    );
+    assert!(!page.contains("⚑ _Stop objection"), "{page}");
     assert!(
         !text
             .lines()

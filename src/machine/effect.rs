@@ -196,6 +196,92 @@ pub enum Notice {
     },
 }
 
+impl Notice {
+    /// What happened, in one line for a person: a mark, then the words every view shows
+    /// (`hookloop run`'s progress lines, `transcript show` and its page). `stop` is the hook
+    /// asked at an end of turn: `_Stop`, or `_SubagentStop` for a subagent. The hook's own
+    /// words, when the notice carries them, are not in the line: [`said`](Self::said) has them,
+    /// for each view to cut or show whole.
+    pub fn headline(&self, stop: Hook) -> String {
+        match self {
+            Self::Objection {
+                server,
+                budget_left,
+                ..
+            } => format!("⚑ {stop} objection from {server} ({budget_left} left in the budget)"),
+            Self::StopSkipped {
+                reason: SkipReason::BudgetSpent,
+            } => format!("■ {stop} budget spent: the turn ends whatever the hooks say"),
+            Self::StopSkipped {
+                reason: SkipReason::DeclinedObjection,
+            } => "■ the model ended its turn again after an objection: it declined".to_owned(),
+            Self::PostCompactInjected { server, .. } => {
+                format!("↺ {} from {server} re-injected", Hook::PostCompact)
+            }
+            Self::HookInjected {
+                hook: Hook::PreCompact,
+                server,
+                ..
+            } => format!(
+                "+ {} from {server} added to the summary instruction",
+                Hook::PreCompact
+            ),
+            Self::HookInjected { hook, server, .. } => {
+                format!("+ {hook} from {server} injected as context")
+            }
+            Self::ToolDenied { server, tool, .. } => {
+                format!("⊘ {tool} denied by {} of {server}", Hook::PreToolUse)
+            }
+            Self::Compacted {
+                summarized,
+                messages_before,
+                messages_after,
+            } => format!(
+                "⟲ history compacted ({}): {messages_before} → {messages_after} messages",
+                if *summarized {
+                    "summarized"
+                } else {
+                    "oldest turns dropped"
+                }
+            ),
+            Self::HookFailedOpen {
+                server,
+                hook,
+                reason,
+            } => format!("! {hook} on {server} failed open ({reason}): no objection"),
+            Self::HookSkipped {
+                server,
+                hook,
+                reason,
+            } => format!("! {hook} on {server} skipped ({reason}): the round went on without it"),
+            Self::PermissionRejected { tool, standing, .. } => format!(
+                "⊘ {tool} rejected by the user{}: it did not run",
+                if *standing { " (always)" } else { "" }
+            ),
+            Self::UnknownToolRefused { name } => {
+                format!("✗ {name}: refused (a hook, or no such tool); nothing ran")
+            }
+        }
+    }
+
+    /// The words of the hook the notice reports (an objection, a denial, injected context),
+    /// whole; `None` for a notice that carries none.
+    pub fn said(&self) -> Option<&str> {
+        match self {
+            Self::Objection { text, .. }
+            | Self::PostCompactInjected { text, .. }
+            | Self::HookInjected { text, .. }
+            | Self::ToolDenied { text, .. } => Some(text),
+            Self::StopSkipped { .. }
+            | Self::Compacted { .. }
+            | Self::HookFailedOpen { .. }
+            | Self::HookSkipped { .. }
+            | Self::PermissionRejected { .. }
+            | Self::UnknownToolRefused { .. } => None,
+        }
+    }
+}
+
 /// Why `_Stop` was not consulted at an end of turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

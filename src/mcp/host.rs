@@ -6,6 +6,7 @@
 //! backoff with jitter, or retires the server once its restart budget is spent.
 
 mod client;
+mod connect;
 mod legacy;
 mod listing;
 mod refresh;

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
+use crate::hooks::Hook;
 use crate::transcript::{End, Entry, SessionView};
 
 use self::timeline::timeline;
@@ -104,15 +105,16 @@ fn page(view: &SessionView, title: &str) -> Markup {
                 (timeline(view))
                 div class=(end_class) { pre { (end_text) } }
                 @for entry in &view.entries {
-                    (entry_markup(entry))
+                    (entry_markup(entry, Hook::Stop))
                 }
             }
         }
     }
 }
 
-fn entry_markup(entry: &Entry) -> Markup {
-    let text = entry.kind.to_text();
+/// An entry of an agent asked `stop` at an end of turn, and the lanes of the subagents it ran.
+fn entry_markup(entry: &Entry, stop: Hook) -> Markup {
+    let text = entry.kind.to_text_as(stop);
     let mut lines = text.lines();
     let headline = lines.next().unwrap_or_default();
     // Detail lines carry the text view's indent; the page indents with its own styles.
@@ -131,7 +133,7 @@ fn entry_markup(entry: &Entry) -> Markup {
             div.lane id=(format!("lane-{}", lane.id)) {
                 h4 { "subagent " (lane.id) }
                 @for entry in &lane.entries {
-                    (entry_markup(entry))
+                    (entry_markup(entry, Hook::SubagentStop))
                 }
             }
         }

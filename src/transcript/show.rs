@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
 use crate::machine::{
-    AgentId, FinishReason, HookContext, HookReply, LlmReply, Media, Message, PermissionDecision,
-    Policy, Purpose, SkipReason, ToolCall, ToolOutput,
+    AgentId, CallId, FinishReason, HookContext, HookReply, LlmReply, Media, Message,
+    PermissionDecision, Policy, Purpose, SkipReason, ToolCall, ToolOutput,
 };
 use crate::transcript::{Replayer, Transcript};
 
@@ -193,6 +193,8 @@ pub enum EntryKind {
     },
     /// A call the user rejected (now, or with an earlier "always") did not run.
     PermissionRejected {
+        /// The rejected call.
+        id: CallId,
         /// The qualified name of the rejected tool.
         tool: String,
         /// The rejection stands for the rest of the session.

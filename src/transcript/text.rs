@@ -6,7 +6,7 @@ use std::fmt::{self, Write};
 use serde::Serialize;
 
 use crate::hooks::{Hook, HookServers};
-use crate::machine::{FinishReason, HookReply, Message, PermissionDecision, Purpose, SkipReason};
+use crate::machine::{FinishReason, HookReply, Message, Notice, PermissionDecision, Purpose};
 use crate::text::{Cut, cut};
 use crate::transcript::show::{AgentLane, Entry, EntryKind, SessionView, ToolRun};
 
@@ -52,7 +52,7 @@ impl SessionView {
         if let Some(system) = &self.system_prompt {
             writeln!(out, "system: {}", one_line(system))?;
         }
-        write_entries(out, &self.entries)?;
+        write_entries(out, &self.entries, Hook::Stop)?;
         writeln!(out, "\nend: {}", self.end)
     }
 }
@@ -63,11 +63,12 @@ const DETAIL: &str = "                   ";
 /// What starts each line of a subagent's lane, under its `agent` call.
 const LANE: &str = "                   │ ";
 
-/// Entries one after the other, each subagent's lane after the tool round of its call.
-fn write_entries(out: &mut String, entries: &[Entry]) -> fmt::Result {
+/// Entries one after the other, each subagent's lane after the tool round of its call; `stop`
+/// is the hook their agent is asked at an end of turn.
+fn write_entries(out: &mut String, entries: &[Entry], stop: Hook) -> fmt::Result {
     for entry in entries {
         write!(out, "\n{:>8} ms  #{:<4} ", entry.at_ms, entry.index)?;
-        write_entry(out, &entry.kind)?;
+        write_entry(out, &entry.kind, stop)?;
         for lane in entry.kind.agent_lanes() {
             write_lane(out, lane)?;
         }
@@ -79,7 +80,7 @@ fn write_entries(out: &mut String, entries: &[Entry]) -> fmt::Result {
 fn write_lane(out: &mut String, lane: &AgentLane) -> fmt::Result {
     writeln!(out, "{DETAIL}subagent {}:", lane.id)?;
     let mut steps = String::new();
-    write_entries(&mut steps, &lane.entries)?;
+    write_entries(&mut steps, &lane.entries, Hook::SubagentStop)?;
     for line in steps.trim_start_matches('\n').lines() {
         if line.is_empty() {
             writeln!(out, "{}", LANE.trim_end())?;
@@ -93,9 +94,15 @@ fn write_lane(out: &mut String, lane: &AgentLane) -> fmt::Result {
 impl EntryKind {
     /// The entry as text: a headline, then detail lines (indented), as `show` prints it.
     pub fn to_text(&self) -> String {
+        self.to_text_as(Hook::Stop)
+    }
+
+    /// [`to_text`](Self::to_text) for an entry of an agent asked `stop` at an end of turn:
+    /// `_SubagentStop` for a step of a subagent's lane.
+    pub fn to_text_as(&self, stop: Hook) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = write_entry(&mut out, self);
+        let _ = write_entry(&mut out, self, stop);
         out
     }
 
@@ -144,7 +151,7 @@ impl EntryKind {
     }
 }
 
-fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
+fn write_entry(out: &mut String, kind: &EntryKind, stop: Hook) -> fmt::Result {
     match kind {
         EntryKind::Catalog { servers } => {
             writeln!(out, "catalog: {} server(s)", servers.len())?;
@@ -312,50 +319,56 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
             server,
             text,
             budget_left,
-        } => {
-            writeln!(out, "objection from {server}, budget left {budget_left}")?;
-            write_block(out, "hook", text)?;
-        }
+        } => write_notice(
+            out,
+            &Notice::Objection {
+                server: server.clone(),
+                text: text.clone(),
+                budget_left: *budget_left,
+            },
+            stop,
+        )?,
         EntryKind::Compaction {
             summarized,
             messages_before,
             messages_after,
             bytes_before,
             bytes_after,
-        } => writeln!(
-            out,
-            "compaction ({}): {messages_before} → {messages_after} messages, {bytes_before} → \
-             {bytes_after} bytes",
-            if *summarized {
-                "summarized"
-            } else {
-                "oldest turns dropped"
-            }
-        )?,
-        EntryKind::PostCompactInjected { server, text } => {
-            writeln!(out, "_PostCompact from {server} injected")?;
-            write_block(out, "hook", text)?;
-        }
-        EntryKind::HookInjected { hook, server, text } => {
-            let how = match hook {
-                Hook::PreCompact => "added to the summary instruction",
-                Hook::SessionStart
-                | Hook::UserPromptSubmit
-                | Hook::PreToolUse
-                | Hook::PostToolUse
-                | Hook::Stop
-                | Hook::PostCompact
-                | Hook::SessionEnd
-                | Hook::SubagentStart
-                | Hook::SubagentStop => "injected as context",
+        } => {
+            let notice = Notice::Compacted {
+                summarized: *summarized,
+                messages_before: *messages_before,
+                messages_after: *messages_after,
             };
-            writeln!(out, "{hook} from {server} {how}")?;
-            write_block(out, "hook", text)?;
+            let headline = notice.headline(stop);
+            writeln!(out, "{headline}, {bytes_before} → {bytes_after} bytes")?;
         }
-        EntryKind::ToolDenied { server, tool, text } => {
-            writeln!(out, "_PreToolUse on {server} denied the call to {tool}")?;
-            write_block(out, "hook", text)?;
-        }
+        EntryKind::PostCompactInjected { server, text } => write_notice(
+            out,
+            &Notice::PostCompactInjected {
+                server: server.clone(),
+                text: text.clone(),
+            },
+            stop,
+        )?,
+        EntryKind::HookInjected { hook, server, text } => write_notice(
+            out,
+            &Notice::HookInjected {
+                hook: *hook,
+                server: server.clone(),
+                text: text.clone(),
+            },
+            stop,
+        )?,
+        EntryKind::ToolDenied { server, tool, text } => write_notice(
+            out,
+            &Notice::ToolDenied {
+                server: server.clone(),
+                tool: tool.clone(),
+                text: text.clone(),
+            },
+            stop,
+        )?,
         EntryKind::Permission { call, decision } => {
             let decided = match decision {
                 Some(PermissionDecision::AllowOnce) => "allowed once",
@@ -370,36 +383,49 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
                 call.name, call.arguments
             )?;
         }
-        EntryKind::PermissionRejected { tool, standing } => {
-            let how = if *standing { " (always)" } else { "" };
-            writeln!(
-                out,
-                "the user rejected the call to {tool}{how}: it did not run"
-            )?;
-        }
+        EntryKind::PermissionRejected { id, tool, standing } => write_notice(
+            out,
+            &Notice::PermissionRejected {
+                id: id.clone(),
+                tool: tool.clone(),
+                standing: *standing,
+            },
+            stop,
+        )?,
         EntryKind::HookSkipped {
             server,
             hook,
             reason,
-        } => writeln!(out, "{hook} on {server} skipped: {reason}")?,
+        } => write_notice(
+            out,
+            &Notice::HookSkipped {
+                server: server.clone(),
+                hook: *hook,
+                reason: reason.clone(),
+            },
+            stop,
+        )?,
         EntryKind::HookFailedOpen {
             server,
             hook,
             reason,
-        } => writeln!(out, "{hook} on {server} failed open: {reason}")?,
+        } => write_notice(
+            out,
+            &Notice::HookFailedOpen {
+                server: server.clone(),
+                hook: *hook,
+                reason: reason.clone(),
+            },
+            stop,
+        )?,
         EntryKind::StopSkipped { reason } => {
-            let why = match reason {
-                SkipReason::BudgetSpent => "the objection budget is spent",
-                SkipReason::DeclinedObjection => "the model declined the objection",
-            };
-            writeln!(out, "_Stop not asked: {why}")?;
+            write_notice(out, &Notice::StopSkipped { reason: *reason }, stop)?;
         }
-        EntryKind::UnknownToolRefused { name } => {
-            writeln!(
-                out,
-                "refused a call to {name}: not a tool the model may call"
-            )?;
-        }
+        EntryKind::UnknownToolRefused { name } => write_notice(
+            out,
+            &Notice::UnknownToolRefused { name: name.clone() },
+            stop,
+        )?,
         EntryKind::ServerKilled { server } => writeln!(out, "server {server} killed")?,
         EntryKind::ServerStarted { server } => writeln!(out, "server {server} started")?,
         EntryKind::StartFailed { server, error } => {
@@ -434,6 +460,15 @@ fn write_entry(out: &mut String, kind: &EntryKind) -> fmt::Result {
         EntryKind::Closed => writeln!(out, "session closed")?,
     }
     Ok(())
+}
+
+/// A notice as the machine words it: its headline, then the hook's words whole, as a block.
+fn write_notice(out: &mut String, notice: &Notice, stop: Hook) -> fmt::Result {
+    writeln!(out, "{}", notice.headline(stop))?;
+    match notice.said() {
+        Some(said) => write_block(out, "hook", said),
+        None => Ok(()),
+    }
 }
 
 fn write_message(out: &mut String, message: &Message) -> fmt::Result {

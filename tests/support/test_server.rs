@@ -29,7 +29,8 @@
 //! `after:PATH:TEXT` (says TEXT once PATH exists), `link` (a lone resource link), `image` (a lone image), `ask` (asks the person as the `ask`
 //! tool does, and says the answer).
 //!
-//! Tools: `echo` (its arguments back), `big`, `image`, `big_image` (2 MiB of base64 and a
+//! Tools: `echo` (its arguments back), `big`, `image` (a small image, or `{"kib": N}` KiB of
+//! base64), `big_image` (2 MiB of base64 and a
 //! small image after it), `fail` (`isError`), `crash`, `hang`,
 //! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`),
 //! `ask` (a form elicitation; says `accept <content>`, `decline` or `cancel`), `ask_url` (a URL
@@ -441,13 +442,24 @@ impl ServerHandler for TestServer {
                 Value::Object(request.arguments.unwrap_or_default()).to_string(),
             )),
             "big" => Ok(text("b".repeat(1 << 20))),
-            "image" => Ok(
-                CallToolResult::success(vec![ContentBlock::Image(ImageContent::new(
-                    "aGVsbG8=",
-                    "image/png",
-                ))])
-                .into(),
-            ),
+            "image" => {
+                let kib = request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get("kib"))
+                    .and_then(Value::as_u64);
+                let data = kib.map_or_else(
+                    || "aGVsbG8=".to_owned(),
+                    |kib| "A".repeat(kib as usize * 1024),
+                );
+                Ok(
+                    CallToolResult::success(vec![ContentBlock::Image(ImageContent::new(
+                        data,
+                        "image/png",
+                    ))])
+                    .into(),
+                )
+            }
             "big_image" => Ok(CallToolResult::success(vec![
                 ContentBlock::Image(ImageContent::new("A".repeat(2 << 20), "image/png")),
                 ContentBlock::Image(ImageContent::new("aGVsbG8=", "image/png")),

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, serve_client_with_lifecycle};
 
+use super::connect::{Connected, Handshake};
 use super::refresh::ListChanged;
-use super::slot::{Connected, Handshake, Slot};
+use super::slot::Slot;
 use super::traced::Traced;
 use crate::mcp::auth::{OAuthHttp, ServerAuth};
 use crate::mcp::config::HttpConfig;

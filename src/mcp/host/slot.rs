@@ -3,35 +3,30 @@
 //! [`Supervisor`]'s orders — start a life after a wait, retire the server — and reports what
 //! happened to its lives as facts; every decision about restarts is the supervisor's.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, PaginatedRequestParams, ProtocolVersion,
-    ServerNotification, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResult, PaginatedRequestParams, ProtocolVersion, Tool,
 };
 use rmcp::service::{
-    ClientCacheConfig, ClientInitializeError, ClientLifecycleMode, Peer, RoleClient,
-    RunningService, ServiceError, Subscription, serve_client_with_lifecycle,
+    ClientCacheConfig, ClientLifecycleMode, Peer, RoleClient, RunningService, ServiceError,
 };
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::sync::Notify;
 
 use super::client::{self, CallKind, Handler, InFlight};
+use super::connect::{
+    self, Connected, Handshake, falls_back, subscribe_tool_list, watch_tool_list,
+};
 use super::listing::{self, ListError};
 use super::refresh::{self, Changes, ListChanged};
 use super::shared::Shared;
-use super::traced::{Expected, Pending, Traced};
+use super::traced::{Expected, Pending};
 use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
-use crate::mcp::auth::{OAuthHttp, ServerAuth};
-use crate::mcp::backlog::Backlogged;
 use crate::mcp::child::ChildGroup;
-use crate::mcp::config::{HttpConfig, ServerConfig};
-use crate::mcp::transport::LineTransport;
+use crate::mcp::config::ServerConfig;
 use crate::mcp::{McpError, TransportKind, convert};
 use crate::supervisor::{self, Fact, HookTurn, Jitter, Order};
 use crate::text::lock;
@@ -494,15 +489,8 @@ impl Slot {
     }
 }
 
-/// A life just started: its connection, its tools, and the changes said since it connected.
-struct Opened {
-    conn: Arc<Conn>,
-    tools: Vec<ToolInfo>,
-    changes: Changes,
-}
-
 impl Slot {
-    /// Connects and negotiates one life with `lifecycle`.
+    /// Connects and negotiates one life with `lifecycle`, over the server's transport.
     async fn handshake(
         self: &Arc<Self>,
         changed: &ListChanged,
@@ -511,23 +499,20 @@ impl Slot {
         let handler = self.handler(changed);
         match &self.launch {
             Launch::Config(ServerConfig::Stdio(config)) => {
-                let (child, stdout, stdin) =
-                    ChildGroup::spawn(&self.name, config).map_err(|e| {
-                        Handshake::Spawn(format!("could not run {:?}: {e}", config.command))
-                    })?;
-                // If the handshake fails or times out, dropping `child` kills the group.
-                let transport = LineTransport::new(stdout, stdin);
-                let service = serve_client_with_lifecycle(
+                connect::stdio(&self.name, config, handler, &self.pending, lifecycle).await
+            }
+            Launch::Config(ServerConfig::Http(config)) => {
+                let oauth = self.shared.options.oauth.clone();
+                match connect::streamable(
+                    &self.name,
+                    config,
+                    oauth,
                     handler,
-                    Traced::new(transport, &self.pending),
+                    &self.pending,
                     lifecycle,
                 )
                 .await
-                .map_err(|e| Handshake::Init(Box::new(e)))?;
-                Ok((service, Some(Mutex::new(child)), TransportKind::Stdio))
-            }
-            Launch::Config(ServerConfig::Http(config)) => {
-                match self.streamable(handler, config, lifecycle).await {
+                {
                     // A server of the older transport refuses the POST in its own way.
                     Err(Handshake::Init(error)) => {
                         self.fall_back_to_sse(changed, config, error).await
@@ -538,107 +523,17 @@ impl Slot {
             Launch::Config(ServerConfig::Sse(config)) => self.sse(changed, config).await,
             #[cfg(test)]
             Launch::Duplex(make) => {
-                let (read, write) = tokio::io::split(make());
-                let transport = LineTransport::new(read, write);
-                let service = serve_client_with_lifecycle(
-                    handler,
-                    Traced::new(transport, &self.pending),
-                    lifecycle,
-                )
-                .await
-                .map_err(|e| Handshake::Init(Box::new(e)))?;
-                Ok((service, None, TransportKind::Stdio))
+                connect::duplex(make(), handler, &self.pending, lifecycle).await
             }
         }
     }
-
-    /// Connects and negotiates one life over streamable HTTP.
-    async fn streamable(
-        self: &Arc<Self>,
-        handler: Handler,
-        config: &HttpConfig,
-        lifecycle: ClientLifecycleMode,
-    ) -> Result<Connected, Handshake> {
-        let transport_config = http_config(config).map_err(Handshake::Spawn)?;
-        // A configured `Authorization` header is the operator's choice of credentials;
-        // otherwise the server may ask for OAuth, and the OAuth client answers.
-        if config.has_authorization() {
-            // rmcp builds this transport's client.
-            crate::tls::install_provider();
-            let transport = StreamableHttpClientTransport::from_config(transport_config);
-            let transport = Backlogged::new(transport, &self.name);
-            let service = serve_client_with_lifecycle(
-                handler,
-                Traced::new(transport, &self.pending),
-                lifecycle,
-            )
-            .await
-            .map_err(|e| Handshake::Init(Box::new(e)))?;
-            return Ok((service, None, TransportKind::StreamableHttp));
-        }
-        let options = self.shared.options.oauth.clone();
-        let auth = ServerAuth::new(self.name.as_str(), config, options);
-        let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
-        let transport = StreamableHttpClientTransport::with_client(client, transport_config);
-        let transport = Backlogged::new(transport, &self.name);
-        match serve_client_with_lifecycle(handler, Traced::new(transport, &self.pending), lifecycle)
-            .await
-        {
-            Ok(service) => Ok((service, None, TransportKind::StreamableHttp)),
-            Err(error) => Err(match auth.problem() {
-                Some(problem) => Handshake::Auth(problem.describe(self.name.as_str())),
-                None => Handshake::Init(Box::new(error)),
-            }),
-        }
-    }
 }
 
-/// A negotiated connection, for stdio its process group, and its transport.
-pub(super) type Connected = (
-    RunningService<RoleClient, Handler>,
-    Option<Mutex<ChildGroup>>,
-    TransportKind,
-);
-
-/// Why a handshake failed.
-pub(super) enum Handshake {
-    /// The server could not be started or reached at all.
-    Spawn(String),
-    /// The MCP handshake failed.
-    Init(Box<ClientInitializeError>),
-    /// The server's authorization stopped it (no login, an expired one, too few scopes).
-    Auth(String),
-}
-
-impl Handshake {
-    fn into_error(self, server: &ServerName) -> McpError {
-        McpError::Startup {
-            server: server.clone(),
-            reason: self.reason(),
-        }
-    }
-
-    /// What went wrong, in words.
-    pub(super) fn reason(self) -> String {
-        match self {
-            Self::Spawn(reason) | Self::Auth(reason) => reason,
-            Self::Init(error) => error.to_string(),
-        }
-    }
-}
-
-/// Whether a failed discovery is worth an `initialize` handshake: a protocol-level answer the
-/// client did not expect, as opposed to a transport that broke (or refused authorization).
-fn falls_back(error: &ClientInitializeError) -> bool {
-    matches!(
-        error,
-        ClientInitializeError::ExpectedInitResponse(_)
-            | ClientInitializeError::ExpectedInitResult(_)
-            | ClientInitializeError::ConflictInitResponseId(..)
-            | ClientInitializeError::UncorrelatedErrorResponse { .. }
-            | ClientInitializeError::JsonRpcError(_)
-            | ClientInitializeError::NoCompatibleProtocolVersion { .. }
-    )
+/// A life just started: its connection, its tools, and the changes said since it connected.
+struct Opened {
+    conn: Arc<Conn>,
+    tools: Vec<ToolInfo>,
+    changes: Changes,
 }
 
 /// Performs [`Order::StartServer`]: waits, starts a life, and reports how it went. Holds the
@@ -688,34 +583,6 @@ fn jitter() -> Jitter {
     Jitter(fastrand::u16(0..=Jitter::MAX))
 }
 
-fn http_config(config: &HttpConfig) -> Result<StreamableHttpClientTransportConfig, String> {
-    if let Some(name) = config.headers.keys().find(|n| is_request_mirror_header(n)) {
-        return Err(format!(
-            "header {name:?} cannot be configured: the client derives it from each request \
-             (a fixed one would contradict the request body)"
-        ));
-    }
-    let headers: HashMap<_, _> = config
-        .header_map()?
-        .into_iter()
-        .filter_map(|(name, value)| Some((name?, value)))
-        .collect();
-    Ok(StreamableHttpClientTransportConfig::with_uri(config.url.as_str()).custom_headers(headers))
-}
-
-/// Whether `name` is one of the headers that mirror a request's body (SEP-2243, protocol
-/// 2026-07-28): `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`. The transport sets them per request
-/// and leaves a configured one in place where it sets none, so a configured `Mcp-Param-Region`
-/// would be sent for a call whose `region` is null or absent.
-fn is_request_mirror_header(name: &str) -> bool {
-    const PARAM: &str = "mcp-param-";
-    name.eq_ignore_ascii_case("mcp-method")
-        || name.eq_ignore_ascii_case("mcp-name")
-        || name
-            .get(..PARAM.len())
-            .is_some_and(|prefix| prefix.eq_ignore_ascii_case(PARAM))
-}
-
 /// Whether an rmcp error means the connection is gone (rather than the server refusing one
 /// request).
 fn breaks_transport(error: &ServiceError) -> bool {
@@ -723,40 +590,4 @@ fn breaks_transport(error: &ServiceError) -> bool {
         error,
         ServiceError::TransportClosed | ServiceError::TransportSend(_)
     )
-}
-
-/// On the stateless protocol (2026-07-28 on), a server sends `list_changed` only on a
-/// subscription the client opened. Opens one when the server offers the notification; the
-/// subscription is open once this returns, so no change after start-up is missed.
-async fn subscribe_tool_list(peer: &Peer<RoleClient>) -> Option<Subscription> {
-    let info = peer.peer_info()?;
-    let offers = info
-        .capabilities
-        .tools
-        .as_ref()
-        .and_then(|tools| tools.list_changed)
-        .unwrap_or(false);
-    if info.protocol_version.has_initialize() || !offers {
-        return None;
-    }
-    let filter = SubscriptionFilter::builder().tools_list_changed().build();
-    match peer.listen(filter).await {
-        Ok(subscription) => Some(subscription),
-        Err(error) => {
-            tracing::debug!(%error, "the server refused a list_changed subscription");
-            None
-        }
-    }
-}
-
-/// Notes each `list_changed` of a subscription in `changed` until the life ends.
-async fn watch_tool_list(mut subscription: Subscription, changed: ListChanged) {
-    while let Ok(Some(notification)) = subscription.next().await {
-        if matches!(
-            notification,
-            ServerNotification::ToolListChangedNotification(_)
-        ) {
-            changed.set();
-        }
-    }
 }

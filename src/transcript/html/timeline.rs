@@ -379,7 +379,7 @@ fn draw_entry(
             "denial",
             format!("_PreToolUse on {server} denied {tool}: {text}"),
         )),
-        EntryKind::PermissionRejected { tool, standing } => layer.marks.push(mark(
+        EntryKind::PermissionRejected { tool, standing, .. } => layer.marks.push(mark(
             "events",
             "denial",
             format!(

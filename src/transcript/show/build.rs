@@ -278,7 +278,8 @@ impl Builder {
             Notice::UnknownToolRefused { name } => {
                 EntryKind::UnknownToolRefused { name: name.clone() }
             }
-            Notice::PermissionRejected { tool, standing, .. } => EntryKind::PermissionRejected {
+            Notice::PermissionRejected { id, tool, standing } => EntryKind::PermissionRejected {
+                id: id.clone(),
                 tool: tool.clone(),
                 standing: *standing,
             },

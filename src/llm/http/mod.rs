@@ -3,199 +3,31 @@
 //! server-sent events with a first-byte and an idle timeout and a generous whole-reply
 //! deadline, decoded a slice at a time so other tasks on the thread keep running.
 
-use std::error::Error as _;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
-use reqwest::{StatusCode, Url};
 
+use self::failure::{
+    ERROR_BODY_BYTES, Failure, Retry, chain, error_message, read_prefix, retry_after, retryable,
+};
 use crate::llm::OnDelta;
 use crate::llm::assemble::{Assembler, Decoder};
 use crate::llm::body::RequestBody;
 use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
 use crate::llm::{LlmError, LlmRequest, Parsed};
 use crate::machine::LlmReply;
-use crate::text::{Cut, cut};
+
+mod endpoint;
+mod failure;
+
+pub(crate) use self::endpoint::parse_base_url;
+pub use self::endpoint::{ApiKey, Endpoint, RetryPolicy};
+pub use self::failure::MAX_ERROR_CHARS;
 
 /// The most bytes of an answer the client reads; a longer one is an error.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-
-/// The most characters of an error answer quoted in an [`LlmError`].
-pub const MAX_ERROR_CHARS: usize = 512;
-
-/// An API key. Its `Debug` and `Display` never show it, so it cannot leak into logs or errors.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-/// When and how often a failed request is tried again.
-///
-/// Retried: HTTP 408, 429 and 5xx, and failures to connect, send or read the answer. Not
-/// retried: other statuses (the request itself is wrong), an answer that is not valid, and a
-/// timeout (retrying would multiply the wait the timeout bounds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt. Default: 3.
-    pub max_retries: u32,
-    /// The backoff before the first retry; it doubles with each retry. Default: 500 ms.
-    pub initial_backoff: Duration,
-    /// The longest backoff. Default: 8 s.
-    pub max_backoff: Duration,
-    /// The longest wait a `Retry-After` header may ask for; a longer one ends the retries,
-    /// since the provider said no useful answer comes sooner. Default: 60 s.
-    pub max_retry_after: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(8),
-            max_retry_after: Duration::from_secs(60),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `retry` (1-based): exponential, with "equal jitter" (half
-    /// fixed, half random) so that clients failing together do not retry together, while the
-    /// wait never drops to zero.
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let exp = self
-            .initial_backoff
-            .saturating_mul(2u32.saturating_pow(retry.saturating_sub(1)))
-            .min(self.max_backoff);
-        let half = exp / 2;
-        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(fastrand::u64(0..=jitter_ns))
-    }
-}
-
-/// Where and how a provider is reached. Both clients take one.
-#[derive(Clone, Debug)]
-pub struct Endpoint {
-    /// The base URL; the provider appends its path (`/chat/completions`, `/v1/messages`).
-    pub base_url: Url,
-    /// Sent as the provider's credential header when set.
-    pub api_key: Option<ApiKey>,
-    /// Bounds each attempt that is not streamed, from sending to the answer's last byte.
-    /// Default: 120 s.
-    pub timeout: Duration,
-    /// When failed attempts are tried again.
-    pub retry: RetryPolicy,
-    /// Whether replies are streamed (server-sent events). Default: yes.
-    pub stream: bool,
-    /// A streamed attempt: from sending to the answer's first byte. Default: 60 s.
-    pub first_byte_timeout: Duration,
-    /// A streamed attempt: the longest silence between two pieces of the answer, after the
-    /// first. Default: 60 s.
-    pub idle_timeout: Duration,
-    /// A streamed attempt: from sending to the reply's end. Generous, so a long reply that
-    /// keeps coming completes, while one that sends keep-alives or trickles bytes forever
-    /// ends with [`LlmError::ReplyDeadline`]. Default: 30 min.
-    pub reply_timeout: Duration,
-    /// What one reply may hold; past a cap it is refused whole.
-    pub limits: ReplyLimits,
-}
-
-impl Endpoint {
-    /// The default request timeout.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-    /// The default first-byte and idle timeouts of a streamed request.
-    pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(60);
-
-    /// The default whole-reply deadline of a streamed request.
-    pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-    /// An endpoint at `base_url` with no key and the default timeout and retries.
-    pub fn new(base_url: Url) -> Self {
-        Self {
-            base_url,
-            api_key: None,
-            timeout: Self::DEFAULT_TIMEOUT,
-            retry: RetryPolicy::default(),
-            stream: true,
-            first_byte_timeout: Self::DEFAULT_STREAM_TIMEOUT,
-            idle_timeout: Self::DEFAULT_STREAM_TIMEOUT,
-            reply_timeout: Self::DEFAULT_REPLY_TIMEOUT,
-            limits: ReplyLimits::default(),
-        }
-    }
-
-    /// Parses `base_url` first; see [`new`](Self::new).
-    pub fn parse(base_url: &str) -> Result<Self, LlmError> {
-        Ok(Self::new(parse_base_url(base_url)?))
-    }
-
-    /// The same endpoint with this key.
-    #[must_use]
-    pub fn api_key(mut self, key: ApiKey) -> Self {
-        self.api_key = Some(key);
-        self
-    }
-
-    /// The same endpoint with this timeout per attempt.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The same endpoint with this retry policy.
-    #[must_use]
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// The same endpoint, streaming replies or not.
-    #[must_use]
-    pub fn stream(mut self, stream: bool) -> Self {
-        self.stream = stream;
-        self
-    }
-
-    /// The same endpoint with these first-byte and idle timeouts for streamed replies.
-    #[must_use]
-    pub fn stream_timeouts(mut self, first_byte: Duration, idle: Duration) -> Self {
-        self.first_byte_timeout = first_byte;
-        self.idle_timeout = idle;
-        self
-    }
-
-    /// The same endpoint with this whole-reply deadline for streamed replies.
-    #[must_use]
-    pub fn reply_timeout(mut self, timeout: Duration) -> Self {
-        self.reply_timeout = timeout;
-        self
-    }
-
-    /// The same endpoint with these caps on one reply.
-    #[must_use]
-    pub fn limits(mut self, limits: ReplyLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-}
 
 /// What a dialect gives the transport to read its replies.
 pub(crate) struct Wire {
@@ -205,23 +37,6 @@ pub(crate) struct Wire {
     pub(crate) parse: fn(&[u8]) -> Result<Parsed, LlmError>,
     /// Makes the decoder of one streamed reply.
     pub(crate) decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
-}
-
-/// Parses a base URL: absolute, `http` or `https`, without query or fragment.
-pub(crate) fn parse_base_url(text: &str) -> Result<Url, LlmError> {
-    let url = Url::parse(text.trim())
-        .map_err(|e| LlmError::Other(format!("invalid base URL {text:?}: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(LlmError::Other(format!(
-            "invalid base URL {text:?}: the scheme must be http or https"
-        )));
-    }
-    if url.query().is_some() || url.fragment().is_some() || url.cannot_be_a_base() {
-        return Err(LlmError::Other(format!(
-            "invalid base URL {text:?}: expected scheme, host and path only"
-        )));
-    }
-    Ok(url)
 }
 
 /// One provider's HTTP client: a URL, fixed headers, and the limits.
@@ -672,233 +487,9 @@ impl Transport {
     }
 }
 
-/// The most bytes of an error answer read: it is only quoted, truncated.
-const ERROR_BODY_BYTES: usize = 64 * 1024;
-
-/// Up to `cap` bytes of an answer's body; whatever arrived if the transfer breaks, since the
-/// status alone is still worth reporting.
-async fn read_prefix(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
-    let mut body = Vec::new();
-    while body.len() < cap {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = cap - body.len();
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    body
-}
-
-/// A failed attempt and whether another may succeed.
-struct Failure {
-    error: LlmError,
-    retry: Retry,
-}
-
-enum Retry {
-    No,
-    /// Worth another try, after the wait the provider asked for, if it did.
-    Yes {
-        after: Option<Duration>,
-    },
-}
-
-fn retryable(status: StatusCode) -> bool {
-    status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS
-        || status.is_server_error()
-}
-
-/// How long the provider asked the client to wait: `retry-after-ms` (OpenAI), else
-/// `retry-after` in seconds or as an HTTP date.
-pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    // `try_from`: the header is the peer's; a huge, negative or NaN value must not panic.
-    if let Some(wait) = header("retry-after-ms")
-        .and_then(|v| v.parse::<f64>().ok())
-        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok())
-    {
-        return Some(wait);
-    }
-    let value = header("retry-after")?;
-    if let Ok(secs) = value.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).ok();
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// The message of an error answer: the provider's own `error.message` when the body is the
-/// usual JSON, else the body's text; with `secret` (the key) scrubbed, then truncated. Scrubbed
-/// first: a key that straddled the cut would otherwise leave its prefix in the message.
-pub(crate) fn error_message(body: &[u8], secret: Option<&str>) -> String {
-    let parsed: Option<String> = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            let error = v.get("error")?;
-            match error {
-                serde_json::Value::String(s) => Some(s.clone()),
-                other => other.get("message")?.as_str().map(str::to_owned),
-            }
-        });
-    let mut text = parsed.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
-    if let Some(secret) = secret.filter(|s| !s.is_empty()) {
-        text = text.replace(secret, "[redacted]");
-    }
-    if text.is_empty() {
-        return "(empty answer)".to_owned();
-    }
-    cut(&text, MAX_ERROR_CHARS, Cut::Chars { total: true })
-}
-
-/// An error and its causes on one line: reqwest's own message alone rarely says what failed.
-fn chain(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).unwrap());
-        }
-        map
-    }
-
-    #[test]
-    fn retry_after_reads_milliseconds_seconds_and_dates() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
-        assert_eq!(
-            retry_after(&headers(&[("retry-after-ms", "250")]), now),
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", " 2 ")]), now),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "1.5")]), now),
-            Some(Duration::from_millis(1500))
-        );
-        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", &later)]), now),
-            Some(Duration::from_secs(30))
-        );
-        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(30));
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", &earlier)]), now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
-        assert_eq!(retry_after(&headers(&[("retry-after", "-1")]), now), None);
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "1e300")]), now),
-            None
-        );
-        assert_eq!(retry_after(&headers(&[("retry-after", "NaN")]), now), None);
-        assert_eq!(
-            retry_after(
-                &headers(&[("retry-after-ms", "inf"), ("retry-after", "3")]),
-                now
-            ),
-            Some(Duration::from_secs(3))
-        );
-        assert_eq!(retry_after(&headers(&[]), now), None);
-    }
-
-    #[test]
-    fn backoff_doubles_within_its_bounds_and_never_reaches_zero() {
-        let policy = RetryPolicy {
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(300),
-            ..RetryPolicy::default()
-        };
-        for _ in 0..200 {
-            let first = policy.backoff(1);
-            assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
-            let second = policy.backoff(2);
-            assert!(second >= Duration::from_millis(100) && second <= Duration::from_millis(200));
-            let capped = policy.backoff(30);
-            assert!(capped >= Duration::from_millis(150) && capped <= Duration::from_millis(300));
-        }
-    }
-
-    #[test]
-    fn error_messages_prefer_the_providers_message_and_are_truncated() {
-        assert_eq!(
-            error_message(
-                br#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#,
-                None
-            ),
-            "bad model"
-        );
-        assert_eq!(
-            error_message(
-                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-                None
-            ),
-            "Overloaded"
-        );
-        assert_eq!(error_message(br#"{"error":"plain"}"#, None), "plain");
-        assert_eq!(
-            error_message(b"  <html>oops</html> ", None),
-            "<html>oops</html>"
-        );
-        assert_eq!(error_message(b"", None), "(empty answer)");
-        let long = "é".repeat(2000);
-        let cut = error_message(long.as_bytes(), None);
-        assert!(cut.starts_with(&"é".repeat(MAX_ERROR_CHARS)));
-        assert!(cut.ends_with("… (4000 bytes in all)"), "{cut}");
-    }
-
-    #[test]
-    fn a_key_across_the_cut_is_scrubbed_before_the_message_is_cut() {
-        let key = "sk-live-0123456789abcdef";
-        // The key starts a few characters before the cut: scrubbing after cutting would
-        // find no whole key and leave its prefix.
-        let body = format!("{}{key} is not valid", "x".repeat(MAX_ERROR_CHARS - 6));
-        let message = error_message(body.as_bytes(), Some(key));
-        assert!(!message.contains("sk-liv"), "{message}");
-        assert!(
-            message.starts_with(&"x".repeat(MAX_ERROR_CHARS - 6)),
-            "{message}"
-        );
-        assert!(
-            message[MAX_ERROR_CHARS - 6..].starts_with("[redac"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn base_urls_must_be_http_with_a_host() {
-        assert!(parse_base_url("https://api.openai.com/v1").is_ok());
-        assert!(parse_base_url("http://127.0.0.1:11434/v1/").is_ok());
-        for bad in ["ftp://x", "not a url", "https://x/v1?key=1", "mailto:a@b"] {
-            let err = parse_base_url(bad).unwrap_err().to_string();
-            assert!(err.contains(&format!("{bad:?}")), "{err}");
-        }
-    }
 
     #[test]
     fn paths_join_the_base_url_with_one_slash() {

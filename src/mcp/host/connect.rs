@@ -1,0 +1,213 @@
+//! Connecting one life of a server: the handshake over stdio or streamable HTTP (the slot picks
+//! the transport; the older HTTP+SSE one is [`legacy`](super::legacy)'s), the headers the HTTP
+//! transport may be configured with, why a handshake failed, and the `list_changed`
+//! subscription a server of the stateless protocol needs. Nothing here knows the slot: each
+//! function takes what one connection needs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ServerNotification, SubscriptionFilter};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, Peer, RoleClient, RunningService, Subscription,
+    serve_client_with_lifecycle,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+use super::client::Handler;
+use super::refresh::ListChanged;
+use super::traced::{Pending, Traced};
+use crate::hooks::ServerName;
+use crate::mcp::auth::{OAuthHttp, OAuthOptions, ServerAuth};
+use crate::mcp::backlog::Backlogged;
+use crate::mcp::child::ChildGroup;
+use crate::mcp::config::{HttpConfig, StdioConfig};
+use crate::mcp::transport::LineTransport;
+use crate::mcp::{McpError, TransportKind};
+
+/// Connects and negotiates one life of `server` over stdio: runs `config`'s command in a process
+/// group of its own and speaks MCP on its stdin and stdout.
+pub(super) async fn stdio(
+    server: &ServerName,
+    config: &StdioConfig,
+    handler: Handler,
+    pending: &Pending,
+    lifecycle: ClientLifecycleMode,
+) -> Result<Connected, Handshake> {
+    let (child, stdout, stdin) = ChildGroup::spawn(server, config)
+        .map_err(|e| Handshake::Spawn(format!("could not run {:?}: {e}", config.command)))?;
+    // If the handshake fails or times out, dropping `child` kills the group.
+    let transport = LineTransport::new(stdout, stdin);
+    let service = serve_client_with_lifecycle(handler, Traced::new(transport, pending), lifecycle)
+        .await
+        .map_err(|e| Handshake::Init(Box::new(e)))?;
+    Ok((service, Some(Mutex::new(child)), TransportKind::Stdio))
+}
+
+/// Connects and negotiates one life over an in-memory duplex a test made.
+#[cfg(test)]
+pub(super) async fn duplex(
+    stream: tokio::io::DuplexStream,
+    handler: Handler,
+    pending: &Pending,
+    lifecycle: ClientLifecycleMode,
+) -> Result<Connected, Handshake> {
+    let (read, write) = tokio::io::split(stream);
+    let transport = LineTransport::new(read, write);
+    let service = serve_client_with_lifecycle(handler, Traced::new(transport, pending), lifecycle)
+        .await
+        .map_err(|e| Handshake::Init(Box::new(e)))?;
+    Ok((service, None, TransportKind::Stdio))
+}
+
+/// Connects and negotiates one life of `server` over streamable HTTP. A configured
+/// `Authorization` header is the operator's choice of credentials; otherwise the server may ask
+/// for OAuth (with `oauth`), and the OAuth client answers.
+pub(super) async fn streamable(
+    server: &ServerName,
+    config: &HttpConfig,
+    oauth: OAuthOptions,
+    handler: Handler,
+    pending: &Pending,
+    lifecycle: ClientLifecycleMode,
+) -> Result<Connected, Handshake> {
+    let transport_config = http_config(config).map_err(Handshake::Spawn)?;
+    if config.has_authorization() {
+        // rmcp builds this transport's client.
+        crate::tls::install_provider();
+        let transport = StreamableHttpClientTransport::from_config(transport_config);
+        let transport = Backlogged::new(transport, server);
+        let service =
+            serve_client_with_lifecycle(handler, Traced::new(transport, pending), lifecycle)
+                .await
+                .map_err(|e| Handshake::Init(Box::new(e)))?;
+        return Ok((service, None, TransportKind::StreamableHttp));
+    }
+    let auth = ServerAuth::new(server.as_str(), config, oauth);
+    let client = OAuthHttp::new(Arc::clone(&auth)).map_err(Handshake::Spawn)?;
+    let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+    let transport = Backlogged::new(transport, server);
+    match serve_client_with_lifecycle(handler, Traced::new(transport, pending), lifecycle).await {
+        Ok(service) => Ok((service, None, TransportKind::StreamableHttp)),
+        Err(error) => Err(match auth.problem() {
+            Some(problem) => Handshake::Auth(problem.describe(server.as_str())),
+            None => Handshake::Init(Box::new(error)),
+        }),
+    }
+}
+
+/// A negotiated connection, for stdio its process group, and its transport.
+pub(super) type Connected = (
+    RunningService<RoleClient, Handler>,
+    Option<Mutex<ChildGroup>>,
+    TransportKind,
+);
+
+/// Why a handshake failed.
+pub(super) enum Handshake {
+    /// The server could not be started or reached at all.
+    Spawn(String),
+    /// The MCP handshake failed.
+    Init(Box<ClientInitializeError>),
+    /// The server's authorization stopped it (no login, an expired one, too few scopes).
+    Auth(String),
+}
+
+impl Handshake {
+    /// The start-up error of `server` this failure makes.
+    pub(super) fn into_error(self, server: &ServerName) -> McpError {
+        McpError::Startup {
+            server: server.clone(),
+            reason: self.reason(),
+        }
+    }
+
+    /// What went wrong, in words.
+    pub(super) fn reason(self) -> String {
+        match self {
+            Self::Spawn(reason) | Self::Auth(reason) => reason,
+            Self::Init(error) => error.to_string(),
+        }
+    }
+}
+
+/// Whether a failed discovery is worth an `initialize` handshake: a protocol-level answer the
+/// client did not expect, as opposed to a transport that broke (or refused authorization).
+pub(super) fn falls_back(error: &ClientInitializeError) -> bool {
+    matches!(
+        error,
+        ClientInitializeError::ExpectedInitResponse(_)
+            | ClientInitializeError::ExpectedInitResult(_)
+            | ClientInitializeError::ConflictInitResponseId(..)
+            | ClientInitializeError::UncorrelatedErrorResponse { .. }
+            | ClientInitializeError::JsonRpcError(_)
+            | ClientInitializeError::NoCompatibleProtocolVersion { .. }
+    )
+}
+
+/// The streamable HTTP transport's settings for `config`: its URL and its headers, refusing a
+/// header the transport derives from each request.
+fn http_config(config: &HttpConfig) -> Result<StreamableHttpClientTransportConfig, String> {
+    if let Some(name) = config.headers.keys().find(|n| is_request_mirror_header(n)) {
+        return Err(format!(
+            "header {name:?} cannot be configured: the client derives it from each request \
+             (a fixed one would contradict the request body)"
+        ));
+    }
+    let headers: HashMap<_, _> = config
+        .header_map()?
+        .into_iter()
+        .filter_map(|(name, value)| Some((name?, value)))
+        .collect();
+    Ok(StreamableHttpClientTransportConfig::with_uri(config.url.as_str()).custom_headers(headers))
+}
+
+/// Whether `name` is one of the headers that mirror a request's body (SEP-2243, protocol
+/// 2026-07-28): `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`. The transport sets them per request
+/// and leaves a configured one in place where it sets none, so a configured `Mcp-Param-Region`
+/// would be sent for a call whose `region` is null or absent.
+fn is_request_mirror_header(name: &str) -> bool {
+    const PARAM: &str = "mcp-param-";
+    name.eq_ignore_ascii_case("mcp-method")
+        || name.eq_ignore_ascii_case("mcp-name")
+        || name
+            .get(..PARAM.len())
+            .is_some_and(|prefix| prefix.eq_ignore_ascii_case(PARAM))
+}
+
+/// On the stateless protocol (2026-07-28 on), a server sends `list_changed` only on a
+/// subscription the client opened. Opens one when the server offers the notification; the
+/// subscription is open once this returns, so no change after start-up is missed.
+pub(super) async fn subscribe_tool_list(peer: &Peer<RoleClient>) -> Option<Subscription> {
+    let info = peer.peer_info()?;
+    let offers = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|tools| tools.list_changed)
+        .unwrap_or(false);
+    if info.protocol_version.has_initialize() || !offers {
+        return None;
+    }
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    match peer.listen(filter).await {
+        Ok(subscription) => Some(subscription),
+        Err(error) => {
+            tracing::debug!(%error, "the server refused a list_changed subscription");
+            None
+        }
+    }
+}
+
+/// Notes each `list_changed` of a subscription in `changed` until the life ends.
+pub(super) async fn watch_tool_list(mut subscription: Subscription, changed: ListChanged) {
+    while let Ok(Some(notification)) = subscription.next().await {
+        if matches!(
+            notification,
+            ServerNotification::ToolListChangedNotification(_)
+        ) {
+            changed.set();
+        }
+    }
+}
