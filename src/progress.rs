@@ -164,6 +164,16 @@ pub enum Event {
         /// Why the call gave no usable answer.
         reason: String,
     },
+    /// A server sat a hook round out (it was restarting); the round went on without it. Not a
+    /// failure of the hook: nothing was asked of the server.
+    HookSkipped {
+        /// The server.
+        server: ServerName,
+        /// The hook.
+        hook: Hook,
+        /// Why the server sat the round out.
+        reason: String,
+    },
     /// A server was killed after its hooks timed out twice in a row.
     ServerKilled {
         /// The server.
@@ -295,6 +305,18 @@ impl Event {
                 reason,
             } => notice_line(
                 &Notice::HookFailedOpen {
+                    server: server.clone(),
+                    hook: *hook,
+                    reason: reason.clone(),
+                },
+                stop,
+            ),
+            Self::HookSkipped {
+                server,
+                hook,
+                reason,
+            } => notice_line(
+                &Notice::HookSkipped {
                     server: server.clone(),
                     hook: *hook,
                     reason: reason.clone(),
@@ -615,15 +637,14 @@ fn notice_event(notice: &Notice) -> Event {
             hook: *hook,
             reason: reason.clone(),
         },
-        // Shown like a hook that failed open: in both the round went on without the server.
         Notice::HookSkipped {
             server,
             hook,
             reason,
-        } => Event::HookFailedOpen {
+        } => Event::HookSkipped {
             server: server.clone(),
             hook: *hook,
-            reason: format!("skipped for this round: {reason}"),
+            reason: reason.clone(),
         },
         Notice::UnknownToolRefused { name } => Event::ToolRefused { name: name.clone() },
         Notice::PermissionRejected { id, tool, standing } => Event::ToolRejected {

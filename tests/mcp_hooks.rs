@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hookloop::hooks::{ServerName, encode_hook_body};
 use hookloop::machine::{Effect, Input, Message, Notice, ToolCall, ToolOutput};
 use hookloop::mcp::{McpHost, ToolHost};
+use hookloop::progress::{Event, ProgressObserver};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, Observer, PromptStop, Session};
 use serde_json::{Value, json};
@@ -438,6 +439,11 @@ async fn a_server_still_restarting_when_a_hook_round_starts_is_skipped_not_timed
     let llm = ScriptedLlm::new((0..5).map(|i| Step::text(format!("end {i}"))));
     let mut session = Session::new(config(HookServers::All, 300, 3), llm.clone(), host);
     session.add_observer(Notices(Arc::clone(&notices)));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&events);
+    session.add_observer(ProgressObserver::new(move |_, event| {
+        sink.lock().unwrap().push(event);
+    }));
     session.prompt("one").await.unwrap();
     session.prompt("two").await.unwrap();
     // The second timeout in a row killed it; its restart cannot finish before the test allows,
@@ -456,6 +462,20 @@ async fn a_server_still_restarting_when_a_hook_round_starts_is_skipped_not_timed
     );
     assert_eq!(session.counters().objections, 0);
     assert!(session.counters().consecutive_timeouts.is_empty());
+    // What `hookloop run` and an ACP client are shown: a round sat out, not a hook that failed.
+    let skipped: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::HookSkipped { server, hook: Hook::Stop, .. } if server.as_str() == "slow"))
+        .filter_map(Event::describe)
+        .collect();
+    assert_eq!(skipped.len(), 1, "{:?}", events.lock().unwrap());
+    assert!(
+        skipped[0].contains("_Stop on slow skipped") && !skipped[0].contains("failed open"),
+        "{}",
+        skipped[0]
+    );
 
     // Once back, it is asked again, and its script goes on where it was.
     std::fs::write(&up, b"").unwrap();

@@ -247,6 +247,13 @@ impl Translator {
             } => vec![thought(&format!(
                 "{hook} on {server} gave no usable answer ({reason}); counted as no objection."
             ))],
+            Event::HookSkipped {
+                server,
+                hook,
+                reason,
+            } => vec![thought(&format!(
+                "{hook} on {server} sat this round out ({reason}); the round went on without it."
+            ))],
             Event::ServerKilled { server } => vec![thought(&format!(
                 "Server {server} was killed after its hooks timed out twice in a row."
             ))],
