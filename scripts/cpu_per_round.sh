@@ -17,6 +17,12 @@
 # TCP_NODELAY: written in two pieces with Nagle's algorithm on, the second waits for the agent's
 # delayed ACK (~40 ms), and the agent's CPU per round read about four times too high.
 #
+# With CPU_PER_ROUND_CALLGRIND=1 the agent runs under valgrind's callgrind, counters zeroed
+# just before the prompt and dumped just after its answer, and the script also prints the user-mode
+# instructions the agent executed per round: a count no other load on the machine changes (the
+# CPU times above spread by a third between runs on a busy machine), to tell two builds apart.
+# The times read under valgrind are valgrind's, not the agent's.
+#
 # The agent is driven from outside, over stdio, with JSON-RPC lines, so the script does not
 # depend on how the ACP front end is built.
 #
@@ -48,14 +54,17 @@ exec python3 - "$bin" "$todo_bin" "${rounds[@]}" <<'PY'
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 BIN = sys.argv[1]
 TODO_BIN = sys.argv[2]
 ROUNDS = [int(r) for r in sys.argv[3:]]
 TICK = os.sysconf("SC_CLK_TCK")
+CALLGRIND = os.environ.get("CPU_PER_ROUND_CALLGRIND") == "1"
 
 
 class Model(http.server.BaseHTTPRequestHandler):
@@ -135,6 +144,25 @@ def peak_rss_kib(pid):
     return 0
 
 
+def callgrind(action, pid, dumps=None):
+    """Zeroes (`-z`) or dumps (`-d`) the counters of the agent under callgrind; a dump returns
+    the instructions counted since the zeroing."""
+    done = subprocess.run(["callgrind_control", action, str(pid)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"cpu_per_round: callgrind_control {action} failed: {done.stderr}")
+    if dumps is None:
+        return None
+    # The dump on request is the file's first numbered part: agent.out.1.
+    try:
+        with open(f"{dumps}/agent.out.1") as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+    finally:
+        shutil.rmtree(dumps, ignore_errors=True)
+    sys.exit("cpu_per_round: the callgrind dump holds no instruction count")
+
+
 def measure(rounds):
     Model.rounds = rounds
     Model.served = 0
@@ -145,7 +173,13 @@ def measure(rounds):
                OPENAI_BASE_URL=f"http://127.0.0.1:{server.server_address[1]}/v1",
                OPENAI_API_KEY="none", MCP_HOOK_SERVERS="todo",
                HOOKLOOP_MAX_ROUNDS=str(rounds + 10), HOOKLOOP_LOG="error")
-    agent = subprocess.Popen([BIN, "acp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    command = [BIN, "acp"]
+    if CALLGRIND:
+        dumps = tempfile.mkdtemp(prefix="cpu_per_round.")
+        # Only instructions are counted; the counters start at the prompt (see callgrind()).
+        command = ["valgrind", "--tool=callgrind", "-q", "--cache-sim=no", "--branch-sim=no",
+                   f"--callgrind-out-file={dumps}/agent.out", *command]
+    agent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env=env, text=True, bufsize=1)
     ids = iter(range(1, 1 << 30))
 
@@ -167,6 +201,8 @@ def measure(rounds):
     call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     todo = {"name": "todo", "command": TODO_BIN, "args": ["todo-server"], "env": []}
     session = call("session/new", {"cwd": os.getcwd(), "mcpServers": [todo]})["sessionId"]
+    if CALLGRIND:
+        callgrind("-z", agent.pid)
     ticks, ns, sw = cpu_ticks(agent.pid), cpu_ns(agent.pid), switches(agent.pid)
     threads = len(os.listdir(f"/proc/{agent.pid}/task"))
     result = call("session/prompt", {"sessionId": session,
@@ -175,6 +211,7 @@ def measure(rounds):
     user, system = user - ticks[0], system - ticks[1]
     sw = switches(agent.pid) - sw
     hwm = peak_rss_kib(agent.pid)
+    instructions = callgrind("-d", agent.pid, dumps) if CALLGRIND else None
     agent.stdin.close()
     agent.wait(timeout=30)
     server.shutdown()
@@ -186,6 +223,9 @@ def measure(rounds):
           f"(/proc/pid/stat; {user_share:.0%} user mode, tick-sampled); threads' schedstat {ns / 1e6:8.1f} ms, "
           f"{ns / 1e6 / rounds:.3f} ms per round; {threads} threads, "
           f"{sw / rounds:.1f} context switches per round; peak RSS (VmHWM) {hwm / 1024:.1f} MiB")
+    if instructions is not None:
+        print(f"{rounds:>6} rounds: agent instructions (callgrind, user mode) {instructions:,}, "
+              f"{instructions / rounds:,.0f} per round")
 
 
 for r in ROUNDS:
