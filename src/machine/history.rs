@@ -319,6 +319,21 @@ mod tests {
         assert_eq!(h.estimate_tokens(0), 1025);
     }
 
+    // The explorer's fingerprint reads these figures, and only through this accessor.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn the_accounting_is_the_bytes_held_the_usage_anchor_and_the_bytes_at_the_last_request() {
+        let mut h = History::default();
+        h.push(Message::user("x".repeat(400)));
+        let sent = h.bytes;
+        assert_eq!(h.accounting(), (sent, None, 0));
+        h.mark_request();
+        h.note_usage(1000);
+        h.push(Message::user("y".repeat(84)));
+        assert!(h.bytes > sent);
+        assert_eq!(h.accounting(), (h.bytes, Some((1000, sent)), sent));
+    }
+
     #[test]
     fn fitting_suffix_starts_at_a_unit() {
         let mut h = History::default();
