@@ -783,6 +783,35 @@ fn compaction_happens_at_most_once_between_replies() {
     assert_eq!(m.counters().compactions, 2);
 }
 
+#[test]
+fn a_usage_of_zero_input_tokens_measures_nothing_and_leaves_the_byte_estimate() {
+    // A budget of 1,000 tokens: the prompt (700) fits, the prompt with the result (1,200) does not.
+    let mut m = machine_with(Policy {
+        max_context_tokens: 1_100,
+        max_output_tokens: 100,
+        ..policy()
+    });
+    prompt(&mut m, &"p".repeat(2_800));
+    let Input::LlmReplied { mut reply } = calls(&[("t1", "c__run", json!({}))]) else {
+        unreachable!("calls() builds a reply")
+    };
+    reply.usage = Some(Usage {
+        input_tokens: 0,
+        output_tokens: 7,
+        ..Usage::default()
+    });
+    feed(&mut m, Input::LlmReplied { reply });
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text("r".repeat(2_000)),
+        },
+    );
+    // Anchored on the zero, the estimate would be the result alone (500) and put compaction off.
+    assert_eq!(m.counters().compactions, 1);
+}
+
 /// The first effect after a tool result of `content`, with `media` and a context budget of
 /// `budget` tokens.
 fn after_binary_result(media: Media, budget: u64, content: Vec<Content>) -> Vec<Effect> {
