@@ -812,6 +812,38 @@ fn a_usage_of_zero_input_tokens_measures_nothing_and_leaves_the_byte_estimate() 
     assert_eq!(m.counters().compactions, 1);
 }
 
+#[test]
+fn the_context_estimate_adds_the_system_prompt_and_the_tool_catalog() {
+    let system = "s".repeat(40);
+    let tools = machine().sm.inner().tools.bytes;
+    assert!(tools > 0, "the catalog offers tools");
+    // Budget `budget` tokens, with or without the system prompt; the history is empty.
+    let over = |system: Option<&str>, budget: u64| {
+        let mut m = Machine::new(
+            Policy {
+                max_context_tokens: budget + 100,
+                max_output_tokens: 100,
+                ..policy()
+            },
+            system.map(str::to_owned),
+        );
+        m.handle(Input::CatalogChanged { catalog: catalog() })
+            .unwrap();
+        m.sm.inner().over_budget()
+    };
+    let fixed = (system.len() + tools).div_ceil(BYTES_PER_TOKEN as usize) as u64;
+    assert!(
+        !over(Some(&system), fixed),
+        "the two fit a budget of their sum"
+    );
+    assert!(over(Some(&system), fixed - 1), "nor less");
+    let tools = tools.div_ceil(BYTES_PER_TOKEN as usize) as u64;
+    assert!(
+        over(None, tools - 1),
+        "without a system prompt the catalog still counts"
+    );
+}
+
 /// The first effect after a tool result of `content`, with `media` and a context budget of
 /// `budget` tokens.
 fn after_binary_result(media: Media, budget: u64, content: Vec<Content>) -> Vec<Effect> {
