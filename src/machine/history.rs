@@ -368,6 +368,26 @@ mod tests {
     }
 
     #[test]
+    fn drop_oldest_gives_older_turns_the_room_the_current_turn_leaves() {
+        let mut h = History::default();
+        h.push(Message::user("old".repeat(100)));
+        h.push(Message::Assistant {
+            text: "a".repeat(200),
+            tool_calls: Vec::new(),
+        });
+        h.push(Message::user("p".repeat(40)));
+        h.push(assistant_with_call("c1"));
+        h.push(result("c1", &"r".repeat(200)));
+        let media = Media::default();
+        let older = tokens_of(&h.messages()[..2], &media);
+        let current = tokens_of(&h.messages()[2..], &media);
+        // Room for the current turn (the prompt and what came after it) and the older turn.
+        assert_eq!(h.clone().drop_oldest(2, current + older), (0, 2));
+        // A token less: the older turn goes whole, the current one stays whole.
+        assert_eq!(h.drop_oldest(2, current + older - 1), (2, 0));
+    }
+
+    #[test]
     fn drop_oldest_drops_whole_older_turns_first() {
         let mut h = History::default();
         for turn in ["one", "two", "three"] {
