@@ -462,10 +462,14 @@ mod tests {
     }
 
     #[test]
-    fn facts_out_of_place_are_refused_naming_the_state() {
+    fn facts_out_of_place_are_refused_naming_the_fact_and_the_state() {
         let mut s = Supervisor::new(policy(), [name()]);
         let err = s.handle(exited(1, false)).unwrap_err();
         assert_eq!(err.state, "starting");
+        assert_eq!(
+            err.to_string(),
+            "supervisor: unexpected server_exited for server s while it is starting"
+        );
         let other = ServerName::new("other").unwrap();
         let err = s
             .handle(Fact::ServerStarted {
@@ -474,6 +478,7 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(err.state, "unknown");
+        assert_eq!(err.fact, "server_started");
     }
 
     #[test]
