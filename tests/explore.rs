@@ -986,3 +986,20 @@ fn states_a_grain_merges_have_successors_it_merges_whatever_the_id_counter() {
     // exercised there.
     assert_eq!(merged, 1);
 }
+
+#[test]
+fn the_round_cap_family_holds_every_invariant_and_reaches_its_cap_to_depth_6() {
+    let family = Family::round_cap().at_depth(6);
+    let report = family.explore().unwrap_or_else(|c| panic!("{c}"));
+    eprintln!("{report}");
+    for setup in &report.reports {
+        assert!(
+            setup.depth >= 6 || setup.exhausted,
+            "{setup}: stopped short"
+        );
+        assert!(
+            setup.orders.contains("Finish MaxTurnRequests"),
+            "{setup}: never reached the round cap"
+        );
+    }
+}

@@ -1,28 +1,24 @@
 //! Planted bugs, measured: each of the machine's planted mutations (`machine::planted`, one
-//! guard beside the rule it breaks) switched on in turn, the planted machine explored with a
-//! family of the CI exploration at that family's depth, and the bug required to be found, with
-//! a shortest counterexample written as a transcript under `target/tmp/planted/<bug>.jsonl` on
-//! which `hookloop replay` (the true machine) diverges, while the same facts answered by the
-//! true machine replay whole.
+//! guard beside the rule it breaks) switched on in turn, the planted machine explored on a setup
+//! of a family CI explores (`hookloop::testing::families`, under the family's round cap) to that
+//! family's depth, and the bug required to be found, with a shortest counterexample written as
+//! a transcript under `target/tmp/planted/<bug>.jsonl` on which `hookloop replay` (the true
+//! machine) diverges, while the same facts answered by the true machine replay whole and the
+//! true machine holds every invariant on the same setup to the same depth.
 //!
 //! Each bug is explored on the first setup of its family in which the rule it breaks can act
 //! (a `_Stop` bug needs a server with `_Stop` and a budget, a permission bug a family that asks
-//! permission); the table the test prints says which.
+//! permission); the table the test prints says which. The supervisor's planted bugs are outside
+//! the explorer: `tests/supervisor_props.rs` finds them.
 
 use std::path::PathBuf;
 
 use hookloop::hooks::Hook;
-use hookloop::machine::Input;
 use hookloop::machine::planted::{Bug, plant};
-use hookloop::testing::explore::{Allow, Counterexample, Setup, transcript_of};
+use hookloop::machine::{Input, Machine};
+use hookloop::testing::explore::{Allow, Counterexample, Setup, explore, transcript_of};
+use hookloop::testing::families::{Agent, Family};
 use hookloop::transcript::replay_str;
-
-/// A family of the CI exploration: the setups it explores, in order, and its depth.
-struct Family {
-    name: &'static str,
-    setups: fn() -> Box<dyn Iterator<Item = Setup>>,
-    depth: usize,
-}
 
 fn has(setup: &Setup, server: usize, hooks: &[Hook]) -> bool {
     setup
@@ -35,40 +31,44 @@ fn allowed(setup: &Setup) -> bool {
     setup.allow != Allow::Off
 }
 
-/// Where each bug is looked for: the family, and what a setup needs for the rule to act.
-fn case(bug: Bug) -> (&'static str, fn(&Setup) -> bool) {
+/// What a setup needs for a bug's rule to act.
+type Fits = fn(&Setup) -> bool;
+
+/// Where each bug is looked for: the CI family, and what a setup of it needs for the rule to
+/// act.
+fn case(bug: Bug) -> (fn() -> Family, Fits) {
     match bug {
-        Bug::HookOffered | Bug::HookCallRun => ("one server", |_| true),
-        Bug::HookOnDisallowedServer => ("two servers", |s| s.allow == Allow::One),
-        Bug::TimeoutSpeaks | Bug::HookUnencoded | Bug::KillOnFirstTimeout => ("one server", |s| {
+        Bug::HookOffered
+        | Bug::HookCallRun
+        | Bug::SummaryDropsPrompt
+        | Bug::SummaryAfterPrompt
+        | Bug::CancelledUnanswered => (Family::single_server_classes, |_| true),
+        Bug::HookOnDisallowedServer => (Family::two_servers, |s| s.allow == Allow::One),
+        Bug::TimeoutSpeaks
+        | Bug::HookUnencoded
+        | Bug::KillOnFirstTimeout
+        | Bug::SessionStartEveryPrompt => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::SessionStart])
         }),
-        Bug::NeverKilled => ("one server", |s| {
-            allowed(s) && has(s, 0, &[Hook::SessionStart, Hook::UserPromptSubmit])
-        }),
-        Bug::StopBudgetOffByOne => ("one server", |s| {
-            allowed(s) && has(s, 0, &[Hook::Stop]) && s.budget >= 1
-        }),
-        Bug::DeclinedObjectionAsksAgain => ("one server", |s| {
-            allowed(s) && has(s, 0, &[Hook::Stop]) && s.budget >= 2
-        }),
-        Bug::PreCompactInjected => ("one server", |s| {
+        // Two timeouts in a row within one prompt.
+        Bug::NeverKilled => (Family::every_hook, |_| true),
+        Bug::StopBudgetOffByOne => (Family::budgets, |s| s.budget >= 1),
+        Bug::DeclinedObjectionAsksAgain => (Family::budgets, |s| s.budget >= 2),
+        Bug::PreCompactInjected => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreCompact])
         }),
-        Bug::PostCompactBeforeSummary => ("one server", |s| {
+        Bug::PostCompactBeforeSummary => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PostCompact])
         }),
-        Bug::SessionStartEveryPrompt => ("one server", |s| {
-            allowed(s) && has(s, 0, &[Hook::SessionStart])
-        }),
-        Bug::SummaryDropsPrompt | Bug::SummaryAfterPrompt | Bug::CancelledUnanswered => {
-            ("one server", |_| true)
-        }
-        Bug::DeniedCallRuns => ("one server", |s| {
+        Bug::DeniedCallRuns => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreToolUse])
         }),
         Bug::PermissionNotAsked | Bug::RejectedCallRuns | Bug::StandingForgotten => {
-            ("permission", |_| true)
+            (Family::permission, |_| true)
+        }
+        Bug::RoundCapOffByOne | Bug::RoundsCarriedOver => (Family::round_cap, |_| true),
+        Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
+            unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
         }
     }
 }
@@ -85,6 +85,8 @@ fn out_dir() -> PathBuf {
 struct Found {
     bug: Bug,
     family: &'static str,
+    /// The family's round cap, which the setup does not carry.
+    rounds: u32,
     counterexample: Box<Counterexample>,
     states: usize,
     /// The counterexample's facts, and a prompt after them when the violation is in the
@@ -94,21 +96,30 @@ struct Found {
     record: String,
 }
 
-/// Explores `bug` planted in the first setup of `family` that `fits`, at the family's depth.
-fn hunt(bug: Bug, family: &Family, fits: fn(&Setup) -> bool) -> Result<Found, String> {
-    let setup = (family.setups)()
-        .find(fits)
+/// Explores `bug` planted in the first setup of `family` that `fits`, at the family's depth, in
+/// this thread (the plant is switched on per thread). Then the true machine must hold every
+/// invariant on the same setup to the depth the bug was found at: the counterexample is the
+/// plant's doing.
+fn hunt(bug: Bug, family: &Family, fits: Fits) -> Result<Found, String> {
+    assert_eq!(family.agent, Agent::TopLevel, "{}", family.name);
+    let setup = family
+        .setups
+        .iter()
+        .find(|setup| fits(setup))
         .ok_or_else(|| format!("{bug:?}: no setup of {} fits", family.name))?;
+    let start = || setup.machine_capped(family.rounds);
     let planted = plant(bug);
-    let counterexample = match setup.explore(family.depth) {
+    let counterexample = match explore(setup, start(), family.depth) {
         Ok(report) => return Err(format!("{bug:?}: not found; {report}")),
         Err(counterexample) => counterexample,
     };
+    let found_at = counterexample.facts.len();
     // The states before the violation's level: the exploration one fact shorter finds nothing.
-    let states = setup
-        .explore(counterexample.facts.len() - 1)
-        .map_or(0, |report| report.states);
+    let states = explore(setup, start(), found_at - 1).map_or(0, |report| report.states);
     drop(planted);
+    if let Err(c) = explore(setup, start(), found_at) {
+        return Err(format!("{bug:?}: the true machine breaks a rule too: {c}"));
+    }
     let mut shown = counterexample.facts.clone();
     let mut record = counterexample.transcript.to_jsonl();
     if replay_str(&record).is_ok() {
@@ -116,11 +127,12 @@ fn hunt(bug: Bug, family: &Family, fits: fn(&Setup) -> bool) -> Result<Found, St
             text: "do it".into(),
         });
         let _planted = plant(bug);
-        record = transcript_of(&setup, setup.machine(), &shown).to_jsonl();
+        record = transcript_of(setup, start(), &shown).to_jsonl();
     }
     Ok(Found {
         bug,
         family: family.name,
+        rounds: family.rounds,
         counterexample,
         states,
         shown,
@@ -130,16 +142,11 @@ fn hunt(bug: Bug, family: &Family, fits: fn(&Setup) -> bool) -> Result<Found, St
 
 #[test]
 fn every_planted_bug_is_found_by_the_ci_exploration_with_a_replayable_counterexample() {
-    let families = families();
     let mut found = Vec::new();
     let mut missed = Vec::new();
-    for bug in Bug::ALL {
-        let (name, fits) = case(bug);
-        let family = families
-            .iter()
-            .find(|f| f.name == name)
-            .expect("a family of the CI exploration");
-        match hunt(bug, family, fits) {
+    for bug in Bug::MACHINE {
+        let (family, fits) = case(bug);
+        match hunt(bug, &family(), fits) {
             Ok(one) => found.push(one),
             Err(why) => missed.push(why),
         }
@@ -148,11 +155,15 @@ fn every_planted_bug_is_found_by_the_ci_exploration_with_a_replayable_counterexa
     for one in &found {
         let c = &one.counterexample;
         table.push_str(&format!(
-            "{:?} | {} | {} | {} | {}{} | {}\n",
+            "{:?} | {} | {} | {}{} | {}{} | {}\n",
             one.bug,
             c.violation.rule,
             one.family,
             c.setup.name(),
+            match one.rounds {
+                0 => String::new(),
+                cap => format!(" rounds={cap}"),
+            },
             c.facts.len(),
             if one.shown.len() > c.facts.len() {
                 " (+1 shown)"
@@ -175,61 +186,10 @@ fn every_planted_bug_is_found_by_the_ci_exploration_with_a_replayable_counterexa
             "{:?}: the record replays: {c}",
             one.bug
         );
-        let honest = transcript_of(&c.setup, c.setup.machine(), &one.shown);
+        let honest: Machine = c.setup.machine_capped(one.rounds);
+        let honest = transcript_of(&c.setup, honest, &one.shown);
         replay_str(&honest.to_jsonl())
             .unwrap_or_else(|e| panic!("{:?}: the true orders diverge: {e}", one.bug));
     }
-    assert_eq!(found.len(), Bug::ALL.len());
-}
-
-#[test]
-fn without_a_plant_the_same_setups_hold_every_invariant() {
-    // The counterexamples above are the plants' doing: the setups they were found in hold at
-    // the same depth when nothing is planted.
-    let families = families();
-    for bug in Bug::ALL {
-        let (name, fits) = case(bug);
-        let family = families.iter().find(|f| f.name == name).expect("a family");
-        let setup = (family.setups)().find(fits).expect("a setup");
-        setup
-            .explore(family.depth)
-            .unwrap_or_else(|c| panic!("{bug:?}: {c}"));
-    }
-}
-
-/// The CI exploration's families, as `tests/explore.rs` runs them on every `cargo test`: the
-/// one-server configuration classes to depth 5; two servers, each with the same hooks, or one
-/// with every hook or none, to depth 6; one server that asks permission, to depth 6. Each
-/// setup is a class representative ([`Setup::canonical`]), in the order of [`Setup::all`].
-fn families() -> [Family; 3] {
-    fn classes(
-        servers: usize,
-        permission: bool,
-        shape: fn(&[u8]) -> bool,
-    ) -> Box<dyn Iterator<Item = Setup>> {
-        Box::new(
-            Setup::all()
-                .filter(move |s| {
-                    s.servers.len() == servers && s.permission == permission && shape(&s.servers)
-                })
-                .map(|s| s.canonical()),
-        )
-    }
-    [
-        Family {
-            name: "one server",
-            setups: || classes(1, false, |_| true),
-            depth: 5,
-        },
-        Family {
-            name: "two servers",
-            setups: || classes(2, false, |s| s[0] == s[1] || s[0] == 0xFF || s[0] == 0),
-            depth: 6,
-        },
-        Family {
-            name: "permission",
-            setups: || classes(1, true, |s| s[0].count_ones() <= 1 || s[0] == 0xFF),
-            depth: 6,
-        },
-    ]
+    assert_eq!(found.len(), Bug::MACHINE.len());
 }

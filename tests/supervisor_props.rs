@@ -1,15 +1,20 @@
 //! Property tests of the supervisor: whatever the timing, jitter and outcome of each life, a
-//! server that never answers is started at most `1 + budget` times, a clean life ends the
-//! streak, and a retired server never comes back. Cases: `PROPTEST_CASES` (CI runs 10,000).
+//! server that never answers is started at most `1 + budget` times, every wait is the backoff
+//! doubled per bad end (capped, jittered in its upper half), a clean life ends the streak, and a
+//! retired server never comes back. Cases: `PROPTEST_CASES` (CI runs 10,000).
+//!
+//! The supervisor's planted bugs (`machine::planted::Bug::SUPERVISOR`) are outside the
+//! explorer; each must make one of these properties fail.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookloop::ServerName;
+use hookloop::machine::planted::{Bug, plant};
 use hookloop::supervisor::{
     Fact, HookTurn, Jitter, Order, Supervisor, SupervisorPolicy, backoff_ms,
 };
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
+use proptest::test_runner::{Config, TestRunner};
 
 /// What happens to the server next, in whatever state it is.
 #[derive(Clone, Debug)]
@@ -157,40 +162,69 @@ fn drive_with(
     (run, s)
 }
 
-proptest! {
-    #[test]
-    fn a_server_that_never_answers_is_started_at_most_one_plus_budget_times(
-        policy in policy(),
-        steps in steps(),
-    ) {
-        // A server that hangs every hook call never answers one: no life of it is clean.
-        let run = drive(policy, &steps, |_| false, |_, _, _, _| {});
-        prop_assert!(
-            run.starts <= 1 + policy.restart_budget,
-            "{} starts with a budget of {}", run.starts, policy.restart_budget
-        );
-    }
-
-    #[test]
-    fn every_wait_is_within_the_backoff_and_its_cap(
-        policy in policy(),
-        streak in 1u32..40,
-        jitter in 0u16..=2_000,
-    ) {
-        let wait = backoff_ms(&policy, streak, Jitter(jitter));
-        let full = policy
-            .restart_backoff_ms
-            .saturating_mul(1 << (streak - 1).min(16))
-            .min(policy.max_restart_backoff_ms);
-        prop_assert!(wait <= full && wait >= full / 2, "{wait} of {full}");
-    }
+/// A runner of proptest's default config (`PROPTEST_CASES` included) that, as `proptest!` does,
+/// keeps failures beside this file for later runs to try first.
+fn runner() -> TestRunner {
+    TestRunner::new(Config {
+        source_file: Some(file!()),
+        ..Config::default()
+    })
 }
 
-/// Runs `property` on `PROPTEST_CASES` cases of a policy and steps (proptest's default config,
-/// as the `proptest!` tests use) and returns how many cases reached the case the property is
-/// about (`property` returns whether it did) and how many ran.
-fn count_reached(property: impl Fn(SupervisorPolicy, &[Step]) -> bool) -> (u32, u32) {
-    let mut runner = TestRunner::new(ProptestConfig::default());
+/// The property of [`a_server_that_never_answers_is_started_at_most_one_plus_budget_times`].
+fn starts_within_budget(runner: &mut TestRunner) -> Result<(), String> {
+    runner
+        .run(&(policy(), steps()), |(policy, steps)| {
+            // A server that hangs every hook call never answers one: no life of it is clean.
+            let run = drive(policy, &steps, |_| false, |_, _, _, _| {});
+            prop_assert!(
+                run.starts <= 1 + policy.restart_budget,
+                "{} starts with a budget of {}",
+                run.starts,
+                policy.restart_budget
+            );
+            Ok(())
+        })
+        .map_err(|failure| failure.to_string())
+}
+
+/// The property of [`every_wait_is_the_backoff_doubled_per_bad_end_capped_and_jittered`].
+fn waits_double(runner: &mut TestRunner) -> Result<(), String> {
+    runner
+        .run(
+            &(policy(), 1u32..40, 0u16..=2_000),
+            |(policy, streak, jitter)| {
+                let wait = backoff_ms(&policy, streak, Jitter(jitter));
+                let full = policy
+                    .restart_backoff_ms
+                    .saturating_mul(1 << (streak - 1).min(16))
+                    .min(policy.max_restart_backoff_ms);
+                prop_assert!(
+                    wait <= full && wait >= full / 2,
+                    "a wait of {wait} ms where the backoff is {full} ms"
+                );
+                Ok(())
+            },
+        )
+        .map_err(|failure| failure.to_string())
+}
+
+#[test]
+fn a_server_that_never_answers_is_started_at_most_one_plus_budget_times() {
+    starts_within_budget(&mut runner()).unwrap_or_else(|failure| panic!("{failure}"));
+}
+
+#[test]
+fn every_wait_is_the_backoff_doubled_per_bad_end_capped_and_jittered() {
+    waits_double(&mut runner()).unwrap_or_else(|failure| panic!("{failure}"));
+}
+/// Runs `property` on the runner's cases of a policy and steps and returns how many cases
+/// reached the case the property is about (`property` returns whether it did) and how many
+/// ran; a panic in `property` is the property's failure.
+fn count_reached(
+    runner: &mut TestRunner,
+    property: impl Fn(SupervisorPolicy, &[Step]) -> bool,
+) -> Result<(u32, u32), String> {
     let reached = AtomicU32::new(0);
     runner
         .run(&(policy(), steps()), |(policy, steps)| {
@@ -199,15 +233,15 @@ fn count_reached(property: impl Fn(SupervisorPolicy, &[Step]) -> bool) -> (u32, 
             }
             Ok(())
         })
-        .unwrap_or_else(|failure| panic!("{failure}"));
+        .map_err(|failure| failure.to_string())?;
     let (reached, cases) = (reached.into_inner(), runner.config().cases);
     eprintln!("{reached} of {cases} cases reached the property's case");
-    (reached, cases)
+    Ok((reached, cases))
 }
 
 #[test]
 fn a_clean_life_ends_the_streak() {
-    let (reached, cases) = count_reached(|policy, steps| {
+    let (reached, cases) = count_reached(&mut runner(), |policy, steps| {
         let mut clean_lives = 0;
         drive(
             policy,
@@ -228,7 +262,8 @@ fn a_clean_life_ends_the_streak() {
             },
         );
         clean_lives > 0
-    });
+    })
+    .unwrap_or_else(|failure| panic!("{failure}"));
     // Measured: 227 of 256 cases end a clean life (lives up to 200 s against a healthy mark
     // up to 120 s, half of them answering); a generator that stopped reaching it would leave
     // the property unchecked, so at least half must.
@@ -238,9 +273,9 @@ fn a_clean_life_ends_the_streak() {
     );
 }
 
-#[test]
-fn a_retired_server_never_comes_back() {
-    let (reached, cases) = count_reached(|policy, steps| {
+/// The property of [`a_retired_server_never_comes_back`], with how many cases reached it.
+fn retired_stays_retired(runner: &mut TestRunner) -> Result<(u32, u32), String> {
+    count_reached(runner, |policy, steps| {
         // `drive` feeds every step after retirement as a start and checks each is refused
         // with no order; here, that the supervisor still holds it retired at the end.
         let (run, s) = drive_to_end(policy, steps);
@@ -250,11 +285,48 @@ fn a_retired_server_never_comes_back() {
             assert!(skipped, "a retired server's hooks are called");
         }
         run.retired && run.after_retirement > 0
-    });
+    })
+}
+
+#[test]
+fn a_retired_server_never_comes_back() {
+    let (reached, cases) =
+        retired_stays_retired(&mut runner()).unwrap_or_else(|failure| panic!("{failure}"));
     // Measured: 153 of 256 cases retire the server with facts left to try it; at least a
     // third must.
     assert!(
         reached * 3 >= cases,
         "only {reached} of {cases} cases retired the server with facts left after"
     );
+}
+
+#[test]
+fn each_planted_supervisor_bug_makes_its_property_fail() {
+    for bug in Bug::SUPERVISOR {
+        // A failure is the answer sought: no shrinking, and nothing persisted for a later run
+        // of the true supervisor to replay.
+        let mut runner = TestRunner::new(Config {
+            max_shrink_iters: 0,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let _planted = plant(bug);
+        let (outcome, broken) = match bug {
+            Bug::RestartPastBudget => (starts_within_budget(&mut runner), "starts with a budget"),
+            Bug::BackoffNotDoubled => (waits_double(&mut runner), "where the backoff is"),
+            Bug::RetiredComesBack => (
+                retired_stays_retired(&mut runner).map(drop),
+                "a retired server took",
+            ),
+            other => unreachable!("{other:?} is the machine's"),
+        };
+        let failure = outcome.expect_err("the planted bug is caught");
+        // The reason, without the case proptest prints after it.
+        let reason = failure.lines().next().unwrap_or_default();
+        eprintln!("{bug:?}: {reason}");
+        assert!(
+            reason.contains(broken),
+            "{bug:?} broke another rule: {reason}"
+        );
+    }
 }

@@ -56,6 +56,10 @@ const RUNS: &[Run] = &[
         },
     },
     Run {
+        family: Family::round_cap,
+        check: caps_are_reached,
+    },
+    Run {
         family: Family::with_child,
         check: child_hooks_are_asked,
     },
@@ -170,4 +174,16 @@ fn child_hooks_are_asked(report: &FamilyReport) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Every setup reaches its round cap: some prompt ends for it.
+fn caps_are_reached(report: &FamilyReport) -> Result<(), String> {
+    match report
+        .reports
+        .iter()
+        .find(|r| !r.orders.contains("Finish MaxTurnRequests"))
+    {
+        Some(r) => Err(format!("{r}: never reached the round cap")),
+        None => Ok(()),
+    }
 }

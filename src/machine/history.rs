@@ -319,6 +319,21 @@ mod tests {
         assert_eq!(h.estimate_tokens(0), 1025);
     }
 
+    // The explorer's fingerprint reads these figures, and only through this accessor.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn the_accounting_is_the_bytes_held_the_usage_anchor_and_the_bytes_at_the_last_request() {
+        let mut h = History::default();
+        h.push(Message::user("x".repeat(400)));
+        let sent = h.bytes;
+        assert_eq!(h.accounting(), (sent, None, 0));
+        h.mark_request();
+        h.note_usage(1000);
+        h.push(Message::user("y".repeat(84)));
+        assert!(h.bytes > sent);
+        assert_eq!(h.accounting(), (h.bytes, Some((1000, sent)), sent));
+    }
+
     #[test]
     fn fitting_suffix_starts_at_a_unit() {
         let mut h = History::default();
@@ -350,6 +365,26 @@ mod tests {
         assert_eq!(msgs[0], Message::user("prompt"));
         assert!(matches!(msgs[1], Message::Assistant { .. }));
         assert_eq!(msgs.last(), Some(&result("c4", &"r".repeat(400))));
+    }
+
+    #[test]
+    fn drop_oldest_gives_older_turns_the_room_the_current_turn_leaves() {
+        let mut h = History::default();
+        h.push(Message::user("old".repeat(100)));
+        h.push(Message::Assistant {
+            text: "a".repeat(200),
+            tool_calls: Vec::new(),
+        });
+        h.push(Message::user("p".repeat(40)));
+        h.push(assistant_with_call("c1"));
+        h.push(result("c1", &"r".repeat(200)));
+        let media = Media::default();
+        let older = tokens_of(&h.messages()[..2], &media);
+        let current = tokens_of(&h.messages()[2..], &media);
+        // Room for the current turn (the prompt and what came after it) and the older turn.
+        assert_eq!(h.clone().drop_oldest(2, current + older), (0, 2));
+        // A token less: the older turn goes whole, the current one stays whole.
+        assert_eq!(h.drop_oldest(2, current + older - 1), (2, 0));
     }
 
     #[test]

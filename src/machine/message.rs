@@ -254,6 +254,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_assistant_message_counts_its_text_and_each_calls_id_name_and_arguments() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "srv__tool".into(),
+            arguments: json!({"path": "/tmp/a"}),
+        };
+        let message = Message::Assistant {
+            text: "ok".into(),
+            tool_calls: vec![call("c1"), call("c22")],
+        };
+        let arguments = r#"{"path":"/tmp/a"}"#.len();
+        let calls = (2 + 9 + arguments) + (3 + 9 + arguments);
+        assert_eq!(message.size_bytes(&Media::default()), 16 + 2 + calls);
+    }
+
+    #[test]
     fn json_size_matches_serialised_length() {
         let v = json!({"a": [1, 2, "three"], "b": {"c": null}});
         assert_eq!(json_size(&v), serde_json::to_string(&v).unwrap().len());

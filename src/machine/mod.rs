@@ -59,8 +59,9 @@ mod pairing;
 mod phase;
 #[cfg(feature = "planted")]
 pub mod planted;
+// The supervisor's guards read it too.
 #[cfg(not(feature = "planted"))]
-mod planted;
+pub(crate) mod planted;
 mod policy;
 mod request;
 mod round;
@@ -365,7 +366,11 @@ impl Core {
             Input::Prompted { text } => {
                 self.turn = Turn {
                     text: text.clone(),
-                    rounds: 0,
+                    rounds: if planted::on(Bug::RoundsCarriedOver) {
+                        self.turn.rounds
+                    } else {
+                        0
+                    },
                     compacted: false,
                     pinned: self.history.len(),
                 };

@@ -1,5 +1,6 @@
 //! Planted bugs: mutations of the machine's rules that a test switches on, one at a time, to
-//! show that the exhaustive explorer and the invariants find each (`tests/planted.rs`).
+//! show that the exhaustive explorer and the invariants find each (`tests/planted.rs`), and of
+//! the supervisor's, which its property tests find (`tests/supervisor_props.rs`).
 //!
 //! Each bug is a one- or two-line guard beside the rule it breaks, written
 //! `planted::on(Bug::…)`. Without the `planted` feature `on` is a constant `false` and every
@@ -53,12 +54,22 @@ pub enum Bug {
     StandingForgotten,
     /// Pairing: a call a cancel cut short is left without a result.
     CancelledUnanswered,
+    /// Round cap: a prompt makes one model request more than the cap allows.
+    RoundCapOffByOne,
+    /// Round cap: a new prompt inherits the last one's request count, so it ends early.
+    RoundsCarriedOver,
+    /// Restart budget: a server is restarted once more than its budget allows.
+    RestartPastBudget,
+    /// Backoff: the wait before a restart stays at the base instead of doubling per bad end.
+    BackoffNotDoubled,
+    /// Retirement: a retired server's start is taken, and it comes back to life.
+    RetiredComesBack,
 }
 
 #[cfg(feature = "planted")]
 impl Bug {
-    /// Every planted bug.
-    pub const ALL: [Self; 19] = [
+    /// The bugs in the machine, which the explorer finds.
+    pub const MACHINE: [Self; 21] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -78,6 +89,16 @@ impl Bug {
         Self::RejectedCallRuns,
         Self::StandingForgotten,
         Self::CancelledUnanswered,
+        Self::RoundCapOffByOne,
+        Self::RoundsCarriedOver,
+    ];
+
+    /// The bugs in the supervisor, which sits outside the explorer: its property tests find
+    /// them.
+    pub const SUPERVISOR: [Self; 3] = [
+        Self::RestartPastBudget,
+        Self::BackoffNotDoubled,
+        Self::RetiredComesBack,
     ];
 }
 

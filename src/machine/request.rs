@@ -3,6 +3,7 @@
 
 use statig::prelude::*;
 
+use super::planted::{self, Bug};
 use super::{
     BYTES_PER_TOKEN, Core, Digest, Effect, FinishReason, Message, Outbox, Purpose, RequestDigest,
     Resume, SUMMARY_INSTRUCTION, State, Then, ToolSpec,
@@ -54,7 +55,11 @@ impl Core {
     /// prompt, and a history over budget is compacted first (at most once between replies).
     pub(super) fn request_turn(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
         let cap = self.policy.max_rounds;
-        if cap != 0 && self.turn.rounds >= cap {
+        let spent = self
+            .turn
+            .rounds
+            .saturating_sub(u32::from(planted::on(Bug::RoundCapOffByOne)));
+        if cap != 0 && spent >= cap {
             return self.finish(context, FinishReason::MaxTurnRequests);
         }
         if !self.turn.compacted && self.over_budget() && self.history.fitting_suffix(0) > 0 {

@@ -783,6 +783,67 @@ fn compaction_happens_at_most_once_between_replies() {
     assert_eq!(m.counters().compactions, 2);
 }
 
+#[test]
+fn a_usage_of_zero_input_tokens_measures_nothing_and_leaves_the_byte_estimate() {
+    // A budget of 1,000 tokens: the prompt (700) fits, the prompt with the result (1,200) does not.
+    let mut m = machine_with(Policy {
+        max_context_tokens: 1_100,
+        max_output_tokens: 100,
+        ..policy()
+    });
+    prompt(&mut m, &"p".repeat(2_800));
+    let Input::LlmReplied { mut reply } = calls(&[("t1", "c__run", json!({}))]) else {
+        unreachable!("calls() builds a reply")
+    };
+    reply.usage = Some(Usage {
+        input_tokens: 0,
+        output_tokens: 7,
+        ..Usage::default()
+    });
+    feed(&mut m, Input::LlmReplied { reply });
+    feed(
+        &mut m,
+        Input::ToolFinished {
+            id: "t1".into(),
+            output: ToolOutput::text("r".repeat(2_000)),
+        },
+    );
+    // Anchored on the zero, the estimate would be the result alone (500) and put compaction off.
+    assert_eq!(m.counters().compactions, 1);
+}
+
+#[test]
+fn the_context_estimate_adds_the_system_prompt_and_the_tool_catalog() {
+    let system = "s".repeat(40);
+    let tools = machine().sm.inner().tools.bytes;
+    assert!(tools > 0, "the catalog offers tools");
+    // Budget `budget` tokens, with or without the system prompt; the history is empty.
+    let over = |system: Option<&str>, budget: u64| {
+        let mut m = Machine::new(
+            Policy {
+                max_context_tokens: budget + 100,
+                max_output_tokens: 100,
+                ..policy()
+            },
+            system.map(str::to_owned),
+        );
+        m.handle(Input::CatalogChanged { catalog: catalog() })
+            .unwrap();
+        m.sm.inner().over_budget()
+    };
+    let fixed = (system.len() + tools).div_ceil(BYTES_PER_TOKEN as usize) as u64;
+    assert!(
+        !over(Some(&system), fixed),
+        "the two fit a budget of their sum"
+    );
+    assert!(over(Some(&system), fixed - 1), "nor less");
+    let tools = tools.div_ceil(BYTES_PER_TOKEN as usize) as u64;
+    assert!(
+        over(None, tools - 1),
+        "without a system prompt the catalog still counts"
+    );
+}
+
 /// The first effect after a tool result of `content`, with `media` and a context budget of
 /// `budget` tokens.
 fn after_binary_result(media: Media, budget: u64, content: Vec<Content>) -> Vec<Effect> {

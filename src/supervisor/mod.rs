@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::hooks::ServerName;
+use crate::machine::planted::{self, Bug};
 
 /// The restart policy. [`HostOptions`](crate::mcp::HostOptions) supplies it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,6 +236,12 @@ impl Supervisor {
             state: entry.state.name(),
         };
         let order = match (&fact, entry.state) {
+            (Fact::ServerStarted { at_ms, .. }, State::Retired)
+                if planted::on(Bug::RetiredComesBack) =>
+            {
+                entry.state = State::Live { since_ms: *at_ms };
+                None
+            }
             (Fact::ServerStarted { at_ms, .. }, State::Starting | State::Restarting) => {
                 entry.state = State::Live { since_ms: *at_ms };
                 None
@@ -314,7 +321,10 @@ fn bad_end(
     server: &ServerName,
     jitter: Jitter,
 ) -> Order {
-    if entry.streak > policy.restart_budget {
+    let budget = policy
+        .restart_budget
+        .saturating_add(u32::from(planted::on(Bug::RestartPastBudget)));
+    if entry.streak > budget {
         entry.state = State::Retired;
         return Order::RetireServer {
             server: server.clone(),
@@ -332,7 +342,11 @@ fn bad_end(
 /// backoff doubled per bad end, capped, then placed by the jitter in its upper half so that
 /// restarts of many servers do not align.
 pub fn backoff_ms(policy: &SupervisorPolicy, streak: u32, jitter: Jitter) -> u64 {
-    let exponent = streak.saturating_sub(1).min(16);
+    let exponent = if planted::on(Bug::BackoffNotDoubled) {
+        0
+    } else {
+        streak.saturating_sub(1).min(16)
+    };
     let full = policy
         .restart_backoff_ms
         .saturating_mul(1 << exponent)
@@ -448,10 +462,14 @@ mod tests {
     }
 
     #[test]
-    fn facts_out_of_place_are_refused_naming_the_state() {
+    fn facts_out_of_place_are_refused_naming_the_fact_and_the_state() {
         let mut s = Supervisor::new(policy(), [name()]);
         let err = s.handle(exited(1, false)).unwrap_err();
         assert_eq!(err.state, "starting");
+        assert_eq!(
+            err.to_string(),
+            "supervisor: unexpected server_exited for server s while it is starting"
+        );
         let other = ServerName::new("other").unwrap();
         let err = s
             .handle(Fact::ServerStarted {
@@ -460,6 +478,7 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(err.state, "unknown");
+        assert_eq!(err.fact, "server_started");
     }
 
     #[test]

@@ -51,8 +51,8 @@
 //! The configurations are explored in [families](super::families), each to the depth its
 //! rules' interactions need: in CI in a release build (each hook alone to depth 12, `_Stop`
 //! with each other hook to 10, `_Stop` budgets 1 to 3 to 14, every hook to 8, two servers to 6,
-//! the 1,025 one-server classes to 6, permission to 8, a subagent to 8), and on every
-//! `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
+//! the 1,025 one-server classes to 6, permission to 8, a round cap of 2 to 10, a subagent to
+//! 8), and on every `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
 //! search runs **to exhaustion** (depth 20 and 22, 5,137 and 23,251 states): every state
 //! reachable by any sequence of facts that stays in the size region is visited; the region
 //! holds for every sequence of at most 36 facts (15 with permission, whose two-call replies are
@@ -77,8 +77,9 @@
 //! interleaved (the subagent family explores the child's machine alone, from its parent's
 //! `agent` call; tests/subagent_props.rs checks the two together). The alphabet has one text per
 //! kind, so no rule that reads words (the hook body cap, trimming) is covered here; neither are
-//! a hook call that fails or is skipped, `content_filter`, the round cap, media, nor the
-//! supervisor.
+//! a hook call that fails or is skipped, `content_filter`, media, nor the supervisor. A
+//! [`Setup`] sets no round cap; a family may ([`Family::rounds`](super::families::Family)),
+//! and the `round_cap` family explores one of 2.
 //!
 //! # Counterexamples
 //!
@@ -310,7 +311,17 @@ impl Setup {
 
     /// A new machine under this setup, its catalog fed.
     pub fn machine(&self) -> Machine {
-        let mut machine = Machine::new(self.policy(), Some(SYSTEM.to_owned()));
+        self.machine_capped(0)
+    }
+
+    /// A new machine under this setup whose prompts make at most `rounds` model requests
+    /// ([`Policy::max_rounds`]; 0 is no cap), its catalog fed.
+    pub fn machine_capped(&self, rounds: u32) -> Machine {
+        let policy = Policy {
+            max_rounds: rounds,
+            ..self.policy()
+        };
+        let mut machine = Machine::new(policy, Some(SYSTEM.to_owned()));
         // The first fact of every session; a catalog is accepted in every state but Done.
         let _ = machine.handle(Input::CatalogChanged {
             catalog: self.catalog(),
@@ -326,9 +337,13 @@ impl Setup {
         explore(self, self.machine(), max_depth)
     }
 
-    /// The header of a transcript of this setup.
-    fn header(&self) -> Header {
-        Header::from_parts(self.policy(), Some(SYSTEM.to_owned())).with_catalog(self.catalog())
+    /// The header of a transcript of this setup's machine under a round cap of `rounds`.
+    fn header(&self, rounds: u32) -> Header {
+        let policy = Policy {
+            max_rounds: rounds,
+            ..self.policy()
+        };
+        Header::from_parts(policy, Some(SYSTEM.to_owned())).with_catalog(self.catalog())
     }
 }
 
@@ -935,6 +950,8 @@ fn counterexample<S: Subject>(
 /// Writes the transcript of `facts` as `start` answers them: the first catalog, then each fact
 /// and the orders it got.
 pub fn transcript_of<S: Subject>(setup: &Setup, mut start: S, facts: &[Input]) -> Transcript {
+    // The setup's policy, with the round cap of the machine explored (a setup has none).
+    let header = setup.header(start.machine().policy().max_rounds);
     let mut records = vec![Record::fact(
         0,
         Input::CatalogChanged {
@@ -949,7 +966,7 @@ pub fn transcript_of<S: Subject>(setup: &Setup, mut start: S, facts: &[Input]) -
             }
         }
     }
-    Transcript::new(setup.header(), records)
+    Transcript::new(header, records)
 }
 
 /// The facts the explorer feeds, built once per setup.

@@ -11,6 +11,7 @@
 //! | [`two_servers`](Family::two_servers) | two servers (each hook on both, every hook on both, every hook on one), every allowlist and budget | 6 | rounds answered by two servers in configuration order |
 //! | [`single_server_classes`](Family::single_server_classes) | the 1,025 one-server classes | 6 | every hook subset |
 //! | [`permission`](Family::permission) | asking permission: no hook, each hook alone, every hook | 8 | decisions that stand across calls |
+//! | [`round_cap`](Family::round_cap) | a round cap of 2 requests per prompt: no hook, `_Stop` alone (budget 2), every hook (budget 1) | 10 | the cap reached by tool calls and by an objection's continuation, and the prompt after it |
 //! | [`with_child`](Family::with_child) | a subagent ([`Subagent`]): `_SubagentStart`, `_SubagentStop` and `_PreToolUse`, budget 2; every hook, budget 1 | 8 | the child's start round, an objection that continues it, a call gated inside it |
 //!
 //! CI explores [`Family::release`] in a release build (`.ci/after.d/15-explore-release.sh`); the
@@ -78,6 +79,9 @@ pub struct Family {
     pub depth: usize,
     /// Which machine of a setup is explored.
     pub agent: Agent,
+    /// The round cap of the machines explored ([`Policy::max_rounds`]): model requests per
+    /// prompt; 0 is none. A [`Setup`] has no cap of its own.
+    pub rounds: u32,
 }
 
 /// Which machine of a setup a family explores.
@@ -235,6 +239,7 @@ impl Family {
             setups: classes(setups),
             depth: 12,
             agent: Agent::TopLevel,
+            rounds: 0,
         }
     }
 
@@ -249,6 +254,7 @@ impl Family {
             setups: classes(setups),
             depth: 10,
             agent: Agent::TopLevel,
+            rounds: 0,
         }
     }
 
@@ -262,6 +268,7 @@ impl Family {
             setups: classes(setups),
             depth: 14,
             agent: Agent::TopLevel,
+            rounds: 0,
         }
     }
 
@@ -273,6 +280,7 @@ impl Family {
             setups: classes(setups),
             depth: 12,
             agent: Agent::TopLevel,
+            rounds: 0,
         }
     }
 
@@ -299,6 +307,7 @@ impl Family {
             setups: classes(setups),
             depth: 8,
             agent: Agent::TopLevel,
+            rounds: 0,
         }
     }
 
@@ -315,6 +324,7 @@ impl Family {
             setups: classes(setups),
             depth: 6,
             agent: Agent::TopLevel,
+            rounds: 0,
         }
     }
 
@@ -331,6 +341,25 @@ impl Family {
             setups: classes(setups),
             depth: 8,
             agent: Agent::TopLevel,
+            rounds: 0,
+        }
+    }
+
+    /// A round cap of 2 model requests per prompt, on one server with no hook, `_Stop` alone
+    /// (budget 2: an objection's continuation is a round too), or every hook (budget 1), to
+    /// depth 10: the cap reached, and the prompt after it starting its count afresh.
+    pub fn round_cap() -> Self {
+        let setups = [
+            setup(vec![0], Allow::Off, 0, false),
+            setup(vec![bits(&[Hook::Stop])], Allow::All, 2, false),
+            setup(vec![ALL_HOOKS], Allow::All, 1, false),
+        ];
+        Self {
+            name: "round_cap",
+            setups: setups.to_vec(),
+            depth: 10,
+            agent: Agent::TopLevel,
+            rounds: 2,
         }
     }
 
@@ -348,6 +377,7 @@ impl Family {
             setups: setups.to_vec(),
             depth: 10,
             agent: Agent::Subagent,
+            rounds: 0,
         }
     }
 
@@ -361,6 +391,7 @@ impl Family {
             Self::two_servers(),
             Self::single_server_classes(),
             Self::permission(),
+            Self::round_cap(),
             Self::with_child(),
         ]
     }
@@ -371,11 +402,11 @@ impl Family {
         self
     }
 
-    /// Explores every setup's machine, or the subagent it starts, to the family's depth
-    /// ([`Self::explore_with`]).
+    /// Explores every setup's machine (under the family's round cap), or the subagent it
+    /// starts, to the family's depth ([`Self::explore_with`]).
     pub fn explore(&self) -> Result<FamilyReport, Box<Counterexample>> {
         match self.agent {
-            Agent::TopLevel => self.explore_with(Setup::machine),
+            Agent::TopLevel => self.explore_with(|setup| setup.machine_capped(self.rounds)),
             Agent::Subagent => self.explore_with(Subagent::spawn),
         }
     }

@@ -19,6 +19,7 @@ use crate::machine::{
 use super::check_pairing;
 use super::consent::Consent;
 use super::liveness::{HookLiveness, stop_hook};
+use super::rounds::RoundCap;
 use super::words::HookWords;
 
 /// One fact the machine accepted and what it led to: what each rule judges.
@@ -104,6 +105,8 @@ pub struct Invariants {
     words: HookWords,
     /// The user's permission decisions.
     consent: Consent,
+    /// The running prompt's requests under the round cap.
+    rounds: RoundCap,
 }
 
 impl Invariants {
@@ -127,6 +130,7 @@ impl Invariants {
             liveness: HookLiveness::new(policy.hook_servers.clone()),
             words: HookWords::default(),
             consent: Consent::default(),
+            rounds: RoundCap::new(policy),
         }
     }
 
@@ -185,6 +189,7 @@ impl Invariants {
         self.check_rejections(before, m, effects)?;
         self.words.check(&step)?;
         self.consent.check(&step)?;
+        self.rounds.check(&step)?;
 
         // Work and prompts move the slack of the bound up; every model request moves it down.
         match fact {
@@ -263,6 +268,7 @@ impl Invariants {
         self.liveness.fingerprint(e);
         self.words.fingerprint(e);
         self.consent.fingerprint(e);
+        self.rounds.fingerprint(e);
     }
 
     /// At most one awaited order per fact, last; each in the phase that waits for it; requests

@@ -26,6 +26,7 @@ pub mod explore;
 pub mod families;
 mod invariants;
 pub mod liveness;
+pub mod rounds;
 pub mod words;
 
 pub use self::invariants::{Invariants, Transition, Violation};

@@ -568,7 +568,11 @@ fn agent_calls_past_the_concurrency_limit_are_answered_with_an_error_and_never_r
     let (id, output) = refused.expect("the third is answered, unrun");
     assert_eq!(id.0, "agent-3");
     assert!(output.is_error);
-    assert_eq!(output.joined_text(), agent_limit_text(2));
+    // The words the model reads, spelled out: comparing with `agent_limit_text` alone would
+    // pass whatever it said.
+    let text = "not run: at most 2 agent calls of one reply run; call it again later";
+    assert_eq!(output.joined_text(), text);
+    assert_eq!(agent_limit_text(2), text);
 }
 
 #[test]
