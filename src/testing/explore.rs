@@ -89,6 +89,20 @@
 //! The search keeps, per visited state, only its parent and the index of the fact that led
 //! there among those its parent accepts; the machine is deterministic, so replaying the
 //! indices from the start spells the facts again.
+//!
+//! # Why not a model-checking crate
+//!
+//! `stateright` (0.31) was weighed against this search. It checks properties of *states* as it
+//! visits them and does not look at a transition into a state it has already seen; the rules
+//! here are rules of transitions (a fact and the orders it gave), checked on every one, so they
+//! would have to run inside its `next_state` and turn a violation into a state of its own —
+//! the same code, moved. It merges states on a 64-bit hash (here 128 bits), and its
+//! `eventually` properties can be missed where two paths join, so liveness would stay a
+//! transition rule anyway. What it would replace is the breadth-first loop and the
+//! parent/fact-index bookkeeping, about a sixth of this file; grains, families, invariants,
+//! the no-stall check, the report and the replayable counterexample would stay, and its
+//! symmetry reduction is not sound for these servers (see the families' module). It would
+//! add a dozen dependencies, among them an HTTP server, for no net code removed.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
