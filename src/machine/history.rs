@@ -388,6 +388,16 @@ mod tests {
     }
 
     #[test]
+    fn drop_oldest_with_a_pin_past_the_end_keeps_the_last_message_as_the_prompt() {
+        let mut h = History::default();
+        h.push(Message::user("old".repeat(100)));
+        h.push(Message::user("now"));
+        // A pin past the end is read as the last message: it stays, the older turn goes.
+        assert_eq!(h.drop_oldest(7, 10), (1, 0));
+        assert_eq!(h.messages(), [Message::user("now")]);
+    }
+
+    #[test]
     fn drop_oldest_drops_whole_older_turns_first() {
         let mut h = History::default();
         for turn in ["one", "two", "three"] {

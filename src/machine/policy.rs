@@ -185,6 +185,25 @@ mod tests {
     }
 
     #[test]
+    fn a_policy_keeps_its_media_through_a_transcript_and_omits_the_default() {
+        // A transcript's header carries the policy: replay must count an image as it was counted.
+        let anthropic = Policy {
+            media: Media {
+                image_types: vec!["image/png".to_owned()],
+                max_image_tokens: 1_600,
+            },
+            ..Policy::default()
+        };
+        let json = serde_json::to_value(&anthropic).unwrap();
+        assert_eq!(json["media"]["max_image_tokens"], 1_600);
+        let back: Policy = serde_json::from_value(json).unwrap();
+        assert_eq!(back.media, anthropic.media);
+        // The default is left out, so headers written before media was counted stay as they were.
+        let plain = serde_json::to_value(Policy::default()).unwrap();
+        assert!(plain.get("media").is_none(), "{plain}");
+    }
+
+    #[test]
     fn budget_left_saturates() {
         let policy = Policy {
             stop_max_rejections: 2,
