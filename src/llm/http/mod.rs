@@ -159,7 +159,6 @@ impl Transport {
         Ok(parsed.reply)
     }
 
-    /// POSTs `body` and returns the answer's bytes, retrying per the policy.
     /// Sends one request body and parses the answer: the exchange both dialects share, with
     /// the bodies logged only at `trace`.
     async fn exchange(
@@ -169,14 +168,7 @@ impl Transport {
         body: RequestBody,
         parse: fn(&[u8]) -> Result<Parsed, LlmError>,
     ) -> Result<Parsed, LlmError> {
-        tracing::debug!(
-            model,
-            purpose = ?request.purpose,
-            messages = request.messages.len(),
-            bytes = body.len(),
-            "model request"
-        );
-        tracing::trace!(body = %body, "request body");
+        log_request(model, request, &body, false);
         let answer = self.post(body).await?;
         tracing::trace!(body = %String::from_utf8_lossy(&answer), "answer body");
         let parsed = parse(&answer)?;
@@ -184,6 +176,7 @@ impl Transport {
         Ok(parsed)
     }
 
+    /// POSTs `body` and returns the answer's bytes, retrying per the policy.
     async fn post(&self, body: RequestBody) -> Result<Vec<u8>, LlmError> {
         let mut retries = 0;
         loop {
@@ -211,14 +204,7 @@ impl Transport {
         decoder: fn(ReplyLimits) -> Box<dyn Decoder>,
         on_delta: &mut OnDelta<'_>,
     ) -> Result<Parsed, LlmError> {
-        tracing::debug!(
-            model,
-            purpose = ?request.purpose,
-            messages = request.messages.len(),
-            bytes = body.len(),
-            "model request, streamed"
-        );
-        tracing::trace!(body = %body, "request body");
+        log_request(model, request, &body, true);
         let mut retries = 0;
         loop {
             let failure = match self
@@ -485,6 +471,19 @@ impl Transport {
         }
         Ok(body)
     }
+}
+
+/// Logs a model request at `debug`, and its body only at `trace` (it holds the conversation).
+fn log_request(model: &str, request: &LlmRequest<'_>, body: &RequestBody, streamed: bool) {
+    tracing::debug!(
+        model,
+        purpose = ?request.purpose,
+        messages = request.messages.len(),
+        bytes = body.len(),
+        streamed,
+        "model request"
+    );
+    tracing::trace!(body = %body, "request body");
 }
 
 #[cfg(test)]
