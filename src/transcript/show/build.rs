@@ -43,7 +43,7 @@ impl Builder {
     /// The entries, each subagent's nested under the call that started it.
     pub(super) fn into_entries(mut self) -> Vec<Entry> {
         let mut lanes = std::mem::take(&mut self.lanes);
-        nest(&mut self.entries, &mut lanes);
+        nest(&mut self.entries, &mut lanes, 0);
         self.entries
     }
 
@@ -382,9 +382,19 @@ impl Builder {
     }
 }
 
+/// How deep the view nests subagents. A live session nests at most its policy's
+/// `Subagents::max_depth` (1 unless configured), but a file may claim any depth, and each level
+/// is a frame of every walk over the view (building it, text, HTML, JSON, dropping it): past
+/// this depth an `agent` call shows without its subagent's lane.
+pub(super) const MAX_NESTING: usize = 32;
+
 /// Puts each subagent's entries under the tool run of the `agent` call that started it, its
-/// own subagents' under its calls in turn.
-fn nest(entries: &mut [Entry], lanes: &mut BTreeMap<AgentId, Builder>) {
+/// own subagents' under its calls in turn, `depth` levels below the session (0 for its own
+/// entries) and at most [`MAX_NESTING`] deep.
+fn nest(entries: &mut [Entry], lanes: &mut BTreeMap<AgentId, Builder>, depth: usize) {
+    if depth >= MAX_NESTING {
+        return;
+    }
     for entry in entries {
         let EntryKind::Tools { calls } = &mut entry.kind else {
             continue;
@@ -393,7 +403,7 @@ fn nest(entries: &mut [Entry], lanes: &mut BTreeMap<AgentId, Builder>) {
             let id = AgentId(run.call.id.0.clone());
             if let Some(lane) = lanes.remove(&id) {
                 let mut entries = lane.entries;
-                nest(&mut entries, lanes);
+                nest(&mut entries, lanes, depth + 1);
                 run.agent = Some(AgentLane { id, entries });
             }
         }
@@ -410,5 +420,55 @@ fn catalog_entry(catalog: &Catalog) -> EntryKind {
                 tools: server.tools.iter().map(|t| t.name.clone()).collect(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::{CallId, ToolCall};
+
+    /// Steps holding one `agent` call with the id `id`.
+    fn calling(id: &str) -> Vec<Entry> {
+        let call = ToolCall {
+            id: CallId(id.to_owned()),
+            name: "agent".to_owned(),
+            arguments: json!({}),
+        };
+        vec![Entry {
+            index: 0,
+            at_ms: 0,
+            kind: EntryKind::Tools {
+                calls: vec![ToolRun {
+                    call,
+                    output: None,
+                    done_ms: None,
+                    agent: None,
+                }],
+            },
+        }]
+    }
+
+    #[test]
+    fn a_file_claiming_subagents_nested_without_end_is_shown_to_a_bounded_depth() {
+        // Each subagent starts the next: far deeper than a thread's stack could follow.
+        const CHAIN: usize = 200_000;
+        let mut top = Builder::new(Media::default());
+        top.entries = calling("a0");
+        for i in 0..CHAIN {
+            let mut lane = Builder::new(Media::default());
+            lane.entries = calling(&format!("a{}", i + 1));
+            top.lanes.insert(AgentId(format!("a{i}")), lane);
+        }
+        let entries = top.into_entries();
+        let mut depth = 0;
+        let mut at = &entries;
+        while let Some(lane) = at[0].kind.agent_lanes().next() {
+            depth += 1;
+            at = &lane.entries;
+        }
+        assert_eq!(depth, MAX_NESTING);
     }
 }
