@@ -273,7 +273,10 @@ mod tests {
     #[test]
     fn totals_follow_appends_and_replace() {
         let mut h = History::default();
+        assert!(h.is_empty());
         h.push(Message::user("hello"));
+        assert!(!h.is_empty());
+        assert_eq!(h.len(), 1);
         h.push(assistant_with_call("c1"));
         h.push(result("c1", "ok"));
         let expected: usize = h

@@ -270,6 +270,63 @@ mod tests {
     }
 
     #[test]
+    fn each_block_of_a_result_counts_what_the_model_is_sent_of_it() {
+        let png_only = Media {
+            image_types: vec!["image/png".to_owned()],
+            max_image_tokens: 10,
+        };
+        let size = |block: Content| block.size_bytes(&png_only);
+        assert_eq!(
+            size(Content::Text {
+                text: "hello".into()
+            }),
+            5
+        );
+        // An image of a type the dialect sends costs its data, up to the provider's cap.
+        let png = |data: &str| Content::Image {
+            mime_type: "image/png".into(),
+            data: data.into(),
+        };
+        assert_eq!(size(png("abc")), 3);
+        assert_eq!(size(png(&"a".repeat(100))), 40);
+        // Any other image is a one-line description of its type.
+        let gif = Content::Image {
+            mime_type: "image/gif".into(),
+            data: "a".repeat(100),
+        };
+        assert_eq!(size(gif), 9 + Media::DESCRIPTION_BYTES);
+        let resource =
+            |mime_type: Option<&str>, text: Option<&str>, blob: Option<&str>| Content::Resource {
+                uri: "file:///a".into(),
+                mime_type: mime_type.map(Into::into),
+                text: text.map(Into::into),
+                blob: blob.map(Into::into),
+            };
+        assert_eq!(
+            size(resource(Some("text/plain"), Some("hi"), None)),
+            9 + 10 + 2
+        );
+        assert_eq!(
+            size(resource(None, None, Some(&"a".repeat(100)))),
+            9 + Media::DESCRIPTION_BYTES
+        );
+        assert_eq!(size(resource(None, None, None)), 9);
+        // A result is the sum of its blocks.
+        let output = ToolOutput {
+            content: vec![
+                Content::Text {
+                    text: "hello".into(),
+                },
+                Content::Text {
+                    text: "world!".into(),
+                },
+            ],
+            is_error: false,
+        };
+        assert_eq!(output.size_bytes(&png_only), 11);
+    }
+
+    #[test]
     fn json_size_matches_serialised_length() {
         let v = json!({"a": [1, 2, "three"], "b": {"c": null}});
         assert_eq!(json_size(&v), serde_json::to_string(&v).unwrap().len());

@@ -258,6 +258,10 @@ fn agent_ids_are_unique_in_the_session_and_hooks_carry_the_agent_and_its_parent(
             parent: Some(AgentId("agent-2".into())),
         })
     );
+    // Each is started with the prompt of its own call; the top-level agent has no task.
+    assert_eq!(parent.agent_task(), None);
+    assert_eq!(child.agent_task(), Some("two"));
+    assert_eq!(grandchild.agent_task(), Some("deeper"));
 }
 
 #[test]
