@@ -405,6 +405,8 @@ mod tests {
         let text = serde_json::to_string(&digest).unwrap();
         assert_eq!(text, r#""00abcdef01234567""#);
         assert_eq!(serde_json::from_str::<Digest>(&text).unwrap(), digest);
+        // An assertion that fails shows the same digits.
+        assert_eq!(format!("{digest:?}"), "Digest(00abcdef01234567)");
         for bad in [
             r#""ABCDEF0123456789""#,
             r#""123""#,
