@@ -400,6 +400,37 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_catalog_digest_covers_each_tools_name_description_and_schema() {
+        let tool = |name: &str, description: &str, schema: Value| ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: schema,
+        };
+        let object = json!({"type": "object"});
+        let base = Digest::of_tools(&[tool("fs__read", "read", object.clone())]);
+        for changed in [
+            tool("fs__write", "read", object.clone()),
+            tool("fs__read", "read a file", object.clone()),
+            tool(
+                "fs__read",
+                "read",
+                json!({"type": "object", "required": ["path"]}),
+            ),
+        ] {
+            assert_ne!(
+                Digest::of_tools(std::slice::from_ref(&changed)),
+                base,
+                "{changed:?}"
+            );
+        }
+        assert_eq!(
+            Digest::of_tools(&[tool("fs__read", "read", object)]),
+            base,
+            "equal catalogs, equal digests"
+        );
+    }
+
+    #[test]
     fn digests_are_written_as_sixteen_hex_digits_and_read_back() {
         let digest = Digest(0x00ab_cdef_0123_4567);
         let text = serde_json::to_string(&digest).unwrap();

@@ -327,6 +327,16 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_costs_its_name_description_and_schema() {
+        let spec = ToolSpec {
+            name: "fs__read".into(),
+            description: "Read a file.".into(),
+            input_schema: json!({"type": "object"}),
+        };
+        assert_eq!(spec.size_bytes(), 8 + 12 + r#"{"type":"object"}"#.len());
+    }
+
+    #[test]
     fn json_size_matches_serialised_length() {
         let v = json!({"a": [1, 2, "three"], "b": {"c": null}});
         assert_eq!(json_size(&v), serde_json::to_string(&v).unwrap().len());

@@ -518,6 +518,11 @@ fn budget_zero_never_calls_stop() {
     let effects = feed(&mut m, end_turn());
     assert!(hook_calls(&effects).is_empty());
     assert_eq!(finish(&effects), Some(FinishReason::EndTurn));
+    // `_Stop` is off, not spent: nothing says it was skipped.
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Notify { .. })),
+        "{effects:?}"
+    );
 }
 
 #[test]
