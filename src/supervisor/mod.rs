@@ -406,6 +406,7 @@ mod tests {
             };
             waits.push(after_ms);
             assert!(matches!(s.hook_turn(&name()), HookTurn::Skip { .. }));
+            assert!(!s.is_retired(&name()), "restarting is not retired");
             s.handle(started(at + 5)).unwrap();
         }
         assert_eq!(waits, [100, 200]);
@@ -418,6 +419,10 @@ mod tests {
             }]
         );
         assert!(s.is_retired(&name()));
+        assert!(
+            !s.is_retired(&ServerName::new("other").unwrap()),
+            "a server it does not supervise is not retired"
+        );
         assert!(
             s.handle(started(40)).is_err(),
             "a retired server never comes back"
