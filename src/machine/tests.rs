@@ -1951,7 +1951,7 @@ fn a_machine_debugs_as_its_phase_history_counters_and_pending_orders() {
     }
 }
 
-/// Every event of the `hookloop::machine` target, as `message from to`.
+/// The events of the machine's own targets, each as its `field=value` pairs in order.
 #[derive(Clone, Default)]
 struct Transitions(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
