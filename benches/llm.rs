@@ -4,8 +4,8 @@
 //! seconds).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use hookloop::llm::{LlmRequest, anthropic, openai};
-use hookloop::machine::{CallId, Message, Purpose, ToolCall, ToolOutput, ToolSpec};
+use hookloop::llm::{anthropic, openai};
+use hookloop::machine::{CallId, LlmRequest, Message, Purpose, ToolCall, ToolOutput, ToolSpec};
 use serde_json::json;
 
 /// A history of `turns` rounds: a tool call with its result and a text reply, after a prompt.

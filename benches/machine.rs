@@ -13,12 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use hookloop::llm::{LlmClient, LlmError, LlmRequest};
 use hookloop::machine::{
-    CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, Policy, ServerTools, StopReason,
-    ToolCall, ToolHints, ToolInfo, ToolOutput,
+    CallId, Catalog, Effect, HookReply, Input, LlmReply, LlmRequest, Machine, Policy, ServerTools,
+    StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
 };
-use hookloop::mcp::{HookCall, ToolHost};
+use hookloop::ports::{HookCall, LlmClient, LlmError, ToolHost};
 use hookloop::{Config, ServerName, Session};
 use serde_json::json;
 

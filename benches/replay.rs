@@ -26,9 +26,8 @@ use std::time::Duration;
 
 use criterion::measurement::Measurement;
 use criterion::{Criterion, Throughput};
-use hookloop::llm::LlmRequest;
-use hookloop::machine::{Catalog, HookReply, LlmReply, ToolCall, ToolOutput};
-use hookloop::mcp::HookCall;
+use hookloop::machine::{Catalog, HookReply, LlmReply, LlmRequest, ToolCall, ToolOutput};
+use hookloop::ports::HookCall;
 use hookloop::testing::{HookStep, InProcessHost, ScriptedLlm, Step, echo};
 use hookloop::transcript::{Recorder, Transcript, default_threads, replay_files};
 use hookloop::{Config, Hook, HookServers, LlmClient, LlmError, ServerName, Session, ToolHost};

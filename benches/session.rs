@@ -37,8 +37,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-use hookloop::llm::{Endpoint, LlmRequest, OpenAi};
-use hookloop::machine::{CallId, Catalog, HookReply, LlmReply, StopReason, ToolCall, ToolOutput};
+use hookloop::llm::{Endpoint, OpenAi};
+use hookloop::machine::{
+    CallId, Catalog, HookReply, LlmReply, LlmRequest, StopReason, ToolCall, ToolOutput,
+};
 use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
 use hookloop::{Config, HookCall, LlmClient, LlmError, ServerName, Session, ToolHost};
 

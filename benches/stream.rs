@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use hookloop::llm::{Delta, Endpoint, OpenAi};
+use hookloop::llm::{Endpoint, OpenAi};
+use hookloop::ports::Delta;
 use hookloop::testing::InProcessHost;
 use hookloop::{Config, Observer, Session};
 use loopback::{Loopback, Reply};

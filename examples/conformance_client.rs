@@ -26,10 +26,8 @@ use hookloop::mcp::auth::{
     Algorithm, Authorize, ClientAuth, Enterprise, GrantKind, OAuthClient, OAuthGrant, OAuthOptions,
     Secret, SecretSource, TokenStore,
 };
-use hookloop::mcp::{
-    Answer, ElicitAnswer, Elicitation, ElicitationMode, HostOptions, McpHost, McpServers, Person,
-    ServerConfig, ToolHost, schema_defaults,
-};
+use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig, schema_defaults};
+use hookloop::ports::{Answer, ElicitAnswer, Elicitation, ElicitationMode, Person, ToolHost};
 use serde_json::{Map, Value, json};
 
 #[tokio::main(flavor = "current_thread")]
@@ -152,6 +150,7 @@ fn grant(context: &Value) -> Result<Option<OAuthGrant>, String> {
         client_id,
         auth,
         scope: None,
+        issuer: None,
     }))
 }
 

@@ -2,28 +2,29 @@
 //! whose sessions use a model client and a tool host this program defines.
 //!
 //! ```text
-//! cargo run --example embedded_acp --no-default-features --features acp
+//! cargo run --example embedded_acp --no-default-features --features acp,mcp
 //! ```
 //!
 //! In a crate of your own, these dependencies are all it needs:
 //!
 //! ```toml
 //! [dependencies]
-//! hookloop = { version = "0.1", default-features = false, features = ["acp"] }
+//! hookloop = { version = "0.1", default-features = false, features = ["acp", "mcp"] }
 //! tokio = { version = "1", features = ["macros", "rt", "io-std"] }
 //! ```
 //!
 //! Point an ACP client (an editor) at the built binary. Here the model only says how many
-//! messages it was sent and the host offers no tools; a real program plugs in its own provider
-//! and servers (or `hookloop::llm::AnyLlm` and `hookloop::mcp::McpHost`, with the features
-//! `providers` and `mcp`).
+//! messages it was sent; the tools are those of the MCP servers the client lists in
+//! `session/new` (stdio, HTTP or SSE), started by `hookloop::mcp::McpHost`. A server that
+//! fails to start is left out and the client is told which and why. A real program plugs in
+//! its own provider (or `hookloop::llm::AnyLlm`, with the feature `providers`).
 
 use std::path::Path;
 
-use hookloop::acp::{AgentOptions, Created, SessionFactory, SessionSpec};
-use hookloop::llm::LlmRequest;
-use hookloop::machine::{Catalog, HookReply, LlmReply, ToolCall, ToolOutput};
-use hookloop::{Config, HookCall, LlmClient, LlmError, Machine, ServerName, Session, ToolHost};
+use hookloop::acp::{AgentOptions, Created, ServerStart, SessionFactory, SessionSpec};
+use hookloop::machine::{LlmReply, LlmRequest};
+use hookloop::mcp::McpHost;
+use hookloop::{Config, LlmClient, LlmError, Machine, Session};
 
 /// The model side: any provider fits behind [`LlmClient`].
 struct Counting;
@@ -37,58 +38,34 @@ impl LlmClient for Counting {
     }
 }
 
-/// The tool side: no servers, so no tools and no hooks.
-struct NoTools;
-
-impl ToolHost for NoTools {
-    fn catalog_generation(&self) -> u64 {
-        0
-    }
-
-    fn catalog(&self) -> Catalog {
-        Catalog::default()
-    }
-
-    async fn call_tool(&self, call: &ToolCall) -> ToolOutput {
-        ToolOutput::error(format!("no tool named {}", call.name))
-    }
-
-    async fn call_hook(&self, _call: &HookCall) -> HookReply {
-        HookReply::Text {
-            text: String::new(),
-        }
-    }
-
-    async fn kill_server(&self, _server: &ServerName) {}
-}
-
 /// Builds each session the client opens.
 struct Factory;
 
 impl SessionFactory for Factory {
     type Llm = Counting;
-    type Host = NoTools;
+    type Host = McpHost;
     type Error = String;
 
-    async fn create(&self, spec: SessionSpec) -> Result<Created<Counting, NoTools>, String> {
-        if !spec.servers.is_empty() {
-            return Err("this agent runs no MCP servers".into());
-        }
-        let session = Session::new(Config::default(), Counting, NoTools);
-        Ok(Created::new(session))
+    async fn create(&self, spec: SessionSpec) -> Result<Created<Counting, McpHost>, String> {
+        let (host, failed) = spec
+            .connect(ServerStart::WhatStarts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let session = Session::new(Config::default(), Counting, host);
+        Ok(Created::new(session).without(failed))
     }
 
     async fn restore(
         &self,
-        _spec: SessionSpec,
+        spec: SessionSpec,
         machine: Machine,
-    ) -> Result<Session<Counting, NoTools>, String> {
-        Ok(Session::with_machine(
-            Config::default(),
-            machine,
-            Counting,
-            NoTools,
-        ))
+    ) -> Result<Created<Counting, McpHost>, String> {
+        let (host, failed) = spec
+            .connect(ServerStart::WhatStarts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let session = Session::with_machine(Config::default(), machine, Counting, host);
+        Ok(Created::new(session).without(failed))
     }
 
     fn record_dir(&self) -> Option<&Path> {

@@ -144,6 +144,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// Whether hook calls carry the details hooks written for other hosts read
+    /// ([`Policy::hook_details`](crate::Policy::hook_details)). Default: off.
+    pub fn hook_details(mut self, on: bool) -> Self {
+        self.config.policy.hook_details = on;
+        self
+    }
+
     /// Servers whose hooks run. Default: none.
     pub fn hook_servers(mut self, servers: HookServers) -> Self {
         self.config.policy.hook_servers = servers;
@@ -447,6 +454,7 @@ mod tests {
             .subagents(Subagents {
                 concurrency: 1,
                 max_depth: 0,
+                max_total: Subagents::DEFAULT_MAX_TOTAL,
             })
             .build();
         assert!(zero_depth.is_err());

@@ -15,12 +15,11 @@ use tracing::{Instrument, Span};
 
 use crate::config::Config;
 use crate::hooks::{Hook, ServerName};
-use crate::llm::{Delta, LlmClient, LlmError};
 use crate::machine::{
-    AgentId, CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine,
-    MachineError, Message, PermissionDecision, Phase, Purpose, ToolCall,
+    CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError,
+    Message, PermissionDecision, Phase, Purpose, ToolCall,
 };
-use crate::mcp::{HookCall, ToolHost};
+use crate::ports::{Delta, HookCall, LlmClient, LlmError, Observer, PermissionAsker, ToolHost};
 use crate::telemetry::{self, SessionTrace};
 
 mod agents;
@@ -28,93 +27,6 @@ mod floor;
 
 /// How long past the hook timeout the driver waits for a host that failed to enforce it.
 const HOOK_GRACE: Duration = Duration::from_millis(250);
-
-/// Sees everything that crosses the machine's boundary, in order, with the time since the
-/// session started. Front ends draw their progress from it; a transcript recorder writes it down.
-pub trait Observer: Send {
-    /// An order the machine emitted, before the driver performs it.
-    fn on_effect(&mut self, at: Duration, effect: &Effect) {
-        let _ = (at, effect);
-    }
-
-    /// A fact the driver fed to the machine.
-    fn on_fact(&mut self, at: Duration, fact: &Input) {
-        let _ = (at, fact);
-    }
-
-    /// A call of the last [`Effect::CallTools`] begins to run. A reply's calls run a few at a
-    /// time ([`Session::tool_concurrency`]), so a call may wait after the order for a free
-    /// slot; a call the prompt's end finds still waiting never starts. Progress only: the
-    /// machine never sees it.
-    fn on_call_started(&mut self, at: Duration, id: &CallId) {
-        let _ = (at, id);
-    }
-
-    /// A supervision fact or order of the tool host (a server exited, was restarted or
-    /// retired), as the driver learned of it.
-    fn on_supervision(&mut self, at: Duration, event: &crate::supervisor::Event) {
-        let _ = (at, event);
-    }
-
-    /// A piece of the model's reply as it streams in, before the reply is a fact. Progress
-    /// only: the machine never sees it, and the whole reply follows as
-    /// [`Input::LlmReplied`] (a reply that fails midway follows as `LlmFailed`).
-    fn on_delta(&mut self, at: Duration, delta: &Delta) {
-        let _ = (at, delta);
-    }
-
-    /// An order of the subagent `agent` (the id of the `agent` call that started it), before
-    /// the driver performs it. A subagent's orders and facts come only through these methods,
-    /// never through [`on_effect`](Self::on_effect) and [`on_fact`](Self::on_fact).
-    fn on_agent_effect(&mut self, at: Duration, agent: &AgentId, effect: &Effect) {
-        let _ = (at, agent, effect);
-    }
-
-    /// A fact the driver fed to the subagent `agent`: its first is its catalog, its second its
-    /// task as [`Input::Prompted`].
-    fn on_agent_fact(&mut self, at: Duration, agent: &AgentId, fact: &Input) {
-        let _ = (at, agent, fact);
-    }
-
-    /// A piece of a subagent's reply as it streams in. Progress only.
-    fn on_agent_delta(&mut self, at: Duration, agent: &AgentId, delta: &Delta) {
-        let _ = (at, agent, delta);
-    }
-
-    /// A call of a subagent's last [`Effect::CallTools`] begins to run. Progress only.
-    fn on_agent_call_started(&mut self, at: Duration, agent: &AgentId, id: &CallId) {
-        let _ = (at, agent, id);
-    }
-}
-
-/// Asks the user whether a call of a tool its server marks destructive may run: how a front end
-/// performs [`Effect::AskPermission`]. The machine asks only when its policy says the front end
-/// can ([`ConfigBuilder::ask_permission`](crate::ConfigBuilder::ask_permission)), keeps the
-/// "always" decisions and answers rejected calls; an asker only relays the question.
-///
-/// A session holds its asker as a trait object (a front end sets it after the session is
-/// built), hence the boxed future.
-pub trait PermissionAsker: Send + Sync {
-    /// The user's decision on `call`. A user who gives none (the question was dismissed, or
-    /// could not be put) is best answered [`PermissionDecision::RejectOnce`]. A cancel of the
-    /// prompt drops the future.
-    fn decide<'a>(
-        &'a self,
-        call: &'a ToolCall,
-    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>>;
-
-    /// The user's decision on `call`, made by the subagent `agent`: call ids are the model's,
-    /// unique within one agent's history only, so an asker that names calls to the user tells
-    /// a child's apart here. By default, the same question as [`decide`](Self::decide).
-    fn decide_in<'a>(
-        &'a self,
-        agent: &'a AgentId,
-        call: &'a ToolCall,
-    ) -> Pin<Box<dyn Future<Output = PermissionDecision> + Send + 'a>> {
-        let _ = agent;
-        self.decide(call)
-    }
-}
 
 /// The asker of a session that has no way to ask: every call is allowed, once.
 #[derive(Clone, Copy, Debug, Default)]
@@ -164,6 +76,28 @@ pub enum SessionError {
     Stalled,
 }
 
+/// How a prompt's end is named in its trace: the stop's name, or a failure's class (`llm`,
+/// `internal`) and message.
+fn traced_end(
+    result: &Result<PromptStop, SessionError>,
+) -> Result<&'static str, (&'static str, String)> {
+    match result {
+        Ok(PromptStop::EndTurn) => Ok("end_turn"),
+        Ok(PromptStop::MaxTokens) => Ok("max_tokens"),
+        Ok(PromptStop::MaxTurnRequests) => Ok("max_turn_requests"),
+        Ok(PromptStop::Refusal) => Ok("refusal"),
+        Ok(PromptStop::Cancelled) => Ok("cancelled"),
+        Ok(PromptStop::OtherStop) => Ok("other_stop"),
+        Err(error) => {
+            let class = match error {
+                SessionError::Llm(_) => "llm",
+                SessionError::Machine(_) | SessionError::Stalled => "internal",
+            };
+            Err((class, error.to_string()))
+        }
+    }
+}
+
 /// Cancels the prompt a [`Session`] is running. Cheap to clone; usable from any task.
 #[derive(Clone, Debug)]
 pub struct CancelHandle {
@@ -203,7 +137,10 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     }
 
     /// A session that goes on from `machine` (one rebuilt by replaying a transcript, say):
-    /// its history, counters and policy are the machine's; `config` gives the rest.
+    /// its history, counters and policy are the machine's; `config` gives the rest. A machine
+    /// stopped mid-way (see [`transcript::fork`](crate::transcript::fork)) still holds orders:
+    /// [`resume`](Self::resume) performs them; an idle one takes the next
+    /// [`prompt`](Self::prompt).
     pub fn with_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {
         let (tx, cancel_rx) = watch::channel(0);
         let mut trace = SessionTrace::new();
@@ -299,11 +236,11 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
     /// Runs one prompt to its end. Session-wide counters carry over to the next prompt.
     pub async fn prompt(&mut self, text: impl Into<String>) -> Result<PromptStop, SessionError> {
         let span = tracing::info_span!(parent: &self.span, "turn", objections = self.counters().objections);
-        let lead = Duration::from_millis(self.boundary.machine.policy().hook_timeout_ms);
+        let lead = self.boundary.machine.policy().hook_timeout();
         let agent = self.trace.invoke_agent();
         let run = floor::with_timer_floor(lead, self.run_prompt(text.into()).instrument(span));
         let result = run.instrument(agent.clone()).await;
-        telemetry::prompt_ended(&agent, &result);
+        telemetry::prompt_ended(&agent, traced_end(&result));
         result
     }
 
@@ -349,15 +286,6 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         closed
     }
 
-    /// A session that goes on from `machine` mid-way: a machine rebuilt from a transcript (see
-    /// [`transcript::fork`](crate::transcript::fork)). Orders it still holds are performed by
-    /// [`resume`](Self::resume); an idle one takes the next [`prompt`](Self::prompt).
-    pub fn from_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {
-        let mut session = Self::new(config, llm, host);
-        session.boundary.machine = machine;
-        session
-    }
-
     /// Performs the orders the machine holds and runs on until the prompt they belong to
     /// finishes, as [`prompt`](Self::prompt) would have.
     pub async fn resume(&mut self) -> Result<PromptStop, SessionError> {
@@ -372,7 +300,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
         .instrument(span)
         .instrument(agent.clone())
         .await;
-        telemetry::prompt_ended(&agent, &result);
+        telemetry::prompt_ended(&agent, traced_end(&result));
         result
     }
 
@@ -887,7 +815,9 @@ impl Boundary {
             FinishReason::MaxTokens => PromptStop::MaxTokens,
             FinishReason::MaxTurnRequests => PromptStop::MaxTurnRequests,
             FinishReason::Refusal => PromptStop::Refusal,
-            FinishReason::Cancelled => PromptStop::Cancelled,
+            // Only loading a record closes a prompt as interrupted; no live prompt ends so,
+            // and an embedder that feeds the fact itself stopped the prompt as a cancel does.
+            FinishReason::Cancelled | FinishReason::Interrupted => PromptStop::Cancelled,
             FinishReason::OtherStop { .. } => PromptStop::OtherStop,
             FinishReason::Failed { error } => {
                 let error = self.llm_error.take().unwrap_or(LlmError::Other(error));

@@ -13,7 +13,10 @@
 //! The core is a sans-IO state machine ([`machine::Machine`]): it takes facts (the model
 //! replied, a tool finished, a hook answered or timed out) and emits orders (call the model, run
 //! tools, call hooks, kill a server, finish). A tokio driver ([`Session`]) performs the orders
-//! through two injected traits, [`LlmClient`] and [`ToolHost`].
+//! through two injected traits, [`LlmClient`] and [`ToolHost`]. They and the other seams (the
+//! [`Observer`] of a session, the [`PermissionAsker`] and the [`Person`](ports::Person) of a
+//! front end) are defined in [`ports`], below the driver; the crate's providers, host and front
+//! ends implement them from above, as any embedder's may.
 //!
 //! ```text
 //!   ┌──────┐ prompt ┌───────────┐ tool calls ┌──────────────┐
@@ -21,16 +24,17 @@
 //!   └──────┘        └───────────┘  results   └──────────────┘
 //!      ▲              │ end_turn                  ▲
 //!      │              ▼                           │ tool calls
-//!      │       ┌──────────────┐ objection  ┌──────────┐
-//!      ├───────│ AwaitingStop │───────────►│ Objected │── end_turn again ──► Idle
-//!      │ none  └──────────────┘            └──────────┘
+//!      │       ┌───────────────┐ objection ┌──────────┐
+//!      ├───────│ Hooking(Stop) │──────────►│ Objected │── end_turn again ──► Idle
+//!      │ none  └───────────────┘           └──────────┘
 //!      │
 //!      │  before any model request, if over the context budget:
-//!      │       [_PreCompact] ──► Summarizing ──► PostCompacting ──► the request it was about to make
-//!      │  every other hook point is one generic round (AwaitingHook) with a typed continuation
+//!      │       Hooking(PreCompact) ──► Summarizing ──► Hooking(PostCompact) ──► the request
+//!      │  every hook point is one state, Hooking, whose continuation says what its answers do;
+//!      │  a destructive call may wait in AwaitingPermission before RunningTools
 //!      │
 //!      └── finish: max_tokens, refusal, round cap, model failure, cancel
-//!   close ──► Done (absorbing)
+//!   close ──► Hooking(SessionEnd) if a server has it ──► Done (absorbing)
 //! ```
 //!
 //! ## Sovereignty: what a hook cannot do
@@ -99,20 +103,24 @@
 //! ## The bound
 //!
 //! A session's model requests are at most (replies with tool calls or paused) + (prompts) +
-//! (the `_Stop` budget) + (compactions). Hooks cannot add to it except `_Stop`, whose
-//! objections are budgeted ([`Policy`]'s `stop_max_rejections`, 3 by default); a hook that
+//! (the `_Stop` budget) + (compactions), and each subagent adds the same bound counted for it
+//! (its task as its one prompt, its `_SubagentStop` budget in place of `_Stop`'s); a session
+//! starts at most [`machine::Subagents::max_total`] subagents (64 by default), over every prompt. Hooks
+//! cannot add to it except `_Stop` and `_SubagentStop`, whose objections are budgeted
+//! ([`Policy`]'s `stop_max_rejections`, 3 by default, per agent); a hook that
 //! does not answer within the timeout has not objected; a server whose hooks time out twice in
 //! a row is killed. [`Config`] sets the timeout, the budget and the optional round cap per
 //! prompt (`max_turn_requests`), which bounds the model requests of a prompt outright.
 //!
 //! ## Features
 //!
-//! With no feature the crate is the core: the machine, the driver ([`Session`]), the two traits
-//! it drives ([`LlmClient`], [`ToolHost`]), the [`supervisor`], the hook convention
+//! With no feature the crate is the core: the machine, the driver ([`Session`]), the seams
+//! ([`ports`]: the two traits it drives, [`LlmClient`] and [`ToolHost`], and the others), the
+//! [`supervisor`], the hook convention
 //! ([`hooks`]), [`Config`], and the [`transcript`] format with recording, replay and
 //! [`check_dir`](transcript::check_dir). It depends on serde, serde_json, statig, thiserror,
-//! tracing, futures-util and tokio's `macros`, `time` and `sync`: 30 crates in all, itself
-//! included.
+//! tracing, futures-util and tokio's `macros`, `time` and `sync` (the README's "Cargo features"
+//! counts what each feature pulls in).
 //!
 //! | feature | what it adds | what it pulls in |
 //! |---|---|---|
@@ -170,8 +178,7 @@
 //! inside the client. Needs no feature.
 //!
 //! ```
-//! use hookloop::machine::{LlmReply, StopReason};
-//! use hookloop::llm::LlmRequest;
+//! use hookloop::machine::{LlmReply, LlmRequest, StopReason};
 //! use hookloop::{Config, LlmClient, LlmError, Session, ToolHost};
 //!
 //! /// Answers every request with the length of the conversation so far.
@@ -292,9 +299,10 @@
 //!
 //! ## More
 //!
-//! Real providers live in [`llm`] (feature `providers`), the MCP host in [`mcp`] (feature
-//! `mcp`). [`transcript`] writes a session's boundary down as it runs and replays it against
-//! the pure machine, deterministically, for tests and for debugging a session after the fact.
+//! Everything that plugs into the engine is in [`ports`]. Real providers live in [`llm`]
+//! (feature `providers`), the MCP host in [`mcp`] (feature `mcp`). [`transcript`] writes a
+//! session's boundary down as it runs and replays it against the pure machine,
+//! deterministically, for tests and for debugging a session after the fact.
 
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -302,12 +310,20 @@
 #[cfg(feature = "acp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "acp")))]
 pub mod acp;
+pub mod bridge;
 pub mod config;
 pub mod driver;
 pub mod hooks;
+#[cfg(feature = "providers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "providers")))]
 pub mod llm;
 pub mod machine;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
+#[cfg(any(feature = "providers", feature = "mcp", feature = "otel"))]
+mod net;
+pub mod ports;
 mod private;
 pub mod progress;
 pub mod supervisor;
@@ -316,15 +332,10 @@ pub mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod text;
-#[cfg(any(feature = "providers", feature = "mcp", feature = "otel"))]
-mod tls;
 pub mod transcript;
 
 pub use crate::config::{Config, ConfigBuilder, ConfigError};
-pub use crate::driver::{
-    AllowAll, CancelHandle, Observer, PermissionAsker, PromptStop, Session, SessionError,
-};
+pub use crate::driver::{AllowAll, CancelHandle, PromptStop, Session, SessionError};
 pub use crate::hooks::{Hook, HookServers, ServerName};
-pub use crate::llm::{LlmClient, LlmError};
 pub use crate::machine::{Effect, Input, Machine, Message, PermissionDecision, Policy};
-pub use crate::mcp::{HookCall, ToolHost};
+pub use crate::ports::{HookCall, LlmClient, LlmError, Observer, PermissionAsker, ToolHost};

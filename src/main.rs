@@ -63,6 +63,14 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         mcp_config: Option<PathBuf>,
 
+        /// Command hooks to run at the hook points as their host runs them, `[NAME=]PATH`;
+        /// repeatable. PATH is a Claude Code settings file (.claude/settings.json), a Codex
+        /// hooks.json or config.toml, or a plugin (its directory or its hooks/hooks.json).
+        /// Each source is a server of hooks named NAME (default claude-code, codex, or the
+        /// plugin's name) that MCP_HOOK_SERVERS must allow. Default: HOOKLOOP_COMMAND_HOOKS.
+        #[arg(long = "command-hooks", value_name = "[NAME=]PATH")]
+        command_hooks: Vec<String>,
+
         /// Print one JSON object per line on stdout (every progress event, then the answer)
         /// instead of progress on stderr and the answer on stdout. A subagent's events carry
         /// its id as "agent".
@@ -237,6 +245,23 @@ enum McpCommand {
         mcp_config: Option<PathBuf>,
     },
 
+    /// Run a stdio MCP server behind hookloop, for a host (Claude Code, Codex…) to start in
+    /// its place: the host's traffic is relayed, the server's `_` tools are taken out of every
+    /// tools/list the host sees and the host model's calls to them refused, and hook commands
+    /// (`hookloop hook <host>`) call them on the same live connection through a private socket,
+    /// $XDG_RUNTIME_DIR/hookloop-bridge/<host pid>/<NAME>.sock (else
+    /// /tmp/hookloop-bridge-<uid>/…), mode 0600 in directories of mode 0700. Exit status: the
+    /// server's.
+    Proxy {
+        /// The server's name, as MCP_HOOK_SERVERS names it.
+        #[arg(long, default_value = "server")]
+        name: String,
+
+        /// The server's command and its arguments, after `--`.
+        #[arg(value_name = "COMMAND", required = true, last = true)]
+        command: Vec<String>,
+    },
+
     /// Start each configured server and show its transport, protocol version, tools, hooks
     /// and login.
     List {
@@ -294,11 +319,22 @@ async fn run(command: Command) -> ExitCode {
         Command::Demo => cli::demo::main().await,
         Command::Run {
             mcp_config,
+            command_hooks,
             json,
             record,
             redact_content,
             prompt,
-        } => cli::run::main(mcp_config, json, record, redact_content, prompt).await,
+        } => {
+            cli::run::main(
+                mcp_config,
+                command_hooks,
+                json,
+                record,
+                redact_content,
+                prompt,
+            )
+            .await
+        }
         Command::Acp => cli::acp::main().await,
         Command::Replay {
             paths,
@@ -360,6 +396,7 @@ async fn run(command: Command) -> ExitCode {
         Command::Mcp(McpCommand::Logout { server, mcp_config }) => {
             cli::mcp::logout(&server, mcp_config.as_deref())
         }
+        Command::Mcp(McpCommand::Proxy { name, command }) => cli::mcp::proxy(&name, &command).await,
         Command::Mcp(McpCommand::List { mcp_config }) => {
             cli::mcp::list(mcp_config.as_deref()).await
         }

@@ -22,10 +22,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::driver::Observer;
 use crate::hooks::{Hook, ServerName};
-use crate::llm::Delta;
 use crate::machine::{AgentId, CallId, Effect, FinishReason, Input, Notice, Purpose, SkipReason};
+use crate::ports::{Delta, Observer};
 use crate::text::one_line;
 
 /// The output of the [`Event::ToolFinished`] reported for a call still running when its prompt
@@ -588,6 +587,7 @@ impl Track {
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
+            | Input::PromptInterrupted
             | Input::Closed => return None,
         })
     }

@@ -1,6 +1,7 @@
 //! Text helpers every part of the crate shares: shortening text for a limit or a display
-//! ([`cut`], [`one_line`]), making untrusted text safe for a terminal ([`for_terminal`]), and
-//! taking a lock whatever a panicking holder left behind ([`lock`]).
+//! ([`cut`], [`one_line`]), making untrusted text safe for a terminal ([`for_terminal`]), taking
+//! what may be a credential out of the URLs in an error or a log line ([`without_url_secrets`]),
+//! and taking a lock whatever a panicking holder left behind ([`lock`]).
 
 use std::borrow::Cow;
 use std::sync::{Mutex, MutexGuard};
@@ -70,6 +71,86 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(text)
     }
+}
+
+/// What a secret value is replaced with, wherever the crate takes one out of a text.
+pub const REDACTED: &str = "<redacted>";
+
+/// `text` (an error message, a log line) with every URL in it stripped of what may carry a
+/// credential: its user info (`user:password@`), its query (a presigned URL's `sig=`,
+/// `X-Amz-Signature=`, an API key) and its fragment. A URL is found by its `scheme://`, and runs
+/// to the first space, quote or angle bracket; closing punctuation after its query (the `)` of
+/// `(https://…?sig=…)`) is kept. Borrowed when no URL has anything to strip. One pass: each
+/// byte is looked at a bounded number of times, whatever the text.
+///
+/// This is for text whose URLs a reader needs only to recognise. A configuration shown whole
+/// (a transcript's header) keeps its harmless query parameters: `transcript::Redaction`.
+pub fn without_url_secrets(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut out: Option<String> = None;
+    // Everything before `copied` is in `out` (or unchanged, while `out` is `None`).
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = text[from..].find("://") {
+        let sep = from + found;
+        let body = sep + 3;
+        let scheme_start = bytes[..sep]
+            .iter()
+            .rposition(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))
+            .map_or(0, |at| at + 1);
+        let end = bytes[body..]
+            .iter()
+            .position(|&b| is_url_end(b))
+            .map_or(bytes.len(), |at| body + at);
+        from = end.max(body);
+        if scheme_start == sep || !bytes[scheme_start].is_ascii_alphabetic() {
+            continue;
+        }
+        let authority_end = bytes[body..end]
+            .iter()
+            .position(|b| matches!(b, b'/' | b'?' | b'#'))
+            .map_or(end, |at| body + at);
+        let userinfo_end = bytes[body..authority_end]
+            .iter()
+            .rposition(|&b| b == b'@')
+            .map(|at| body + at + 1);
+        let query = bytes[authority_end..end]
+            .iter()
+            .position(|b| matches!(b, b'?' | b'#'))
+            .map(|at| authority_end + at);
+        if userinfo_end.is_none() && query.is_none() {
+            continue;
+        }
+        let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
+        out.push_str(&text[copied..body]);
+        out.push_str(&text[userinfo_end.unwrap_or(body)..query.unwrap_or(end)]);
+        if let Some(query) = query {
+            // Closing punctuation that ends the sentence around the URL, not the URL.
+            let kept = bytes[query..end]
+                .iter()
+                .rposition(|b| !matches!(b, b')' | b']' | b'}' | b'.' | b',' | b';' | b':' | b'!'))
+                .map_or(query, |at| query + at + 1);
+            out.push_str(&text[kept..end]);
+        }
+        copied = end;
+    }
+    match out {
+        None => Cow::Borrowed(text),
+        Some(mut out) => {
+            out.push_str(&text[copied..]);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// Whether `b` ends a URL found in running text: what no URL holds unescaped.
+fn is_url_end(b: u8) -> bool {
+    b.is_ascii_whitespace()
+        || b.is_ascii_control()
+        || matches!(
+            b,
+            b'"' | b'\'' | b'<' | b'>' | b'`' | b'\\' | b'{' | b'}' | b'|' | b'^'
+        )
 }
 
 /// Locks `mutex`, taking the data even if a holder panicked. Callers hold a lock only to move
@@ -186,6 +267,51 @@ mod tests {
             "[2J]0;pwnedred\n\tok31m"
         );
         assert!(matches!(for_terminal("plain\ttext\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn urls_in_text_lose_user_info_query_and_fragment() {
+        let cases = [
+            (
+                "error sending request for url (https://bucket.s3.amazonaws.com/o?X-Amz-Signature=abc&X-Amz-Credential=k)",
+                "error sending request for url (https://bucket.s3.amazonaws.com/o)",
+            ),
+            (
+                "GET http://user:pw@127.0.0.1:9/sse?sig=s3cr3t failed: refused",
+                "GET http://127.0.0.1:9/sse failed: refused",
+            ),
+            (
+                "at \"https://h/p#access_token=t\", then wss://a:b@h2/x.",
+                "at \"https://h/p\", then wss://h2/x.",
+            ),
+            (
+                "two: https://a/?k=1 and https://b/?k=2!",
+                "two: https://a/ and https://b/!",
+            ),
+            ("https://a@b@host/p", "https://host/p"),
+            // A URL inside another's query goes with that query.
+            (
+                "https://h/cb?next=https://u:p@evil/x?sig=1 end",
+                "https://h/cb end",
+            ),
+        ];
+        for (text, stripped) in cases {
+            assert_eq!(without_url_secrets(text), stripped, "{text}");
+        }
+        for unchanged in [
+            "no url here",
+            "http://127.0.0.1:8080/mcp said no",
+            "a@b.c wrote ://x and 1://y",
+            "path/a@b?c",
+            "",
+            "://",
+            "é://x?y",
+        ] {
+            assert!(
+                matches!(without_url_secrets(unchanged), Cow::Borrowed(_)),
+                "{unchanged}"
+            );
+        }
     }
 
     #[test]

@@ -10,10 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hookloop::machine::ToolCall;
-use hookloop::mcp::{
-    Answer, ElicitAnswer, Elicitation, HostOptions, McpError, McpHost, McpServers, Person,
-    ServerConfig, ToolHost,
-};
+use hookloop::mcp::{HostOptions, McpError, McpHost, McpServers, ServerConfig};
+use hookloop::ports::{Answer, ElicitAnswer, Elicitation, Person, ToolHost};
 use serde_json::{Value, json};
 
 use common::{Scratch, eventually, fast_options, lines, test_server};

@@ -19,7 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hookloop::machine::ToolCall;
-use hookloop::mcp::{HostOptions, McpHost, ServerConfig, ToolHost};
+use hookloop::mcp::{HostOptions, McpHost, ServerConfig};
+use hookloop::ports::ToolHost;
 use serde_json::{Value, json};
 
 use common::{HttpServer, Scratch, connect, eventually, eventually_async, fast_options, lines};

@@ -8,10 +8,9 @@ mod misbehaving_model;
 use std::time::{Duration, Instant};
 
 use hookloop::llm::stream::parse_stream_with;
-use hookloop::llm::{
-    Anthropic, ApiKey, Endpoint, LlmClient, LlmError, OpenAi, Provider, ReplyLimits, RetryPolicy,
-};
+use hookloop::llm::{Anthropic, ApiKey, Endpoint, OpenAi, Provider, ReplyLimits, RetryPolicy};
 use hookloop::machine::{LlmReply, Message, Purpose};
+use hookloop::ports::{LlmClient, LlmError};
 use misbehaving_model::{
     MisbehavingModel, Script, anthropic_blocks, anthropic_end, anthropic_start, data, openai_end,
     openai_tool_indexes, openai_whole_calls, thread_cpu,
@@ -32,7 +31,7 @@ fn endpoint_at(base_url: &str) -> Endpoint {
 
 async fn ask(provider: Provider, endpoint: &Endpoint) -> Result<LlmReply, LlmError> {
     let messages = [Message::user("go")];
-    let request = hookloop::llm::LlmRequest {
+    let request = hookloop::machine::LlmRequest {
         purpose: Purpose::Turn,
         system: None,
         messages: &messages,

@@ -5,8 +5,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use hookloop::llm::{Anthropic, Endpoint, LlmClient, LlmConfig, LlmError};
+use hookloop::llm::{Anthropic, Endpoint, LlmConfig};
 use hookloop::machine::{Content, Message, StopReason, ToolCall, ToolOutput, Usage};
+use hookloop::ports::{LlmClient, LlmError};
 use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};

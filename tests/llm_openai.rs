@@ -5,8 +5,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use hookloop::llm::{Endpoint, LlmClient, LlmConfig, LlmError, OpenAi};
+use hookloop::llm::{Endpoint, LlmConfig, OpenAi};
 use hookloop::machine::{Message, StopReason, ToolCall, ToolOutput, Usage};
+use hookloop::ports::{LlmClient, LlmError};
 use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};
@@ -531,7 +532,7 @@ async fn a_long_sessions_bodies_arrive_whole_with_their_length_as_encoded_from_s
         let scratch = hookloop::llm::openai::request_body(
             "test-model",
             Default::default(),
-            &hookloop::llm::LlmRequest {
+            &hookloop::machine::LlmRequest {
                 purpose: hookloop::machine::Purpose::Turn,
                 system: Some("You are a careful agent."),
                 messages: &history[..1 + 2 * i],

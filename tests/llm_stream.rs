@@ -8,8 +8,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hookloop::llm::{Anthropic, Delta, Endpoint, LlmClient, LlmError, OpenAi};
+use hookloop::llm::{Anthropic, Endpoint, OpenAi};
 use hookloop::machine::{Input, Message, StopReason};
+use hookloop::ports::{Delta, LlmClient, LlmError};
 use hookloop::testing::InProcessHost;
 use hookloop::{Config, Observer, PromptStop, Session};
 use serde_json::{Value, json};

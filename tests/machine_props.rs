@@ -249,6 +249,7 @@ impl Scenario {
             media: Media::default(),
             ask_permission: false,
             subagents: None,
+            hook_details: false,
         }
     }
 

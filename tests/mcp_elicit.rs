@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hookloop::machine::{HookContext, HookReply, ToolCall};
-use hookloop::mcp::{
-    Answer, ElicitAnswer, Elicitation, ElicitationMode, HookCall, McpHost, Person, ServerConfig,
-    ToolHost,
+use hookloop::mcp::{McpHost, ServerConfig};
+use hookloop::ports::{
+    Answer, ElicitAnswer, Elicitation, ElicitationMode, HookCall, Person, ToolHost,
 };
 use hookloop::{Hook, ServerName};
 use serde_json::{Value, json};
@@ -148,6 +148,38 @@ async fn a_url_question_reaches_the_person_with_its_url() {
         assert_eq!(url, "https://example.invalid/sign-in");
         assert_eq!(asked[0].message, "Sign in to the test service");
     }
+}
+
+#[tokio::test]
+async fn a_url_question_a_browser_must_not_open_is_declined_without_reaching_the_person() {
+    for url in [
+        "file:///etc/passwd",
+        "steam://run/1",
+        "javascript:alert(1)",
+        "http://example.com/sign-in",
+    ] {
+        for legacy in [true, false] {
+            let person = Scripted::new(ElicitAnswer::Accept(serde_json::Map::new()));
+            let mut vars = generation(legacy);
+            vars.push(("TS_ASK_URL", url));
+            let host = host_with(&vars, Some(person.clone())).await;
+            let output = host.call_tool(&call("srv__ask_url")).await;
+            assert_eq!(output.joined_text(), "decline", "{url}, legacy: {legacy}");
+            assert!(person.asked().is_empty(), "{url} reached the person");
+        }
+    }
+    // http to this machine is a page a person may be sent to.
+    let person = Scripted::new(ElicitAnswer::Accept(serde_json::Map::new()));
+    let host = host_with(
+        &[("TS_ASK_URL", "http://127.0.0.1:9/sign-in")],
+        Some(person.clone()),
+    )
+    .await;
+    assert_eq!(
+        host.call_tool(&call("srv__ask_url")).await.joined_text(),
+        "accept"
+    );
+    assert_eq!(person.asked().len(), 1);
 }
 
 #[tokio::test]

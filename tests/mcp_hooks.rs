@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use hookloop::hooks::{ServerName, encode_hook_body};
 use hookloop::machine::{Effect, Input, Message, Notice, ToolCall, ToolOutput};
-use hookloop::mcp::{McpHost, ToolHost};
+use hookloop::mcp::McpHost;
+use hookloop::ports::ToolHost;
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, Observer, PromptStop, Session};

@@ -7,9 +7,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use hookloop::machine::{Content, HookContext, HookReply, ToolCall, ToolOutput};
-use hookloop::mcp::{
-    CHILD_ENV_PASSTHROUGH, HookCall, McpError, McpHost, McpServers, ServerConfig, ToolHost,
-};
+use hookloop::mcp::{CHILD_ENV_PASSTHROUGH, McpError, McpHost, McpServers, ServerConfig};
+use hookloop::ports::{HookCall, ToolHost};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, ServerName, Session};
 use serde_json::{Value, json};

@@ -16,9 +16,9 @@ use std::process::Stdio;
 use std::sync::Once;
 use std::time::Duration;
 
-use hookloop::machine::ToolCall;
-use hookloop::machine::{Content, Message};
-use hookloop::mcp::{ServerConfig, ToolHost, TransportKind};
+use hookloop::machine::{Content, Message, ToolCall};
+use hookloop::mcp::ServerConfig;
+use hookloop::ports::{ToolHost, TransportKind};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::json;

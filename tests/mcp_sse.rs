@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use hookloop::hooks::encode_hook_body;
 use hookloop::machine::{Message, ToolCall};
-use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig, ToolHost, TransportKind};
+use hookloop::mcp::{HostOptions, McpHost, McpServers, ServerConfig};
+use hookloop::ports::{ToolHost, TransportKind};
 use hookloop::supervisor::{Event, Fact, Order};
 use hookloop::testing::{ScriptedLlm, Step};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};

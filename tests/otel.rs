@@ -479,6 +479,49 @@ fn a_closed_collector_port_leaves_the_session_unaffected() {
     assert!(!said.contains("panicked"), "{said}");
 }
 
+#[test]
+fn a_refused_collector_is_not_waited_for_at_exit() {
+    // The exit's longest wait for the exporter (`Telemetry::SHUTDOWN` in the binary).
+    const SHUTDOWN: Duration = Duration::from_secs(2);
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let scratch = Scratch::new("otel-refused");
+    let log = scratch.path.join("mem.log");
+    let config = scratch.mcp_config(&log);
+    let timed = |otel: bool| {
+        let provider = FakeProvider::start(|request| {
+            if request.to_string().contains("\"role\":\"tool\"") {
+                Reply::text("done")
+            } else {
+                Reply::tool("mem__echo", json!({"text": "x"}))
+            }
+        });
+        let started = Instant::now();
+        let out = run_session(&scratch, &provider, &config, None, |command| {
+            command.env("MCP_HOOK_SERVERS", "");
+            if otel {
+                command.env(
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://127.0.0.1:{closed}"),
+                );
+            }
+        });
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        started.elapsed()
+    };
+    // The quicker of two runs each, so that one slow start on a loaded machine does not count.
+    let plain = timed(false).min(timed(false));
+    let traced = timed(true).min(timed(true));
+    println!("exit with a refused collector {traced:?}, without {plain:?}");
+    // Waiting for it cost the SDK's retries (0.7 s and more of backoff) up to the deadline.
+    assert!(
+        traced < plain + SHUTDOWN / 4,
+        "with a refused collector {traced:?}, without {plain:?}: the exit waited for it"
+    );
+}
+
 /// The model's script: a tool call whose long result forces a compaction, a summary, then the
 /// end of the turn (streamed), which `_Stop` objects to once.
 fn scripted_model() -> FakeProvider {
@@ -824,4 +867,139 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
         body = rest[size..].strip_prefix(b"\r\n").unwrap_or(&rest[size..]);
     }
     out
+}
+
+#[test]
+fn without_opt_in_failed_spans_carry_a_class_and_a_fixed_description_only() {
+    // A tool's error output and a hook's error text reach the spans' status only with the
+    // operator's opt-in to content.
+    let sent = |capture: bool| {
+        let collector = Collector::start();
+        let scratch = Scratch::new("otel-fail");
+        let server = json!({
+            "command": TEST_SERVER,
+            "env": {"TS_HOOKS": "_Stop", "TS_STOP": "error:hook-words-of-the-session|empty"},
+        });
+        let config = scratch.path.join("mcp.json");
+        std::fs::write(&config, json!({"mcpServers": {"mem": server}}).to_string()).unwrap();
+        let provider = FakeProvider::start(|request| {
+            if after_tool(request) {
+                Reply::text("done")
+            } else {
+                Reply::tool("mem__fail", json!({}))
+            }
+        });
+        let out = run_session(&scratch, &provider, &config, None, |command| {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.base_url());
+            if capture {
+                command.env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true");
+            }
+        });
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        collector.bodies_until(|sent| {
+            contains(sent, "execute_tool mem__fail") && contains(sent, "hookloop.hook _Stop")
+        })
+    };
+    let plain = sent(false);
+    assert!(contains(&plain, "the tool reported an error"));
+    assert!(contains(&plain, "the hook reported an error"));
+    assert!(!contains(&plain, "it failed"), "the tool's error output");
+    assert!(
+        !contains(&plain, "hook-words-of-the-session"),
+        "the hook's text: {}",
+        String::from_utf8_lossy(&plain)
+    );
+    // With the opt-in the same run says them: the check above can see them.
+    let captured = sent(true);
+    assert!(contains(&captured, "it failed"));
+    assert!(contains(&captured, "hook-words-of-the-session"));
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// An OTLP/HTTP collector on 127.0.0.1 that answers every export with 200 and keeps the raw
+/// request bodies (protobuf, whose strings are their UTF-8 bytes).
+struct Collector {
+    port: u16,
+    bodies: std::sync::Arc<Mutex<Vec<u8>>>,
+}
+
+impl Collector {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let kept = bodies.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let kept = kept.clone();
+                std::thread::spawn(move || serve_exports(stream, &kept));
+            }
+        });
+        Self { port, bodies }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn bodies_until(&self, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+        let deadline = Instant::now() + SPANS_ARRIVE;
+        loop {
+            let bodies = self.bodies.lock().unwrap().clone();
+            if done(&bodies) {
+                return bodies;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the spans did not arrive within {SPANS_ARRIVE:?}: {}",
+                String::from_utf8_lossy(&bodies)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Reads HTTP/1.1 requests off one connection, keeping each body, answering each with 200.
+fn serve_exports(mut stream: TcpStream, kept: &Mutex<Vec<u8>>) {
+    let mut buf = Vec::new();
+    loop {
+        let head_end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let mut chunk = [0u8; 8192];
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            let mut chunk = [0u8; 8192];
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        kept.lock()
+            .unwrap()
+            .extend_from_slice(&buf[head_end..head_end + length]);
+        buf.drain(..head_end + length);
+        let answer =
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        if stream.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
 }

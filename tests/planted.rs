@@ -60,16 +60,28 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         Bug::PostCompactBeforeSummary => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PostCompact])
         }),
-        Bug::DeniedCallRuns => (Family::each_hook_alone, |s| {
+        Bug::DeniedCallRuns | Bug::DenialSpreads => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreToolUse])
         }),
-        Bug::PermissionNotAsked | Bug::RejectedCallRuns | Bug::StandingForgotten => {
-            (Family::permission, |_| true)
-        }
+        Bug::PermissionNotAsked
+        | Bug::RejectedCallRuns
+        | Bug::StandingForgotten
+        | Bug::WithdrawnToolRuns
+        | Bug::StandingAllowSkips => (Family::permission, |_| true),
         Bug::RoundCapOffByOne | Bug::RoundsCarriedOver => (Family::round_cap, |_| true),
         Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
             unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
         }
+    }
+}
+
+/// The rule that must catch a bug, for the bugs whose rule is named: a bug caught by another
+/// rule than the one written for it shows that rule is not doing its job.
+fn caught_by(bug: Bug) -> Option<&'static str> {
+    match bug {
+        Bug::WithdrawnToolRuns => Some("only offered tools run"),
+        Bug::DenialSpreads | Bug::StandingAllowSkips => Some(hookloop::testing::runs::RUNS),
+        _ => None,
     }
 }
 
@@ -175,6 +187,16 @@ fn every_planted_bug_is_found_by_the_ci_exploration_with_a_replayable_counterexa
     }
     eprintln!("{table}");
     assert!(missed.is_empty(), "not found:\n{}", missed.join("\n"));
+    readme_table_is(&found);
+    for one in &found {
+        if let Some(rule) = caught_by(one.bug) {
+            assert_eq!(
+                one.counterexample.violation.rule, rule,
+                "{:?}: {}",
+                one.bug, one.counterexample
+            );
+        }
+    }
     for one in &found {
         let c = &one.counterexample;
         let path = out_dir().join(format!("{:?}.jsonl", one.bug));
@@ -192,4 +214,54 @@ fn every_planted_bug_is_found_by_the_ci_exploration_with_a_replayable_counterexa
             .unwrap_or_else(|e| panic!("{:?}: the true orders diverge: {e}", one.bug));
     }
     assert_eq!(found.len(), Bug::MACHINE.len());
+}
+
+/// The README's table of planted bugs between its markers: what this test measured, written by
+/// it under `HOOKLOOP_BLESS=1`, and otherwise required unchanged, so the figures cannot drift.
+fn readme_table_is(found: &[Found]) {
+    const BEGIN: &str =
+        "<!-- planted table: written by `HOOKLOOP_BLESS=1 cargo test --test planted` -->\n";
+    const END: &str = "<!-- planted table end -->";
+    let mut table = String::from(
+        "| bug | the invariant that fails | family | found at (facts, states before) |\n\
+         |---|---|---|---|\n",
+    );
+    for one in found {
+        let c = &one.counterexample;
+        table.push_str(&format!(
+            "| `{:?}` | {} | `{}` | {}{}, {} |\n",
+            one.bug,
+            c.violation.rule.replace('|', "\\|"),
+            one.family,
+            c.facts.len(),
+            if one.shown.len() > c.facts.len() {
+                " (+ a prompt to show it)"
+            } else {
+                ""
+            },
+            one.states,
+        ));
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md is readable");
+    let start = readme
+        .find(BEGIN)
+        .expect("the README has the planted table's marker")
+        + BEGIN.len();
+    let end = start
+        + readme[start..]
+            .find(END)
+            .expect("the README has the table's end marker");
+    if readme[start..end] == table {
+        return;
+    }
+    if std::env::var_os("HOOKLOOP_BLESS").is_some() {
+        let written = format!("{}{table}{}", &readme[..start], &readme[end..]);
+        std::fs::write(&path, written).expect("README.md is writable");
+        return;
+    }
+    panic!(
+        "the README's planted table drifted from what the test measured; \
+         HOOKLOOP_BLESS=1 cargo test --test planted writes it:\n{table}"
+    );
 }

@@ -261,3 +261,44 @@ fn a_recorded_subagent_replays_and_runs_against_live_tools_without_asking_for_ag
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(text(&out.stdout).contains("0 answer(s) drifted"), "{out:?}");
 }
+
+#[test]
+fn an_old_file_named_by_record_or_html_is_made_mode_0600_before_it_is_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let provider = FakeProvider::start(|_| Reply::text("The answer is 42."));
+    let dir = tempdir("old-mode");
+    let record = dir.join("run.jsonl");
+    let page = dir.join("run.html");
+    for old in [&record, &page] {
+        std::fs::write(old, "left from before\n").unwrap();
+        std::fs::set_permissions(old, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let mut command = hookloop(&["run", "--record", record.to_str().unwrap(), "my plan"]);
+    command
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        std::fs::read_to_string(&record)
+            .unwrap()
+            .contains("my plan")
+    );
+    assert_eq!(mode(&record), 0o600);
+
+    let out = hookloop(&[
+        "transcript",
+        "show",
+        "--html",
+        page.to_str().unwrap(),
+        record.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(std::fs::read_to_string(&page).unwrap().contains("my plan"));
+    assert_eq!(mode(&page), 0o600);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

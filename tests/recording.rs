@@ -308,7 +308,7 @@ fn another_format_version_is_refused_by_number() {
     let path = dir.join("v0.jsonl");
     let text = golden("stop_budget_zero_never_calls_stop")
         .to_jsonl()
-        .replacen("\"version\":2", "\"version\":0", 1);
+        .replacen("\"version\":3", "\"version\":0", 1);
     std::fs::write(&path, text).unwrap();
     let error = replay(&path).unwrap_err();
     assert!(matches!(

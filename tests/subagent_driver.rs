@@ -10,11 +10,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hookloop::llm::LlmError;
 use hookloop::machine::{
     AgentId, CallId, Effect, FinishReason, Input, LlmReply, LlmRequest, Message, StopReason,
     Subagents, ToolCall,
 };
+use hookloop::ports::LlmError;
 use hookloop::{Config, HookServers, LlmClient, Observer, PromptStop, Session};
 use serde_json::{Value, json};
 

@@ -264,11 +264,12 @@ fn a_clean_life_ends_the_streak() {
         clean_lives > 0
     })
     .unwrap_or_else(|failure| panic!("{failure}"));
-    // Measured: 227 of 256 cases end a clean life (lives up to 200 s against a healthy mark
-    // up to 120 s, half of them answering); a generator that stopped reaching it would leave
-    // the property unchecked, so at least half must.
+    // Measured over 30 runs: 128 to 163 of 256 cases end a clean life (lives up to 200 s
+    // against a healthy mark up to 120 s, half of them answering). A generator that stopped
+    // reaching it would leave the property unchecked, so at least a quarter must: half, as
+    // this said before, failed one run in thirty.
     assert!(
-        reached * 2 >= cases,
+        reached * 4 >= cases,
         "only {reached} of {cases} cases ended a clean life"
     );
 }

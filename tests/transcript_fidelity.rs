@@ -154,7 +154,7 @@ fn a_version_1_golden_is_refused_naming_both_versions() {
             .join("tests/transcripts/stop_objection_is_injected.jsonl"),
     )
     .unwrap()
-    .replacen(r#""version":2"#, r#""version":1"#, 1);
+    .replacen(r#""version":3"#, r#""version":1"#, 1);
     let error = Transcript::parse(&text).unwrap_err();
     assert!(
         matches!(error, TranscriptError::UnsupportedVersion { found: 1 }),
@@ -162,7 +162,7 @@ fn a_version_1_golden_is_refused_naming_both_versions() {
     );
     let message = error.to_string();
     assert!(
-        message.contains("version 1") && message.contains("version 2"),
+        message.contains("version 1") && message.contains("versions 2 to 3"),
         "{message}"
     );
 }

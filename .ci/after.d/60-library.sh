@@ -39,6 +39,7 @@ features() {
     "--no-default-features --features testing" \
     "--no-default-features --features providers" \
     "--no-default-features --features mcp" \
+    "--no-default-features --features command-hooks" \
     "--no-default-features --features acp" \
     "--no-default-features --features html" \
     "--no-default-features --features junit" \

@@ -75,6 +75,7 @@ fuzz_target!(|s: Session| {
         media: Default::default(),
         ask_permission: s.ask,
         subagents: None,
+        hook_details: false,
     };
     let catalog = Catalog {
         servers: servers

@@ -19,10 +19,9 @@ use tokio::sync::mpsc;
 use super::lines::Outflow;
 use super::translate::{thought, tool_kind};
 use super::{code, error};
-use crate::driver::{CancelHandle, Observer, PromptStop, Session, SessionError};
-use crate::llm::LlmClient;
+use crate::driver::{CancelHandle, PromptStop, Session, SessionError};
 use crate::machine::{Effect, Input, Purpose};
-use crate::mcp::ToolHost;
+use crate::ports::{LlmClient, Observer, ToolHost};
 use crate::text::lock;
 use crate::transcript::Recorder;
 

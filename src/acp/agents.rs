@@ -21,8 +21,8 @@ use agent_client_protocol::v1::schema::{
 use serde_json::{Value, json};
 
 use crate::Observer;
-use crate::llm::Delta;
 use crate::machine::{AGENT_TOOL, AgentId};
+use crate::ports::Delta;
 use crate::progress::{Event, ProgressObserver};
 use crate::text::{Cut, cut, one_line};
 use crate::transcript::{Event as Recorded, Record};

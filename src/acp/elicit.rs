@@ -13,7 +13,7 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::Value;
 
-use crate::mcp::{Answer, ElicitAnswer, Elicitation, ElicitationMode, Person};
+use crate::ports::{Answer, ElicitAnswer, Elicitation, ElicitationMode, Person};
 
 /// The client of one session, as the person its servers' questions go to.
 pub(super) struct ClientPerson {

@@ -123,19 +123,37 @@ fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
 /// Finds the top-level `"id"` of a JSON-RPC object from its first bytes: a number or a short
 /// string. Anything else (not found, nested, cut off) is `None`.
 pub fn sniff_id(prefix: &[u8]) -> Option<Value> {
+    let end = find_top_level_key(prefix, |name| name == b"id")?;
+    let colon = end + 1 + prefix[end + 1..].iter().position(|&b| b == b':')?;
+    id_value(&prefix[colon + 1..])
+}
+
+/// Which of `keys` comes first among the top-level keys of the JSON object `bytes` begins,
+/// if any does; the scan stops there.
+pub fn first_top_level_key<'k>(bytes: &[u8], keys: &[&'k [u8]]) -> Option<&'k [u8]> {
+    let mut found = None;
+    find_top_level_key(bytes, |name| {
+        found = keys.iter().find(|k| **k == name).copied();
+        found.is_some()
+    })?;
+    found
+}
+
+/// The index of the quote closing the first top-level key of the object `bytes` begins that
+/// `wanted` takes; the scan stops there.
+fn find_top_level_key(bytes: &[u8], mut wanted: impl FnMut(&[u8]) -> bool) -> Option<usize> {
     let mut depth = 0u32;
     let mut i = 0;
-    while i < prefix.len() {
-        match prefix[i] {
+    while i < bytes.len() {
+        match bytes[i] {
             b'{' | b'[' => depth += 1,
             b'}' | b']' => depth = depth.saturating_sub(1),
             b'"' => {
-                let end = string_end(prefix, i)?;
+                let end = string_end(bytes, i)?;
                 let is_key = depth == 1
-                    && prefix[end + 1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
-                if is_key && &prefix[i + 1..end] == b"id" {
-                    let colon = end + 1 + prefix[end + 1..].iter().position(|&b| b == b':')?;
-                    return id_value(&prefix[colon + 1..]);
+                    && bytes[end + 1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
+                if is_key && wanted(&bytes[i + 1..end]) {
+                    return Some(end);
                 }
                 i = end;
             }

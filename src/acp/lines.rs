@@ -1,6 +1,15 @@
 //! The connection's lines: frames in for the protocol crate (oversized or non-UTF-8 ones
 //! answered here), frames out in batches, the session updates the agent encodes itself, and the
-//! count that holds sessions back while a client does not read.
+//! counts that hold sessions, and the reading of frames, back while a client does not read.
+//!
+//! # Replies a client does not read
+//!
+//! The protocol crate queues its replies without a bound before they reach the writer, and
+//! answers every request it is handed (a malformed one with an error). So the reader counts the
+//! frames it hands the crate that the crate answers, and the writer's side counts the replies
+//! that reach it; while the difference is at its cap, no further frame is read. A client that
+//! sends requests and never reads its replies then fills the pipe to the agent instead of the
+//! agent's memory, and one that reads again is served where it stopped.
 //!
 //! # Session updates
 //!
@@ -19,7 +28,7 @@ use std::task::{Context, Poll, Waker};
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::SessionNotification;
-use agent_client_protocol::{Client, UntypedMessage};
+use agent_client_protocol::{Client, RawJsonRpcMessage, TransportFrame, UntypedMessage};
 use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -46,6 +55,13 @@ pub(super) struct Outflow {
     waiters: Mutex<Vec<Waker>>,
     /// Session update frames encoded here, waiting for their stand-ins to reach the writer.
     encoded: Mutex<Encoded>,
+    /// Frames handed to the protocol crate that it answers, less the replies that reached the
+    /// writer's channel: the replies the crate holds (or will) plus the requests still running.
+    owed: AtomicUsize,
+    /// The most `owed` may reach before the reader waits.
+    owed_cap: usize,
+    /// The reader, when it waits for `owed` to fall.
+    reader: Mutex<Option<Waker>>,
 }
 
 /// Frames whose stand-ins are on their way through the protocol crate, oldest first.
@@ -77,13 +93,56 @@ struct StandInParams {
 const MAX_STAND_IN: usize = 128;
 
 impl Outflow {
-    pub(super) fn new(cap: usize) -> Self {
+    /// At most `cap` session updates unwritten, and `owed_cap` answers owed before the reader
+    /// waits.
+    pub(super) fn new(cap: usize, owed_cap: usize) -> Self {
         Self {
             queued: AtomicUsize::new(0),
             cap: cap.max(1),
             closed: AtomicBool::new(false),
             waiters: Mutex::new(Vec::new()),
             encoded: Mutex::new(Encoded::default()),
+            owed: AtomicUsize::new(0),
+            owed_cap: owed_cap.max(1),
+            reader: Mutex::new(None),
+        }
+    }
+
+    /// A frame went to the protocol crate; counts it when the crate will answer it.
+    fn handed(&self, line: &str) {
+        if crate_answers(line) {
+            self.owed.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A reply from the protocol crate reached the writer's channel: one answer fewer owed
+    /// (never below zero).
+    pub(super) fn answered(&self) {
+        let _ = self
+            .owed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if !self.owing_too_much()
+            && let Some(reader) = lock(&self.reader).take()
+        {
+            reader.wake();
+        }
+    }
+
+    fn owing_too_much(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && self.owed.load(Ordering::Acquire) >= self.owed_cap
+    }
+
+    /// Ready when the reader may read the next frame.
+    fn poll_read_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.owing_too_much() {
+            return Poll::Ready(());
+        }
+        *lock(&self.reader) = Some(cx.waker().clone());
+        // A reply may have passed between the check and the registration.
+        if self.owing_too_much() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
         }
     }
 
@@ -148,10 +207,13 @@ impl Outflow {
         }
     }
 
-    /// The writer is gone; stop holding sessions back.
+    /// The writer is gone; stop holding sessions and the reader back.
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.wake_all();
+        if let Some(reader) = lock(&self.reader).take() {
+            reader.wake();
+        }
     }
 
     pub(super) fn full(&self) -> bool {
@@ -211,17 +273,53 @@ fn stand_in_number(line: &str) -> Option<u64> {
     (stand_in.method == STAND_IN).then_some(stand_in.params.n)
 }
 
+/// Whether the protocol crate answers `line`: a request does, and so does a malformed frame
+/// unless it is shaped as a response (the crate's own rules, from its own parser).
+fn crate_answers(line: &str) -> bool {
+    match TransportFrame::parse_json(line) {
+        TransportFrame::Single(RawJsonRpcMessage::Request(_)) => true,
+        TransportFrame::Single(
+            RawJsonRpcMessage::Notification(_) | RawJsonRpcMessage::Response(_),
+        ) => false,
+        TransportFrame::Malformed { raw, .. } => {
+            !serde_json::from_str::<Value>(&raw).is_ok_and(|value| {
+                value.as_object().is_some_and(|object| {
+                    !object.contains_key("method")
+                        && (object.contains_key("result") || object.contains_key("error"))
+                })
+            })
+        }
+        // A kind of frame this version does not know: counted, so it cannot be a way past the
+        // cap.
+        _ => true,
+    }
+}
+
+/// Whether a frame the protocol crate writes is a reply: it has no top-level `method` (a
+/// request or a notification has one). Found from the keys before its `result` or `error`,
+/// so a long reply costs no more than a short one.
+pub(super) fn is_reply(line: &str) -> bool {
+    const KEYS: [&[u8]; 3] = [b"method", b"result", b"error"];
+    super::frame::first_top_level_key(line.as_bytes(), &KEYS).is_some_and(|key| key != KEYS[0])
+}
+
 /// The incoming side: frames as lines for the protocol crate, oversized frames answered here.
+/// No frame is read while the crate owes the cap of answers (see the module docs).
 pub(super) fn incoming_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
     reader: FrameReader<R>,
     out: mpsc::Sender<String>,
     eof: oneshot::Sender<std::io::Result<()>>,
+    outflow: Arc<Outflow>,
 ) -> impl futures_util::Stream<Item = std::io::Result<String>> + Send + 'static {
     futures_util::stream::unfold(
-        (reader, out, Some(eof)),
-        async |(mut reader, out, mut eof)| loop {
+        (reader, out, Some(eof), outflow),
+        async |(mut reader, out, mut eof, outflow)| loop {
+            std::future::poll_fn(|cx| outflow.poll_read_room(cx)).await;
             match reader.next_frame().await {
-                Ok(Some(Frame::Line(line))) => return Some((Ok(line), (reader, out, eof))),
+                Ok(Some(Frame::Line(line))) => {
+                    outflow.handed(&line);
+                    return Some((Ok(line), (reader, out, eof, outflow)));
+                }
                 Ok(Some(Frame::Oversized { id, len })) => {
                     tracing::warn!(len, ?id, "refused an oversized frame");
                     let message = format!(
@@ -375,7 +473,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_stand_in_is_written_as_its_frame_in_the_order_of_the_lines() {
-        let outflow = Arc::new(Outflow::new(8));
+        let outflow = Arc::new(Outflow::new(8, 8));
         for frame in ["first", "second"] {
             outflow
                 .enqueue(frame.to_owned(), |_| Ok::<_, ()>(()))
@@ -397,7 +495,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_frame_whose_stand_in_the_crate_dropped_is_not_written() {
-        let outflow = Arc::new(Outflow::new(8));
+        let outflow = Arc::new(Outflow::new(8, 8));
         for frame in ["refused", "kept"] {
             outflow
                 .enqueue(frame.to_owned(), |_| Ok::<_, ()>(()))
@@ -410,7 +508,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_hand_off_queues_no_frame_and_takes_no_number() {
-        let outflow = Arc::new(Outflow::new(8));
+        let outflow = Arc::new(Outflow::new(8, 8));
         assert!(outflow.enqueue("lost".to_owned(), |_| Err(())).is_err());
         outflow
             .enqueue("sent".to_owned(), |n| {
@@ -423,7 +521,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_frame_that_only_mentions_the_stand_in_method_is_written_as_it_is() {
-        let outflow = Arc::new(Outflow::new(8));
+        let outflow = Arc::new(Outflow::new(8, 8));
         let reply = json!({"jsonrpc": "2.0", "id": 3, "result": {"text": stand_in(0)}}).to_string();
         let other =
             json!({"jsonrpc": "2.0", "method": "_other", "params": {"m": STAND_IN}}).to_string();

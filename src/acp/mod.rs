@@ -43,6 +43,8 @@ mod lines;
 pub mod output;
 pub mod permission;
 pub mod records;
+#[cfg(feature = "mcp")]
+mod servers;
 mod sessions;
 mod spec;
 mod translate;
@@ -73,13 +75,15 @@ use self::frame::FrameReader;
 use self::lines::{Outflow, incoming_lines, write_lines};
 pub use self::output::Output;
 pub use self::permission::Permissions;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub use self::servers::ServerStart;
 use self::sessions::{AgentState, Reload};
-pub use self::spec::{ServerSpec, SessionSpec};
+pub use self::spec::{FailedServer, ServerSpec, SessionSpec};
 use crate::config::{ConfigError, env_lookup, parse_number};
 use crate::driver::Session;
-use crate::llm::LlmClient;
 use crate::machine::Machine;
-use crate::mcp::ToolHost;
+use crate::ports::{LlmClient, ToolHost};
 use crate::text::lock;
 use crate::transcript::Recorder;
 
@@ -115,12 +119,12 @@ pub trait SessionFactory: Send + Sync + 'static {
 
     /// Builds a session for `spec` that goes on from `machine`, a machine restored from a
     /// record (with [`Session::with_machine`]). The agent records it on in its record itself:
-    /// the factory adds no recorder.
+    /// the [`Created`]'s `record` is not used.
     fn restore(
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> impl Future<Output = Result<Session<Self::Llm, Self::Host>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Created<Self::Llm, Self::Host>, Self::Error>> + Send;
 
     /// The directory sessions are recorded in, if they are: what `session/list` lists and
     /// `session/load` and `session/resume` read.
@@ -137,6 +141,9 @@ pub struct Created<L, H> {
     /// if it is recorded. The file's stem becomes the session id; the recorder is checked after
     /// each prompt, so the client hears when the transcript could not be written whole.
     pub record: Option<(Recorder, PathBuf)>,
+    /// The servers the client listed that did not start: the session runs without them, and
+    /// the client is told, once, which and why.
+    pub failed: Vec<FailedServer>,
 }
 
 impl<L, H> Created<L, H> {
@@ -145,15 +152,23 @@ impl<L, H> Created<L, H> {
         Self {
             session,
             record: None,
+            failed: Vec::new(),
         }
     }
 
     /// A session recorded by `recorder` into `file` (what [`Session::record_in`] returns).
     pub fn recorded(session: Session<L, H>, recorder: Recorder, file: PathBuf) -> Self {
         Self {
-            session,
             record: Some((recorder, file)),
+            ..Self::new(session)
         }
+    }
+
+    /// The same session, which runs without these servers of the client's.
+    #[must_use]
+    pub fn without(mut self, failed: Vec<FailedServer>) -> Self {
+        self.failed = failed;
+        self
     }
 }
 
@@ -276,7 +291,13 @@ pub async fn serve<F: SessionFactory>(
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<(), AcpError> {
-    let outflow = Arc::new(Outflow::new(options.max_queued_frames));
+    // Answers owed: the replies a client that does not read may leave queued, beside the
+    // requests that run long (a prompt per session, a slot being opened per session), so that
+    // those alone never stop the reading.
+    let owed_cap = options
+        .max_queued_frames
+        .saturating_add(options.max_sessions.saturating_mul(2));
+    let outflow = Arc::new(Outflow::new(options.max_queued_frames, owed_cap));
     let (out_tx, out_rx) = mpsc::channel::<String>(options.max_queued_frames.max(1));
     let writer = tokio::spawn(write_lines(output, out_rx, Arc::clone(&outflow)));
 
@@ -285,12 +306,21 @@ pub async fn serve<F: SessionFactory>(
         FrameReader::new(BufReader::new(input), options.max_frame_bytes),
         out_tx.clone(),
         eof_tx,
+        Arc::clone(&outflow),
     );
-    let outgoing = futures_util::sink::unfold(out_tx, async |tx, line: String| {
-        tx.send(line)
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "output closed"))?;
-        Ok::<_, std::io::Error>(tx)
+    let passed = Arc::clone(&outflow);
+    let outgoing = futures_util::sink::unfold(out_tx, move |tx, line: String| {
+        let passed = Arc::clone(&passed);
+        async move {
+            let reply = lines::is_reply(&line);
+            tx.send(line).await.map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "output closed")
+            })?;
+            if reply {
+                passed.answered();
+            }
+            Ok::<_, std::io::Error>(tx)
+        }
     });
 
     let state = Arc::new(AgentState {

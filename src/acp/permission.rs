@@ -22,8 +22,8 @@ use agent_client_protocol::v1::schema::{
 use serde_json::json;
 
 use super::lock;
-use crate::driver::PermissionAsker;
 use crate::machine::{AgentId, PermissionDecision, ToolCall};
+use crate::ports::PermissionAsker;
 
 /// Whether the agent asks before destructive tools run (`HOOKLOOP_ACP_PERMISSIONS`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,25 +6,28 @@
 //! and its title (the first line of its first prompt). The session id a client sees is the
 //! transcript's file stem, so the id it was given by `session/new` is the one it loads by.
 //!
-//! A session is restored by replaying its transcript through the replay code
-//! ([`Replayer`]): the rebuilt machine has the recorded history, counters (the `_Stop` budget
-//! already spent stays spent), compactions and standing permission decisions, and any
-//! divergence refuses the load with the replay's own description of the first one.
+//! A session is restored by replaying its transcript ([`crate::transcript::restore`]): the
+//! rebuilt machine has the recorded history, counters (the `_Stop` budget already spent stays
+//! spent), compactions and standing permission decisions, and any divergence refuses the load
+//! with the replay's own description of the first one. A record a crash cut is closed as the
+//! transcript module says (the cut prompt interrupted, its calls answered), and goes on.
 //!
 //! A restored session is recorded on in the same file ([`Restored::record_on`]): the file is
 //! rewritten with the record up to the session's close, and what the session does next
 //! follows, its times after the record's, so the whole replays as one session and can be
 //! loaded again.
+//!
+//! One process at a time holds a session: [`lock`] takes an exclusive `flock` on
+//! `<id>.jsonl.lock` beside the record, held while the session is open. The kernel lets go of
+//! it when the process ends, however it ends, so a killed agent's session loads at once.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{Input, Machine, Phase};
-use crate::transcript::{
-    Event, Header, Offset, Record, Recorder, Replayer, Transcript, TranscriptError,
-};
+use crate::transcript::RestoreError;
+pub use crate::transcript::Restored;
 
 /// The longest title kept, in characters.
 const TITLE_CHARS: usize = 120;
@@ -39,6 +42,8 @@ pub struct RecordedSession {
     pub cwd: PathBuf,
     /// The first line of its first prompt, if it had one.
     pub title: Option<String>,
+    /// A process holds it open now (this one or another): a load would be refused.
+    pub open: bool,
 }
 
 /// The side file's contents.
@@ -64,26 +69,69 @@ pub enum LoadError {
         /// The folder searched.
         dir: PathBuf,
     },
-    /// The transcript could not be read.
+    /// The transcript cannot be read or does not replay.
     #[error("{0}")]
-    Transcript(#[from] crate::transcript::TranscriptError),
-    /// The transcript's last line was cut short: what it lost cannot be replayed.
-    #[error("the record was cut short at line {line}; it cannot be continued")]
-    Truncated {
-        /// The line cut short.
-        line: usize,
+    Restore(#[from] RestoreError),
+    /// Another process (another agent on the same record directory) has the session open.
+    #[error("the session is open in another process; close it there first")]
+    OpenElsewhere,
+    /// The session's lock file could not be opened or locked.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
     },
-    /// The transcript does not replay cleanly.
-    #[error("the record does not replay: {0}")]
-    Diverged(String),
-    /// The record stops in the middle of a prompt (the agent died during it).
-    #[error("the record stops in the middle of a prompt (the machine was {0})")]
-    MidPrompt(Phase),
 }
 
 /// The side file of the transcript at `record`.
 fn side_path(record: &Path) -> PathBuf {
     record.with_extension("session.json")
+}
+
+/// The lock file of the transcript at `record`.
+fn lock_path(record: &Path) -> PathBuf {
+    record.with_extension("jsonl.lock")
+}
+
+/// An exclusive hold on one recorded session, for as long as it lives.
+#[derive(Debug)]
+pub struct SessionLock {
+    _file: File,
+}
+
+/// Takes the session of the transcript at `record` for this process: refused with
+/// [`LoadError::OpenElsewhere`] while another open file holds it (another process, or this
+/// one's other session of the same id). Never waits.
+pub fn lock(record: &Path) -> Result<SessionLock, LoadError> {
+    let path = lock_path(record);
+    let lock_error = |source| LoadError::Lock {
+        path: path.clone(),
+        source,
+    };
+    let file = crate::private::write_options()
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(lock_error)?;
+    match crate::private::try_lock(&file) {
+        Ok(true) => Ok(SessionLock { _file: file }),
+        Ok(false) => Err(LoadError::OpenElsewhere),
+        Err(e) => Err(lock_error(e)),
+    }
+}
+
+/// Whether a process holds the session of the transcript at `record`: its lock file exists
+/// and cannot be taken. The test takes the lock and lets go of it at once.
+fn is_open(record: &Path) -> bool {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .open(lock_path(record))
+    else {
+        return false;
+    };
+    matches!(crate::private::try_lock(&file), Ok(false))
 }
 
 /// Writes the side file of the transcript at `record`.
@@ -111,7 +159,8 @@ pub fn title_of(prompt: &str) -> String {
 }
 
 /// The recorded sessions of `dir` that have a side file, newest first (file names start with
-/// the recording's start time), those in `cwd` only when it is given.
+/// the recording's start time), those in `cwd` only when it is given. The originals kept
+/// beside a record a crash cut (`<id>.jsonl.crashed-<n>`) and lock files are not sessions.
 pub fn list(dir: &Path, cwd: Option<&Path>) -> std::io::Result<Vec<RecordedSession>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -140,6 +189,7 @@ pub fn list(dir: &Path, cwd: Option<&Path>) -> std::io::Result<Vec<RecordedSessi
             id: id.to_owned(),
             cwd: side.cwd,
             title: side.title,
+            open: is_open(&path),
         });
     }
     found.sort_by(|a, b| b.id.cmp(&a.id));
@@ -166,101 +216,17 @@ pub fn find(dir: &Path, id: &str) -> Result<PathBuf, LoadError> {
 }
 
 /// Rebuilds the machine of the session recorded at `path` by replaying its records up to the
-/// session's end (its `closed` fact, if it has one: a closed machine takes no more prompts).
+/// session's end, a prompt a crash cut closed as interrupted.
 pub fn restore(path: &Path) -> Result<Restored, LoadError> {
-    let transcript = Transcript::read(path)?;
-    if let Some(cut) = &transcript.truncated {
-        return Err(LoadError::Truncated { line: cut.line });
-    }
-    let mut replayer = Replayer::new(&transcript.header);
-    let mut kept = transcript.records.len();
-    for (index, record) in transcript.records.iter().enumerate() {
-        if matches!(record.event, Event::Fact(Input::Closed)) {
-            kept = index;
-            break;
-        }
-        if let Err(mut divergence) = replayer.step(record) {
-            divergence.index = index;
-            divergence.line = transcript.line_of(index);
-            return Err(LoadError::Diverged(divergence.to_string()));
-        }
-    }
-    let mut machine = replayer.into_machine();
-    let phase = machine.phase();
-    if phase != Phase::Idle {
-        return Err(LoadError::MidPrompt(phase));
-    }
-    if let Some(order) = machine.poll_effect() {
-        return Err(LoadError::Diverged(format!(
-            "the record ends before the machine's order {order:?}"
-        )));
-    }
-    let Transcript {
-        header,
-        mut records,
-        ..
-    } = transcript;
-    records.truncate(kept);
-    Ok(Restored {
-        machine,
-        header,
-        records,
-    })
-}
-
-/// A recorded session, replayed up to its close.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Restored {
-    /// The machine that goes on from the record.
-    pub machine: Machine,
-    header: Header,
-    /// The records before the session's close: what a session that goes on is recorded after.
-    records: Vec<Record>,
-}
-
-impl Restored {
-    /// The records before the session's close, its subagents' lanes among them.
-    pub fn records(&self) -> &[Record] {
-        &self.records
-    }
-
-    /// Starts recording the session that goes on from this record, in the file at `path`: the
-    /// file is rewritten (through a new file renamed over it, so a failure leaves the old one
-    /// whole) with the header and the records before the close, and the recorder returned
-    /// takes what comes next. Add `observer` to the session; keep the recorder to check it.
-    pub fn record_on(
-        &self,
-        path: &Path,
-    ) -> Result<(Recorder, impl crate::Observer + use<>), TranscriptError> {
-        let fresh = path.with_extension("jsonl.reloading");
-        let recorder = Recorder::create(&fresh, &self.header)?;
-        for record in &self.records {
-            recorder.write_record(record);
-        }
-        let renamed = recorder.check().and_then(|()| {
-            std::fs::rename(&fresh, path).map_err(|source| TranscriptError::Write {
-                target: path.display().to_string(),
-                source,
-            })
-        });
-        if let Err(e) = renamed {
-            let _ = std::fs::remove_file(&fresh);
-            return Err(e);
-        }
-        let by = Duration::from_millis(self.records.last().map_or(0, |r| r.at_ms));
-        let observer = Offset {
-            inner: recorder.clone(),
-            by,
-        };
-        Ok((recorder, observer))
-    }
+    Ok(crate::transcript::restore(path)?)
 }
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
+    use crate::machine::Phase;
     use crate::testing::{HookStep, InProcessHost, ScriptedLlm, Step};
+    use crate::transcript::Transcript;
     use crate::{Config, Hook, HookServers, Session};
 
     fn scratch(tag: &str) -> PathBuf {
@@ -333,7 +299,8 @@ mod tests {
         record(&path).await;
         let before = Transcript::read(&path).unwrap();
         let restored = restore(&path).unwrap();
-        let (recorder, observer) = restored.record_on(&path).unwrap();
+        let (recorder, observer, kept) = restored.record_on(&path).unwrap();
+        assert_eq!(kept, None, "a whole record is not kept twice");
         let config = Config::builder()
             .hook_servers(HookServers::All)
             .stop_max_rejections(3)
@@ -363,7 +330,12 @@ mod tests {
             .collect();
         assert_eq!(prompts, ["go", "again"]);
         assert_eq!(machine.counters().objections, 1);
-        assert!(!dir.join("1-1-1.jsonl.reloading").exists());
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.contains("reloading"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -378,7 +350,10 @@ mod tests {
         lines.remove(1);
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
         let err = restore(&path).unwrap_err();
-        assert!(matches!(err, LoadError::Diverged(_)), "{err}");
+        assert!(
+            matches!(err, LoadError::Restore(RestoreError::Diverged(_))),
+            "{err}"
+        );
         let message = err.to_string();
         assert!(message.contains("replay diverged at record"), "{message}");
         assert!(message.contains("(line "), "{message}");

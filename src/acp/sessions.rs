@@ -25,7 +25,7 @@ use super::translate::{Translator, history_updates};
 use super::{AgentOptions, Created, SHUTDOWN_MARGIN, SessionFactory, code, error, respond_error};
 use crate::driver::{CancelHandle, Session};
 use crate::machine::Purpose;
-use crate::mcp::ToolHost;
+use crate::ports::ToolHost;
 use crate::progress::ProgressObserver;
 use crate::text::lock;
 use crate::transcript::{RecordDir, Recorder};
@@ -68,6 +68,8 @@ pub(super) struct Recorded {
     pub(super) cwd: PathBuf,
     /// Its first prompt has given the session its title.
     pub(super) titled: AtomicBool,
+    /// This process's hold on the session, while it is open: no other process loads it.
+    pub(super) _lock: Option<records::SessionLock>,
 }
 
 impl Recorded {
@@ -188,7 +190,11 @@ impl<F: SessionFactory> AgentState<F> {
             }
         };
         let cwd = spec.cwd.clone();
-        let Created { session, record } = match self.factory.create(spec).await {
+        let Created {
+            session,
+            record,
+            failed,
+        } = match self.factory.create(spec).await {
             Ok(created) => created,
             Err(e) => {
                 self.release_slot();
@@ -206,7 +212,10 @@ impl<F: SessionFactory> AgentState<F> {
             if let Err(e) = records::write_side_file(&path, &cwd, None) {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the session's side file; it will not be listed");
             }
-            Some((id, Recorded { path, cwd, titled: AtomicBool::new(false) }))
+            let lock = records::lock(&path)
+                .inspect_err(|e| tracing::warn!(path = %path.display(), error = %e, "cannot lock the new session's record"))
+                .ok();
+            Some((id, Recorded { path, cwd, titled: AtomicBool::new(false), _lock: lock }))
         });
         let (id, recorded) = match recorded {
             Some((id, recorded)) => (SessionId::new(id), Some(recorded)),
@@ -218,11 +227,13 @@ impl<F: SessionFactory> AgentState<F> {
                 None,
             ),
         };
-        self.install(session, id.clone(), cx, recorded, recorder);
+        self.install(session, id.clone(), cx.clone(), recorded, recorder);
         tracing::info!(session = %id, "session started");
-        if let Err(e) = responder.respond(NewSessionResponse::new(id)) {
+        if let Err(e) = responder.respond(NewSessionResponse::new(id.clone())) {
             tracing::warn!(error = %e, "could not answer session/new");
         }
+        // After the answer, so the client knows the session the update is about.
+        self.tell_failed(&id, &cx, &failed);
     }
 
     /// `session/load` (with `history`: the conversation is sent back first) and
@@ -255,23 +266,62 @@ impl<F: SessionFactory> AgentState<F> {
             )
         };
         let path = records::find(dir, &id.0).map_err(load_error)?;
-        let restored = records::restore(&path).map_err(load_error)?;
-        let conversation =
-            history.then(|| history_updates(restored.machine.history(), restored.records()));
-        // Recorded on in its own file, so what happens now is there for the next load.
-        let (recorder, observer) = restored.record_on(&path).map_err(|e| {
+        // Held from before the record is read until the session closes: another process that
+        // loads it meanwhile is refused, and never rewrites it under this one.
+        let session_lock = records::lock(&path).map_err(load_error)?;
+        // Reading, replaying and rewriting a record takes time in proportion to its size: off
+        // the runtime's threads, so the other sessions go on meanwhile.
+        let loaded = tokio::task::spawn_blocking({
+            let (path, id) = (path.clone(), id.clone());
+            move || {
+                let restored = records::restore(&path).map_err(|e| {
+                    error(
+                        code::INVALID_PARAMS,
+                        format!("cannot load session {id}: {e}"),
+                    )
+                })?;
+                let conversation = history
+                    .then(|| history_updates(restored.machine.history(), restored.records()));
+                // Recorded on in its own file, so what happens now is there for the next load.
+                let recording = restored.record_on(&path).map_err(|e| {
+                    error(
+                        code::INTERNAL_ERROR,
+                        format!("cannot record session {id} on: {e}"),
+                    )
+                })?;
+                Ok::<_, agent_client_protocol::Error>((restored, conversation, recording))
+            }
+        })
+        .await
+        .map_err(|e| {
             error(
                 code::INTERNAL_ERROR,
-                format!("cannot record session {id} on: {e}"),
+                format!("loading session {id} failed: {e}"),
             )
         })?;
+        let (restored, conversation, (recorder, observer, kept)) = loaded?;
+        let interrupted = restored.interruption().map(|cut| {
+            let kept = kept.as_deref().map_or(String::new(), |kept| {
+                format!(
+                    " The record as the crash left it is kept as {}.",
+                    kept.display()
+                )
+            });
+            tracing::warn!(session = %id, %cut, "a record cut by a crash was closed");
+            format!("{cut}.{kept}")
+        });
         let recorded = Recorded {
             path,
             cwd: spec.cwd.clone(),
             // The side file keeps the title the first prompt gave it.
             titled: AtomicBool::new(true),
+            _lock: Some(session_lock),
         };
-        let mut session = self
+        let Created {
+            mut session,
+            failed,
+            ..
+        } = self
             .factory
             .restore(spec, restored.machine)
             .await
@@ -291,6 +341,15 @@ impl<F: SessionFactory> AgentState<F> {
                 notifier.send(update);
             }
         }
+        if let Some(cut) = interrupted {
+            let notifier = Notifier {
+                id: id.clone(),
+                cx: cx.clone(),
+                outflow: Arc::clone(&self.outflow),
+            };
+            notifier.send(self.warning("The session was restored after the agent stopped", &cut));
+        }
+        self.tell_failed(&id, &cx, &failed);
         session.add_observer(observer);
         // The record replayed under the setting it was made with; from here on the agent's
         // current one applies, and the change goes into the record for the next load.
@@ -340,8 +399,63 @@ impl<F: SessionFactory> AgentState<F> {
         })?;
         Ok(found
             .into_iter()
-            .map(|r| SessionInfo::new(r.id, r.cwd).title(r.title))
+            .map(|r| {
+                let info = SessionInfo::new(r.id, r.cwd).title(r.title);
+                if r.open {
+                    info.meta(
+                        serde_json::json!({"hookloop/open": true})
+                            .as_object()
+                            .cloned(),
+                    )
+                } else {
+                    info
+                }
+            })
             .collect())
+    }
+
+    /// Tells the client, once, which of the session's servers did not start and why.
+    fn tell_failed(
+        &self,
+        id: &SessionId,
+        cx: &ConnectionTo<Client>,
+        failed: &[super::FailedServer],
+    ) {
+        if failed.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = failed.iter().map(|f| f.server.as_str()).collect();
+        let why: Vec<String> = failed
+            .iter()
+            .map(|f| format!("{}: {}", f.server, f.why))
+            .collect();
+        let title = format!(
+            "MCP server(s) did not start: {}; the session runs without them",
+            names.join(", ")
+        );
+        let notifier = Notifier {
+            id: id.clone(),
+            cx: cx.clone(),
+            outflow: Arc::clone(&self.outflow),
+        };
+        notifier.send(self.warning(&title, &why.join("\n")));
+    }
+
+    /// Something the person should know about their session, once: a `notice` (warning) for
+    /// a client that takes notices, an `agent_thought_chunk` otherwise.
+    pub(super) fn warning(
+        &self,
+        title: &str,
+        detail: &str,
+    ) -> agent_client_protocol::v1::schema::SessionUpdate {
+        use agent_client_protocol::v1::schema::{Notice, NoticeSeverity, SessionUpdate};
+        if self.notices.load(Ordering::Acquire) {
+            SessionUpdate::Notice(
+                Notice::new(NoticeSeverity::Warning, title).description(detail.to_owned()),
+            )
+        } else {
+            super::translate::thought(&format!("{title}: {detail}"))
+        }
     }
 
     /// Watches `session` for the client and starts its actor.
@@ -416,7 +530,10 @@ impl<F: SessionFactory> AgentState<F> {
             }),
         );
         let window = session.machine().policy().max_context_tokens;
-        let grace = Duration::from_millis(session.machine().policy().hook_timeout_ms)
+        let grace = session
+            .machine()
+            .policy()
+            .hook_timeout()
             .saturating_add(SHUTDOWN_MARGIN);
         let watcher = recorder.map(|recorder| RecordWatcher {
             recorder,

@@ -111,6 +111,26 @@ impl ServerSpec {
     }
 }
 
+/// A server of the session that did not start, and why, to tell the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailedServer {
+    /// The server's name, as the client gave it.
+    pub server: ServerName,
+    /// Why it did not start, said plainly.
+    pub why: String,
+}
+
+impl FailedServer {
+    /// A server that did not start, for `why`.
+    pub fn new(server: ServerName, why: impl Into<String>) -> Self {
+        Self {
+            server,
+            why: why.into(),
+        }
+    }
+}
+
 /// The engine's view of a session's `cwd` and `mcpServers`, or what is wrong with them.
 pub(super) fn session_spec(
     cwd: PathBuf,

@@ -7,8 +7,8 @@ use super::spec::{prompt_text, session_spec};
 use super::translate::Translator;
 use super::*;
 use crate::hooks::{Hook, ServerName};
-use crate::llm::Delta;
 use crate::machine::SkipReason;
+use crate::ports::Delta;
 use crate::progress::Event;
 
 #[test]
@@ -271,17 +271,14 @@ mod wire {
             if sessions.is_empty() {
                 return Err("no more sessions".into());
             }
-            Ok(Created {
-                session: sessions.remove(0),
-                record: None,
-            })
+            Ok(Created::new(sessions.remove(0)))
         }
 
         async fn restore(
             &self,
             _spec: SessionSpec,
             _machine: Machine,
-        ) -> Result<Session<ScriptedLlm, InProcessHost>, String> {
+        ) -> Result<Created<ScriptedLlm, InProcessHost>, String> {
             Err("these tests record nothing".into())
         }
 

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::agents::Children;
 use crate::hooks::Hook;
-use crate::llm::Delta;
 use crate::machine::{AgentId, Message, SkipReason, ToolHints};
+use crate::ports::Delta;
 use crate::progress::Event;
 use crate::text::lock;
 use crate::transcript::Record;

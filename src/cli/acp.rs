@@ -4,8 +4,11 @@ use std::process::ExitCode;
 
 use std::path::Path;
 
-use hookloop::acp::{self, AgentOptions, Created, Permissions, SessionFactory, SessionSpec};
+use hookloop::acp::{
+    self, AgentOptions, Created, Permissions, ServerStart, SessionFactory, SessionSpec,
+};
 use hookloop::machine::Machine;
+use hookloop::mcp::command_hooks::{CommandHooks, SourceSpec};
 use hookloop::transcript::RecordDir;
 use hookloop::{Config, Session};
 
@@ -35,16 +38,37 @@ struct Factory {
     llm: wire::SharedLlm,
     /// Where each session's transcript goes (`HOOKLOOP_RECORD_DIR`), if anywhere.
     record_dir: Option<RecordDir>,
+    /// What a session does when one of its servers fails (`HOOKLOOP_ACP_SERVERS`).
+    start: ServerStart,
+    /// `HOOKLOOP_COMMAND_HOOKS`: read for each session, a relative path in its directory.
+    command_hooks: Vec<SourceSpec>,
 }
 
 impl Factory {
     fn from_env() -> Result<Self, Failure> {
+        let command_hooks = wire::command_hook_specs_from_env()?;
+        // What every session shares is checked before the first frame.
+        let shared: Vec<SourceSpec> = command_hooks
+            .iter()
+            .filter(|spec| spec.path().is_absolute())
+            .cloned()
+            .collect();
+        wire::load_command_hooks(&shared, Path::new("/"))?;
         Ok(Self {
             config: Config::from_env()?,
             llm: wire::model_from_env()?,
             record_dir: RecordDir::from_env()
                 .map_err(|e| Failure::usage(format!("{}: {e}", RecordDir::ENV_VAR)))?,
+            start: ServerStart::from_env()?,
+            command_hooks,
         })
+    }
+
+    /// The session's command hooks, read in its directory, and the configuration they need.
+    fn hooks_of(&self, spec: &SessionSpec) -> Result<(CommandHooks, Config), String> {
+        let hooks = wire::session_command_hooks(&self.command_hooks, &spec.cwd)?;
+        let config = wire::with_hook_details(self.config.clone(), &hooks).map_err(|f| f.message)?;
+        Ok((hooks, config))
     }
 }
 
@@ -54,14 +78,13 @@ impl SessionFactory for Factory {
     type Error = String;
 
     async fn create(&self, spec: SessionSpec) -> Result<Created<Self::Llm, Self::Host>, String> {
-        let config = self
-            .config
-            .clone()
+        let (hooks, config) = self.hooks_of(&spec)?;
+        let config = config
             .into_builder()
             .ask_permission(spec.permissions == Permissions::Ask)
             .build()
             .map_err(|e| e.to_string())?;
-        let host = wire::connect_spec(spec, &self.config)
+        let (host, failed) = wire::connect_spec(&spec, self.start, &config, hooks)
             .await
             .map_err(|f| f.message)?;
         let mut session = Session::new(config, self.llm.clone(), host);
@@ -71,9 +94,10 @@ impl SessionFactory for Factory {
                 .record_in(dir)
                 .map_err(|e| format!("cannot record the session: {e}"))?;
             tracing::info!(path = %path.display(), "recording the session");
+            session.host().set_transcript_path(Some(&path));
             record = Some((recorder, path));
         }
-        let mut created = Created::new(session);
+        let mut created = Created::new(session).without(failed);
         created.record = record;
         Ok(created)
     }
@@ -82,16 +106,14 @@ impl SessionFactory for Factory {
         &self,
         spec: SessionSpec,
         machine: Machine,
-    ) -> Result<Session<Self::Llm, Self::Host>, String> {
-        let host = wire::connect_spec(spec, &self.config)
+    ) -> Result<Created<Self::Llm, Self::Host>, String> {
+        // The restored machine keeps the policy it was recorded under.
+        let (hooks, config) = self.hooks_of(&spec)?;
+        let (host, failed) = wire::connect_spec(&spec, self.start, &config, hooks)
             .await
             .map_err(|f| f.message)?;
-        Ok(Session::with_machine(
-            self.config.clone(),
-            machine,
-            self.llm.clone(),
-            host,
-        ))
+        let session = Session::with_machine(config, machine, self.llm.clone(), host);
+        Ok(Created::new(session).without(failed))
     }
 
     fn record_dir(&self) -> Option<&Path> {

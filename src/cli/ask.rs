@@ -5,7 +5,8 @@
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
-use hookloop::mcp::{Answer, ElicitAnswer, Elicitation, ElicitationMode, Nobody, Person};
+use hookloop::mcp::Nobody;
+use hookloop::ports::{Answer, ElicitAnswer, Elicitation, ElicitationMode, Person};
 use hookloop::text::for_terminal;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};

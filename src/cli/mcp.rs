@@ -22,6 +22,21 @@ pub struct LoginClient {
     pub client_metadata_url: Option<String>,
 }
 
+/// `hookloop mcp proxy --name NAME -- COMMAND ARGS…`: relays a host to the server, its hooks
+/// hidden from the host and served on the private socket.
+pub async fn proxy(name: &str, command: &[String]) -> ExitCode {
+    if let Err(e) = hookloop::hooks::ServerName::new(name) {
+        return Failure::usage(format!("--name {name}: {e}")).report();
+    }
+    let Some((program, args)) = command.split_first() else {
+        return Failure::usage("mcp proxy needs the server's command after `--`").report();
+    };
+    match hookloop::bridge::proxy::run(name, program, args).await {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => Failure::failed(e).report(),
+    }
+}
+
 /// `hookloop mcp login <server>`: runs the authorization flow for one configured HTTP server
 /// (the URL printed, a browser opened when there is a display, the redirect awaited on a
 /// loopback address) and stores its tokens, replacing any earlier login.

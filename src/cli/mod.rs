@@ -27,6 +27,8 @@ Environment (an invalid value stops start-up with a message naming it, exit stat
   HOOKLOOP_STREAM                    0 = whole replies instead of streamed ones, default 1
   HOOKLOOP_LLM_IDLE_TIMEOUT_SECS     streamed: longest silence between two pieces, default 60
   MCP_HOOK_SERVERS                   servers whose hooks run: unset = none, * = all, or a,b
+  HOOKLOOP_COMMAND_HOOKS             command hooks of other hosts, [NAME=]PATH:...; acp reads
+                                     a relative PATH in each session's directory
   SPROUT_AGENT_HOOK_TIMEOUT_MS       per hook call, default 2500
   SPROUT_AGENT_STOP_MAX_REJECTIONS   _Stop objections per session, default 3 (0 = never ask)
   HOOKLOOP_MAX_ROUNDS                model requests per prompt, default 0 = unlimited
@@ -88,8 +90,10 @@ impl Failure {
     /// Prints the message, without control characters, and gives the exit status. A stderr that cannot be written loses
     /// the message, never the status (`eprintln!` would panic).
     pub fn report(self) -> ExitCode {
-        // A message may quote a peer (a server's error, an authorization server's refusal).
-        let message = hookloop::text::for_terminal(&self.message);
+        // A message may quote a peer (a server's error, an authorization server's refusal),
+        // and name a URL whose query or user info is a credential.
+        let message = hookloop::text::without_url_secrets(&self.message);
+        let message = hookloop::text::for_terminal(&message);
         let _ = writeln!(std::io::stderr(), "hookloop: {message}");
         ExitCode::from(self.code)
     }
@@ -169,15 +173,8 @@ pub async fn replay_live(
         let refused = hookloop::transcript::TranscriptError::ContentRedacted;
         return Failure::usage(format!("{}: {refused}", file.display())).report();
     }
-    let host = match wire::load_mcp_config(mcp_config) {
-        Ok(servers) => {
-            // The replayed machine asks the record's allowlist, as `run` asks its own.
-            wire::warn_unconfigured_hook_servers(&transcript.header.config.policy, &servers);
-            match wire::connect(servers).await {
-                Ok(host) => host,
-                Err(failure) => return failure.report(),
-            }
-        }
+    let host = match live_host(mcp_config, &transcript.header.config.policy).await {
+        Ok(host) => host,
         Err(failure) => return failure.report(),
     };
     let report = hookloop::transcript::replay_live(&transcript, &host).await;
@@ -261,8 +258,15 @@ struct LossyStderr;
 
 impl std::io::Write for LossyStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // One write is one formatted event. A URL in it (a dependency's message names one)
+        // keeps no query or user info: a presigned URL's signature is a credential.
+        let line = std::str::from_utf8(buf).map(hookloop::text::without_url_secrets);
+        let bytes = match &line {
+            Ok(line) => line.as_bytes(),
+            Err(_) => buf,
+        };
         // Whatever was not written is lost on purpose: claiming it all stops a retry loop.
-        let _ = std::io::stderr().write_all(buf);
+        let _ = std::io::stderr().write_all(bytes);
         Ok(buf.len())
     }
 
@@ -282,4 +286,18 @@ pub fn ignore_file_size_signal() {
     if unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) } == libc::SIG_ERR {
         tracing::debug!("could not ignore SIGXFSZ");
     }
+}
+
+/// The live servers of `--mcp-config` and the command hooks of `HOOKLOOP_COMMAND_HOOKS`, for a
+/// replay that goes on live; the replayed machine asks the record's allowlist, as `run` asks
+/// its own.
+pub(crate) async fn live_host(
+    mcp_config: Option<&std::path::Path>,
+    policy: &hookloop::Policy,
+) -> Result<wire::Host, Failure> {
+    let servers = wire::load_mcp_config(mcp_config)?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
+    let hooks = wire::load_command_hooks(&wire::command_hook_specs_from_env()?, &cwd)?;
+    wire::warn_unconfigured_hook_servers(policy, &servers, &hooks);
+    wire::connect(servers, hooks).await
 }

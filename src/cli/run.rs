@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use hookloop::llm::Delta;
 use hookloop::machine::AgentId;
+use hookloop::mcp::command_hooks::SourceSpec;
+use hookloop::ports::Delta;
 use hookloop::progress::{Event, ProgressObserver};
 use hookloop::text::for_terminal;
 use hookloop::transcript::{Recorder, TranscriptError};
@@ -16,15 +17,26 @@ use tokio::sync::mpsc;
 
 use super::{Failure, ask, exit, wire};
 
-/// Runs the command; every failure is reported here.
+/// Runs the command; every failure is reported here. `command_hooks` are `--command-hooks`,
+/// each `[NAME=]PATH`; none: `HOOKLOOP_COMMAND_HOOKS`.
 pub async fn main(
     mcp_config: Option<PathBuf>,
+    command_hooks: Vec<String>,
     json: bool,
     record: Option<PathBuf>,
     redact_content: bool,
     prompt: Vec<String>,
 ) -> ExitCode {
-    match run(mcp_config, json, record, redact_content, prompt).await {
+    match run(
+        mcp_config,
+        command_hooks,
+        json,
+        record,
+        redact_content,
+        prompt,
+    )
+    .await
+    {
         Ok(code) => code,
         Err(failure) => failure.report(),
     }
@@ -32,6 +44,7 @@ pub async fn main(
 
 async fn run(
     mcp_config: Option<PathBuf>,
+    command_hooks: Vec<String>,
     json: bool,
     record: Option<PathBuf>,
     redact_content: bool,
@@ -41,18 +54,32 @@ async fn run(
     if prompt.trim().is_empty() {
         return Err(Failure::usage("the prompt is empty"));
     }
-    let config = Config::from_env()?;
     let llm = wire::model_from_env()?;
     let servers = wire::load_mcp_config(mcp_config.as_deref())?;
-    wire::warn_unconfigured_hook_servers(config.policy(), &servers);
-    let host = wire::connect(servers).await?;
+    let specs = if command_hooks.is_empty() {
+        wire::command_hook_specs_from_env()?
+    } else {
+        command_hooks
+            .iter()
+            .map(|spec| SourceSpec::parse(spec))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Failure::usage(format!("--command-hooks: {e}")))?
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
+    let hooks = wire::load_command_hooks(&specs, &cwd)?;
+    let config = wire::with_hook_details(Config::from_env()?, &hooks)?;
+    wire::warn_unconfigured_hook_servers(config.policy(), &servers, &hooks);
+    let host = wire::connect(servers, hooks).await?;
     host.set_person(ask::person());
     let mut session = Session::new(config, llm, host);
     let recorder = match &record {
-        Some(path) => Some(
-            start_recording(&mut session, path, redact_content)
-                .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?,
-        ),
+        Some(path) => {
+            let recorder = start_recording(&mut session, path, redact_content)
+                .map_err(|e| Failure::usage(format!("--record {}: {e}", path.display())))?;
+            // The commands' `transcript_path`.
+            session.host().set_transcript_path(Some(&cwd.join(path)));
+            Some(recorder)
+        }
         None => None,
     };
     let mode = if json {

@@ -29,10 +29,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use hookloop::hooks;
-use hookloop::llm::{LlmClient, LlmError, LlmRequest};
 use hookloop::machine::{
-    AGENT_TOOL, AgentId, CallId, LlmReply, Message, Purpose, SUMMARY_PREFIX, StopReason, ToolCall,
+    AGENT_TOOL, AgentId, CallId, LlmReply, LlmRequest, Message, Purpose, SUMMARY_PREFIX,
+    StopReason, ToolCall,
 };
+use hookloop::ports::{LlmClient, LlmError};
 use hookloop::progress::Event;
 
 /// Which behaviour the scripted model follows.

@@ -90,7 +90,7 @@ async fn run_fork(
         .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
     let config = Config::from_env()?;
     let llm = wire::model_from_env()?;
-    let host = wire::connect(wire::load_mcp_config(mcp_config)?).await?;
+    let host = super::live_host(mcp_config, &transcript.header.config.policy).await?;
     let recorder = record
         .map(|path| {
             Recorder::create(path, &fork.header)

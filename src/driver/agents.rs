@@ -13,11 +13,10 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use super::{PermissionAsker, answer_hook, hook_calls};
-use crate::llm::{Delta, LlmClient};
 use crate::machine::{
     AgentId, CallId, Effect, Input, Machine, MachineError, Purpose, ToolCall, ToolOutput,
 };
-use crate::mcp::ToolHost;
+use crate::ports::{Delta, LlmClient, ToolHost};
 use crate::telemetry::{self, SessionTrace};
 
 /// Something a subagent's boundary saw, on its way to the session's observers.

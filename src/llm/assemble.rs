@@ -9,9 +9,10 @@
 //! Events are untrusted: a malformed one is an error naming the problem, never a panic. The
 //! number of events a reply may have is capped ([`ReplyLimits::max_events`]).
 
+use crate::llm::Parsed;
 use crate::llm::limits::{ReplyLimits, refuse_past};
-use crate::llm::sse::{SseEvent, SseParser};
-use crate::llm::{LlmError, OnDelta, Parsed};
+use crate::net::sse::{SseEvent, SseParser};
+use crate::ports::{LlmError, OnDelta};
 use crate::text::{Cut, cut};
 
 /// Turns one dialect's events into deltas and, at the end, the reply.

@@ -11,10 +11,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::config::ConfigError;
+use crate::llm::AnyLlm;
 use crate::llm::anthropic::{self, Anthropic};
 use crate::llm::http::{ApiKey, Endpoint, RetryPolicy, parse_base_url};
 use crate::llm::openai::{self, MaxTokensField, OpenAi};
-use crate::llm::{AnyLlm, LlmError};
+use crate::ports::LlmError;
 
 /// The most retries `HOOKLOOP_LLM_MAX_RETRIES` may ask for.
 pub const MAX_RETRIES_LIMIT: u32 = 10;
@@ -66,8 +67,8 @@ impl Provider {
     /// The name used in `HOOKLOOP_PROVIDER`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::OpenAi => "openai",
-            Self::Anthropic => "anthropic",
+            Self::OpenAi => openai::NAME,
+            Self::Anthropic => anthropic::NAME,
         }
     }
 

@@ -26,8 +26,8 @@ use bytes::Bytes;
 
 use crate::llm::body::BodyWriter;
 use crate::llm::turns::{self, ToolBlocks, Turn};
-use crate::llm::{LlmError, LlmRequest};
-use crate::machine::{Message, ToolSpec};
+use crate::machine::{LlmRequest, Message, ToolSpec};
+use crate::ports::LlmError;
 
 /// How many sessions' encodings a client keeps; the least recently used goes first.
 const SLOTS: usize = 16;

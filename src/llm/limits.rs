@@ -2,8 +2,8 @@
 //! client hold, count and compute for one request.
 //!
 //! The bytes of an answer are capped by [`MAX_RESPONSE_BYTES`](crate::llm::http::MAX_RESPONSE_BYTES),
-//! a line of a stream by [`MAX_LINE_BYTES`](crate::llm::sse::MAX_LINE_BYTES) and an event by
-//! [`MAX_EVENT_BYTES`](crate::llm::sse::MAX_EVENT_BYTES). [`ReplyLimits`] caps what those bytes
+//! a line of a stream by 1 MiB and an event by 4 MiB (the caps of the crate's reader of
+//! server-sent events, which the MCP host shares). [`ReplyLimits`] caps what those bytes
 //! may stand for: tool calls, content blocks, stream events, and the text and arguments they
 //! add up to. A reply past any cap is refused whole with [`LlmError::ReplyTooLarge`], which
 //! names the cap: the machine never sees part of a reply, and a turn does not act on a reply
@@ -13,8 +13,8 @@
 //! map), and a streamed reply yields to the runtime each time [`DECODE_SLICE_BYTES`] of it have
 //! been decoded, so a long reply cannot hold the thread other sessions share.
 
-use crate::llm::LlmError;
 use crate::machine::LlmReply;
+use crate::ports::LlmError;
 
 /// Bytes of a streamed answer decoded between two yields to the runtime.
 pub const DECODE_SLICE_BYTES: usize = 64 * 1024;

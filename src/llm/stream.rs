@@ -5,10 +5,11 @@
 
 use crate::llm::assemble::Assembler;
 use crate::llm::limits::ReplyLimits;
-use crate::llm::{LlmError, Provider, anthropic, openai};
+use crate::llm::{Provider, anthropic, openai};
 use crate::machine::LlmReply;
+use crate::ports::LlmError;
 
-pub use crate::llm::{Delta, OnDelta};
+pub use crate::ports::{Delta, OnDelta};
 
 /// Parses a whole streamed answer of `provider`'s dialect, arriving in `chunks`, as a client
 /// would, with the default [`ReplyLimits`]: for tests and fuzzing. The same code reads streams

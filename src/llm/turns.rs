@@ -19,8 +19,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::llm::LlmRequest;
-use crate::machine::{CallId, Content, Message, ToolCall, ToolOutput};
+use crate::machine::{CallId, Content, LlmRequest, Message, ToolCall, ToolOutput};
 
 /// The user turn put first when the conversation would otherwise open with the assistant.
 pub const HISTORY_CUT_NOTE: &str =

@@ -12,66 +12,18 @@
 //!
 //! [`Input::ToolFinished`]: super::Input::ToolFinished
 
-use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::catalog::Tools;
+use super::identity::{AgentId, AgentRef};
 use super::{Catalog, Core, FinishReason, Machine, ToolCall, ToolOutput, ToolSpec};
 use crate::hooks::Hook;
 
 /// The name of the built-in tool that runs a subagent. No MCP tool can take it: theirs are all
 /// `<server>__<tool>`.
 pub const AGENT_TOOL: &str = "agent";
-
-/// The subagent capability's settings; off (no `agent` tool) unless a policy has them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Subagents {
-    /// At most this many `agent` calls of one reply run (at once); the calls past it are
-    /// answered at once with an error result and never run. At least 1.
-    pub concurrency: u32,
-    /// How deep agents nest: at depth 1 (the default) the top-level agent may start subagents
-    /// and they may not start their own (they are not offered `agent`).
-    pub max_depth: u32,
-}
-
-impl Subagents {
-    /// Subagents nest one level unless told otherwise.
-    pub const DEFAULT_MAX_DEPTH: u32 = 1;
-
-    /// At most `concurrency` (at least 1) subagents per reply, nesting one level.
-    pub fn new(concurrency: u32) -> Self {
-        Self {
-            concurrency: concurrency.max(1),
-            max_depth: Self::DEFAULT_MAX_DEPTH,
-        }
-    }
-}
-
-/// An agent's id, unique within its session and stable across a replay: a top-level agent's
-/// children are `agent-1`, `agent-2`, …; a child's children `agent-1.1`, …. It is also the id
-/// of the `agent` call that started it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct AgentId(pub String);
-
-impl fmt::Display for AgentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A subagent as its hooks see it (`_meta["hookloop/agent"]`): its id and its parent's, none
-/// when the parent is the session's top-level agent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgentRef {
-    /// The subagent's id, stable within the session.
-    pub id: AgentId,
-    /// The id of the subagent that started it; none for a child of the top-level agent.
-    pub parent: Option<AgentId>,
-}
 
 /// What a machine knows of itself when it is a subagent.
 #[derive(Clone, Debug)]
@@ -122,6 +74,14 @@ impl Task {
 /// The text of the error result an `agent` call past the per-reply limit gets.
 pub fn agent_limit_text(limit: u32) -> String {
     format!("not run: at most {limit} {AGENT_TOOL} calls of one reply run; call it again later")
+}
+
+/// The text of the error result an `agent` call gets once the session's total has run.
+pub fn agent_total_text(limit: u32) -> String {
+    format!(
+        "not run: this session has started its {limit} subagents, the most it may; do the rest \
+without {AGENT_TOOL}"
+    )
 }
 
 impl Machine {
@@ -197,12 +157,23 @@ impl Core {
     }
 
     /// The subjects of a stop round: none for `_Stop`, the agent and its answer for
-    /// `_SubagentStop`.
+    /// `_SubagentStop`; with the policy's hook details, the turn's last text
+    /// (`_Stop`) and whether an objection came earlier in the prompt (both).
     pub(super) fn stop_subjects(&self) -> Vec<Value> {
-        match &self.child {
-            Some(child) => vec![json!({"agent": child.me.id, "result": child.last_text})],
-            None => Vec::new(),
+        let details = self.policy.hook_details;
+        let mut subject = match &self.child {
+            Some(child) => json!({"agent": child.me.id, "result": child.last_text}),
+            None if details => json!({"lastMessage": crate::text::cut(
+                &self.turn.last_text,
+                crate::hooks::MAX_HOOK_TEXT_BYTES,
+                crate::text::Cut::Middle,
+            )}),
+            None => return Vec::new(),
+        };
+        if details {
+            subject["afterObjection"] = Value::Bool(self.turn.objected);
         }
+        vec![subject]
     }
 
     /// The hook a prompt's start asks first, with its subjects: `_SessionStart` once per
@@ -223,10 +194,14 @@ impl Core {
 
     /// Keeps the text of each reply, a subagent's answer when it is the last.
     pub(super) fn note_reply_text(&mut self, text: &str) {
-        if let Some(child) = &mut self.child {
-            child.last_text.clear();
-            child.last_text.push_str(text);
-        }
+        let last = match &mut self.child {
+            Some(child) => &mut child.last_text,
+            // Only `_Stop`'s details read it; without them nothing is kept.
+            None if self.policy.hook_details => &mut self.turn.last_text,
+            None => return,
+        };
+        last.clear();
+        last.push_str(text);
     }
 
     /// At a subagent's finish, the result its call gets.
@@ -237,10 +212,17 @@ impl Core {
         }
     }
 
-    /// Whether this many `agent` calls of one reply may all run.
-    pub(super) fn agent_call_allowed(&self, earlier: u32) -> Result<(), String> {
+    /// Whether one more `agent` call runs after `earlier` of its reply; one that does counts
+    /// toward the session's total.
+    pub(super) fn agent_call_allowed(&mut self, earlier: u32) -> Result<(), String> {
         match self.policy.subagents {
-            Some(settings) if earlier < settings.concurrency => Ok(()),
+            Some(settings) if self.agents_run >= settings.max_total => {
+                Err(agent_total_text(settings.max_total))
+            }
+            Some(settings) if earlier < settings.concurrency => {
+                self.agents_run += 1;
+                Ok(())
+            }
             Some(settings) => Err(agent_limit_text(settings.concurrency)),
             None => Err(super::unknown_tool_text(AGENT_TOOL)),
         }
@@ -305,6 +287,9 @@ fn result_of(reason: &FinishReason, text: &str, max_rounds: u32) -> ToolOutput {
     match reason {
         FinishReason::EndTurn => ToolOutput::text(text),
         FinishReason::Cancelled => ToolOutput::error("the subagent was cancelled"),
+        FinishReason::Interrupted => {
+            ToolOutput::error("the subagent was interrupted: the agent stopped while it ran")
+        }
         FinishReason::Failed { error } => {
             ToolOutput::error(format!("the subagent failed: {error}"))
         }

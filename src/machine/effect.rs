@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::hooks::{Hook, ServerName};
-use crate::machine::agents::AgentRef;
 use crate::machine::digest::RequestDigest;
+use crate::machine::identity::AgentRef;
 use crate::machine::message::{CallId, ToolCall};
 
 /// An order to the driver.
@@ -313,6 +313,9 @@ pub enum FinishReason {
     },
     /// The user cancelled.
     Cancelled,
+    /// The process running the prompt ended before it did; the prompt was closed when its
+    /// record was loaded ([`Input::PromptInterrupted`](crate::Input::PromptInterrupted)).
+    Interrupted,
     /// The model could not be reached or answered garbage, after retries.
     Failed {
         /// What went wrong, said plainly.

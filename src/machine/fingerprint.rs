@@ -290,6 +290,16 @@ impl Machine {
             e.num(core.turn.text.len() as u64);
         }
         e.bool(core.turn.compacted);
+        // What hook details carry is what effects differ by, when the policy sends them; the
+        // encoding of a session without them is as it was.
+        if core.policy.hook_details {
+            e.bool(core.turn.objected);
+            if abstract_ {
+                e.bool(self.is_long(core.turn.last_text.len()));
+            } else {
+                e.num(core.turn.last_text.len() as u64);
+            }
+        }
         e.bool(core.post_compact_owed);
         e.bool(core.session_started);
         e.bool(core.session_ended);
@@ -301,6 +311,7 @@ impl Machine {
         }
         // The id the next `agent` call gets, and who this machine is when it is a subagent.
         e.num(core.agents_started.into());
+        e.num(core.agents_run.into());
         match &core.child {
             None => e.tag(0),
             Some(child) => {
@@ -326,7 +337,10 @@ impl Machine {
             e.bool(*allows);
         }
         e.num(core.tools.bytes as u64);
-        for hook in Hook::ALL {
+        // Every hook, the subagent ones too: a child inherits the servers of its `_SubagentStart`
+        // and `_SubagentStop` rounds from this catalog, so two catalogs that differ only there
+        // lead to different futures.
+        for hook in Hook::EVERY {
             let servers = core.tools.servers(hook);
             e.num(servers.len() as u64);
             for server in servers {

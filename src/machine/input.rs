@@ -70,6 +70,15 @@ pub enum Input {
     },
     /// The embedder cancelled the running prompt.
     Cancelled,
+    /// The running prompt was cut by the end of the process that ran it (a crash, a kill, a
+    /// power cut): written when a record that stops mid-prompt is loaded, so that the history
+    /// goes on valid. Like [`Cancelled`](Self::Cancelled) it ends the prompt, with
+    /// [`FinishReason::Interrupted`](crate::machine::FinishReason::Interrupted), but each call
+    /// left without a result is answered with an error result saying the agent stopped
+    /// ([`interrupted_text`](crate::machine::interrupted_text)), an open hook round ends as if
+    /// nothing was said, and a `_PostCompact` round left open is owed to the next prompt.
+    /// Refused when no prompt runs.
+    PromptInterrupted,
     /// The session is over; every later fact is refused.
     Closed,
 }
@@ -87,6 +96,7 @@ impl Input {
             Self::PermissionDecided { .. } => "permission_decided",
             Self::PermissionSettingChanged { .. } => "permission_setting_changed",
             Self::Cancelled => "cancelled",
+            Self::PromptInterrupted => "prompt_interrupted",
             Self::Closed => "closed",
         }
     }

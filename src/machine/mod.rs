@@ -18,23 +18,29 @@
 //! # States
 //!
 //! ```text
-//!   ┌──────┐ Prompted  ┌───────────┐ tool calls ┌──────────────┐
-//!   │ Idle │──────────►│ Prompting │───────────►│ RunningTools │──┐ all results
-//!   └──────┘           └───────────┘◄───────────└──────────────┘  │ (or over budget:
-//!      ▲  ▲              │  end_turn                ▲  ▲           │  Summarizing first)
-//!      │  │              ▼                          │  └───────────┘
-//!      │  │ none   ┌──────────────┐ objection ┌──────────┐
-//!      │  └────────│ AwaitingStop │──────────►│ Objected │ end_turn again: finish
-//!      │           └──────────────┘           └──────────┘
-//!      │  over budget before a request: Summarizing ─► PostCompacting ─► (where it was going)
-//!      │  a destructive call, when the policy asks: AwaitingPermission ─► RunningTools
-//!      │
-//!      └── Finish: max_tokens, refusal, round cap, model failure, cancel (superstate `live`)
-//!   Closed (from any state): Done, absorbing.
+//!   ┌──────┐ Prompted ┌──────────────────────────────┐         ┌───────────┐
+//!   │ Idle │─────────►│ Hooking(SessionStart,        │────────►│ Prompting │◄─────────────┐
+//!   └──────┘          │         UserPromptSubmit)    │ request └───────────┘              │
+//!      ▲              └──────────────────────────────┘   tool calls │     │ end_turn      │
+//!      │                                                            ▼     ▼               │
+//!      │   Hooking(PreToolUse) ─ deny, then ─► [AwaitingPermission] ─► RunningTools      │
+//!      │   RunningTools ─ all results ─► Hooking(PostToolUse) ─ the next request ────────┤
+//!      │   end_turn ─► Hooking(Stop) ─ objection ─► Objected ─ tool calls ───────────────┘
+//!      │                    │                           └─ end_turn again: finish
+//!      ├──── none: finish ──┘
+//!      │   over budget before a request: Hooking(PreCompact) ─► Summarizing
+//!      │                                 ─► Hooking(PostCompact) ─► the request it was making
+//!      └── finish: max_tokens, refusal, round cap, model failure, cancel (superstate `live`)
+//!   Closed (from any state): Hooking(SessionEnd), once, if a server has it; then Done, absorbing.
 //! ```
 //!
-//! `Summarizing` and `PostCompacting` together are the design's `Compacting`: split, each holds
-//! only the data valid while it waits. `RunningTools` exists so tool results are collected in a
+//! Every hook point is one state, `Hooking`, whose round waits on the allowed servers' answers
+//! and whose continuation (`Then`) names the rule its answers go to; [`Phase`] (what an
+//! observer sees) still tells the hook rounds apart (`AwaitingStop`, `PostCompacting`,
+//! `AwaitingHook(hook)`).
+//!
+//! `Summarizing` and `Hooking(PostCompact)` together are the design's `Compacting`: split, each
+//! holds only the data valid while it waits. `RunningTools` exists so tool results are collected in a
 //! state that knows which calls are outstanding. `Idle` is where a prompt ends while the session
 //! lives on (its counters and history survive); `Done` is the end of the session.
 //!
@@ -53,6 +59,7 @@ mod fingerprint;
 #[cfg(feature = "testing")]
 pub use self::fingerprint::{Canon, Grain, SizeRegion};
 mod history;
+mod identity;
 mod input;
 mod message;
 mod pairing;
@@ -75,11 +82,12 @@ use std::sync::Arc;
 
 use statig::prelude::*;
 
-pub use self::agents::{AGENT_TOOL, AgentId, AgentRef, Subagents, agent_limit_text};
+pub use self::agents::{AGENT_TOOL, agent_limit_text, agent_total_text};
 use self::catalog::Tools;
 pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::History;
+pub use self::identity::{AgentId, AgentRef};
 pub use self::input::{
     Catalog, HookReply, Input, LlmReply, PermissionDecision, ServerTools, StopReason, ToolHints,
     ToolInfo, Usage,
@@ -88,7 +96,7 @@ pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec
 pub use self::pairing::check_pairing;
 pub use self::phase::{MachineError, Phase};
 use self::planted::Bug;
-pub use self::policy::{BYTES_PER_TOKEN, Counters, Media, Policy};
+pub use self::policy::{BYTES_PER_TOKEN, Counters, Media, Policy, Subagents};
 pub(crate) use self::request::fresh_lineage;
 pub use self::request::{Lineage, LlmRequest};
 use self::round::{HookRound, ToolBatch};
@@ -112,6 +120,23 @@ pub fn rejected_text(name: &str) -> String {
 /// The text of the error result a call to an unknown tool, or to a hook, gets.
 pub fn unknown_tool_text(name: &str) -> String {
     format!("unknown tool: {name}")
+}
+
+/// The text of the error result a call gets when a catalog change took its tool away while the
+/// call waited on `_PreToolUse` or on the user's decision: only offered tools run.
+pub fn withdrawn_text(name: &str) -> String {
+    format!("tool no longer offered: {name} left the catalog before this call ran; it did not run")
+}
+
+/// The text of the error result a call gets when its prompt was interrupted
+/// ([`Input::PromptInterrupted`]): `started` when the call was running, so it may have taken
+/// effect; otherwise it never ran.
+pub fn interrupted_text(started: bool) -> &'static str {
+    if started {
+        "interrupted: the agent stopped while this call ran; it may or may not have taken effect"
+    } else {
+        "interrupted: the agent stopped before this call ran; it did not run"
+    }
 }
 
 /// One session's state machine. See the [module docs](self) for the driving contract.
@@ -271,6 +296,8 @@ pub(crate) struct Core {
     next_id: u64,
     /// `agent` calls named so far: the source of the ids of this agent's children.
     agents_started: u32,
+    /// `agent` calls let run in this session, toward [`Subagents::max_total`].
+    agents_run: u32,
     /// Who this machine is when it is a subagent; `None` for a session's top-level agent.
     child: Option<Box<agents::Child>>,
 }
@@ -291,6 +318,7 @@ impl Core {
             summary_instruction: SUMMARY_INSTRUCTION.to_owned(),
             next_id: 0,
             agents_started: 0,
+            agents_run: 0,
             child: None,
         }
     }
@@ -307,6 +335,11 @@ struct Turn {
     compacted: bool,
     /// Index of the prompt's user message in the history.
     pinned: usize,
+    /// The text of the model's last reply in this prompt, for `_Stop`'s details.
+    last_text: String,
+    /// An objection was made in this prompt: the model is working on after one (`_Stop`'s
+    /// `afterObjection`, Claude Code's `stop_hook_active`).
+    objected: bool,
 }
 
 /// Which waiting state a model request leads to; it survives a compaction in between.
@@ -373,6 +406,8 @@ impl Core {
                     },
                     compacted: false,
                     pinned: self.history.len(),
+                    last_text: String::new(),
+                    objected: false,
                 };
                 self.history.push(Message::user(text.clone()));
                 self.start_prompt(context, PromptStage::SessionStart)
@@ -391,7 +426,8 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionDecided { .. } => context.unexpected(Phase::Idle, "a prompt", event),
+            | Input::PermissionDecided { .. }
+            | Input::PromptInterrupted => context.unexpected(Phase::Idle, "a prompt", event),
         }
     }
 
@@ -426,6 +462,11 @@ impl Core {
             Input::Cancelled | Input::Closed => {
                 let batch = std::mem::take(batch);
                 self.record_results(batch);
+                Super
+            }
+            Input::PromptInterrupted => {
+                let batch = std::mem::take(batch);
+                self.record_results_with(batch, interrupted_text(true));
                 Super
             }
             Input::CatalogChanged { .. } => Super,
@@ -475,6 +516,11 @@ impl Core {
                 self.record_results(batch);
                 Super
             }
+            Input::PromptInterrupted => {
+                let batch = std::mem::take(batch);
+                self.record_results_with(batch, interrupted_text(false));
+                Super
+            }
             Input::CatalogChanged { .. } => Super,
             Input::Prompted { .. }
             | Input::LlmReplied { .. }
@@ -520,15 +566,21 @@ impl Core {
                 let then = std::mem::replace(then, Then::SessionEnd);
                 self.conclude_round(context, round, then)
             }
-            Input::Cancelled | Input::Closed if matches!(then, Then::SessionEnd) => match event {
-                Input::Cancelled => Transition(State::done()),
-                _ => Handled,
-            },
-            Input::Cancelled | Input::Closed => {
+            Input::Cancelled | Input::PromptInterrupted if matches!(then, Then::SessionEnd) => {
+                Transition(State::done())
+            }
+            Input::Closed if matches!(then, Then::SessionEnd) => Handled,
+            Input::Cancelled | Input::Closed | Input::PromptInterrupted => {
                 match std::mem::replace(then, Then::SessionEnd) {
-                    Then::PreToolUse { batch } => self.record_results(batch),
+                    Then::PreToolUse { batch } => {
+                        if matches!(event, Input::PromptInterrupted) {
+                            self.record_results_with(batch, interrupted_text(false));
+                        } else {
+                            self.record_results(batch);
+                        }
+                    }
                     Then::PostCompact { .. } => {
-                        if matches!(event, Input::Cancelled) {
+                        if matches!(event, Input::Cancelled | Input::PromptInterrupted) {
                             self.post_compact_owed = true;
                         }
                     }
@@ -581,7 +633,10 @@ impl Core {
                 tracing::warn!(%error, "compaction summary failed; dropping the oldest turns");
                 self.compact(context, None, *resume)
             }
-            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
+            Input::CatalogChanged { .. }
+            | Input::Cancelled
+            | Input::Closed
+            | Input::PromptInterrupted => Super,
             Input::Prompted { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
@@ -599,6 +654,7 @@ impl Core {
     fn live(&mut self, context: &mut Outbox, event: &Input) -> Outcome<State> {
         match event {
             Input::Cancelled => self.finish(context, FinishReason::Cancelled),
+            Input::PromptInterrupted => self.finish(context, FinishReason::Interrupted),
             Input::Closed => {
                 context.emit(Effect::Finish {
                     reason: FinishReason::Cancelled,
@@ -635,7 +691,10 @@ impl Core {
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. }
-            | Input::Cancelled => context.refuse(MachineError::Closed { got: event.kind() }),
+            | Input::Cancelled
+            | Input::PromptInterrupted => {
+                context.refuse(MachineError::Closed { got: event.kind() })
+            }
         }
     }
 }
@@ -661,5 +720,7 @@ impl State {
     }
 }
 
+#[cfg(test)]
+mod details_tests;
 #[cfg(test)]
 mod tests;

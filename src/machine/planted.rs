@@ -54,6 +54,13 @@ pub enum Bug {
     StandingForgotten,
     /// Pairing: a call a cancel cut short is left without a result.
     CancelledUnanswered,
+    /// Catalog: a call whose tool a catalog change took away while it waited on `_PreToolUse` or
+    /// the user runs anyway.
+    WithdrawnToolRuns,
+    /// Denial: one call of a reply denied by `_PreToolUse` denies the reply's other calls too.
+    DenialSpreads,
+    /// Permission: a call an earlier "always allow" answers is answered `cancelled`, unrun.
+    StandingAllowSkips,
     /// Round cap: a prompt makes one model request more than the cap allows.
     RoundCapOffByOne,
     /// Round cap: a new prompt inherits the last one's request count, so it ends early.
@@ -69,7 +76,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 21] = [
+    pub const MACHINE: [Self; 24] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -89,6 +96,9 @@ impl Bug {
         Self::RejectedCallRuns,
         Self::StandingForgotten,
         Self::CancelledUnanswered,
+        Self::WithdrawnToolRuns,
+        Self::DenialSpreads,
+        Self::StandingAllowSkips,
         Self::RoundCapOffByOne,
         Self::RoundsCarriedOver,
     ];

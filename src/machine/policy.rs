@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::agents::Subagents;
 use crate::hooks::{HookServers, ServerName};
 
 /// The machine's settings. [`Config`](crate::Config) builds one; the defaults are the spec's.
@@ -38,6 +37,13 @@ pub struct Policy {
     /// default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subagents: Option<Subagents>,
+    /// Hook calls also carry what hooks written for other hosts read of their events: `_Stop`
+    /// the text the turn ended with and whether an objection came earlier in the prompt
+    /// (`{"lastMessage", "afterObjection"}`), `_SubagentStop` the latter, `_PreToolUse` and
+    /// `_PostToolUse` the call's `id`. Off by default, so that a session recorded without it
+    /// replays as it was; command hooks ([`mcp::command_hooks`](crate::mcp)) need it on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hook_details: bool,
 }
 
 /// Bytes per token in the estimate used before the provider reports usage.
@@ -90,6 +96,12 @@ impl Policy {
         self.subagents.is_some_and(|s| depth < s.max_depth)
     }
 
+    /// How long each hook call may take: the one form every reader of the setting uses (the
+    /// wire keeps milliseconds, as `SPROUT_AGENT_HOOK_TIMEOUT_MS` does).
+    pub fn hook_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.hook_timeout_ms)
+    }
+
     /// Tokens the history (with system prompt and tools) may use before it is compacted.
     pub fn context_budget(&self) -> u64 {
         self.max_context_tokens
@@ -109,6 +121,7 @@ impl Default for Policy {
             media: Media::default(),
             ask_permission: false,
             subagents: None,
+            hook_details: false,
         }
     }
 }
@@ -148,6 +161,53 @@ impl Counters {
     /// Records an answer from `server`: it is alive, so its timeouts are no longer consecutive.
     pub(crate) fn record_answer(&mut self, server: &ServerName) {
         self.consecutive_timeouts.remove(server);
+    }
+}
+
+/// The subagent capability's settings; off (no `agent` tool) unless a policy has them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subagents {
+    /// At most this many `agent` calls of one reply run (at once); the calls past it are
+    /// answered at once with an error result and never run. At least 1.
+    pub concurrency: u32,
+    /// How deep agents nest: at depth 1 (the default) the top-level agent may start subagents
+    /// and they may not start their own (they are not offered `agent`).
+    pub max_depth: u32,
+    /// At most this many subagents an agent starts in its whole session, over every prompt
+    /// (64 by default); the `agent` calls past it are answered at once with an error result
+    /// and never run. Each subagent's `_SubagentStop` adds model requests of its own, and
+    /// `HOOKLOOP_MAX_ROUNDS=0` puts no bound on a prompt's requests: this total is what keeps
+    /// a model that calls `agent` again and again from running without end.
+    // Left out of a record at its default, so records written before it read and compare as
+    // they did.
+    #[serde(
+        default = "Subagents::default_max_total",
+        skip_serializing_if = "Subagents::is_default_total"
+    )]
+    pub max_total: u32,
+}
+
+impl Subagents {
+    /// Subagents nest one level unless told otherwise.
+    pub const DEFAULT_MAX_DEPTH: u32 = 1;
+    /// Subagents an agent starts in a session unless told otherwise.
+    pub const DEFAULT_MAX_TOTAL: u32 = 64;
+
+    fn default_max_total() -> u32 {
+        Self::DEFAULT_MAX_TOTAL
+    }
+
+    fn is_default_total(total: &u32) -> bool {
+        *total == Self::DEFAULT_MAX_TOTAL
+    }
+
+    /// At most `concurrency` (at least 1) subagents per reply, nesting one level.
+    pub fn new(concurrency: u32) -> Self {
+        Self {
+            concurrency: concurrency.max(1),
+            max_depth: Self::DEFAULT_MAX_DEPTH,
+            max_total: Self::DEFAULT_MAX_TOTAL,
+        }
     }
 }
 

@@ -175,6 +175,15 @@ impl Core {
                 text,
             });
         }
+        if planted::on(Bug::DenialSpreads)
+            && let Some(first) = denials.iter().find(|d| !d.is_empty()).cloned()
+        {
+            for denial in &mut denials {
+                if denial.is_empty() {
+                    denial.clone_from(&first);
+                }
+            }
+        }
         let ran = std::mem::take(&mut batch.ran);
         for (call, denial) in ran.into_iter().zip(denials) {
             if denial.is_empty() || planted::on(Bug::DeniedCallRuns) {
@@ -213,6 +222,7 @@ impl Core {
             return self.finish(context, FinishReason::EndTurn);
         }
         self.counters.objections += 1;
+        self.turn.objected = true;
         let budget_left = self.counters.budget_left(&self.policy);
         let hook = self.stop_hook();
         for (server, text) in objections {

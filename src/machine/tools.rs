@@ -11,7 +11,7 @@ use super::planted::{self, Bug};
 use super::round::ToolBatch;
 use super::{
     CallId, Core, Effect, Message, Notice, Outbox, Resume, State, Then, ToolCall, ToolOutput,
-    rejected_text, unknown_tool_text,
+    rejected_text, unknown_tool_text, withdrawn_text,
 };
 use crate::hooks::{self, Hook};
 
@@ -61,7 +61,11 @@ impl Core {
         }
         let subjects = run
             .iter()
-            .map(|call| json!({"tool": call.name, "arguments": call.arguments}))
+            .map(|call| {
+                let mut subject = json!({"tool": call.name, "arguments": call.arguments});
+                self.add_call_id(&mut subject, call);
+                subject
+            })
             .collect();
         batch.ran = run;
         match self.ask(context, Hook::PreToolUse, subjects) {
@@ -94,6 +98,10 @@ impl Core {
                 continue;
             }
             match self.standing.get(&call.name) {
+                Some(true) if planted::on(Bug::StandingAllowSkips) => {
+                    let call = batch.ran.remove(from);
+                    let _ = batch.answer(&call.id, &ToolOutput::error("cancelled"));
+                }
                 Some(true) => from += 1,
                 Some(false) => reject(context, &mut batch, from, true),
                 None => {
@@ -109,8 +117,9 @@ impl Core {
     pub(super) fn launch_batch(
         &mut self,
         context: &mut Outbox,
-        batch: ToolBatch,
+        mut batch: ToolBatch,
     ) -> Outcome<State> {
+        self.withdraw_removed(context, &mut batch);
         if batch.ran.is_empty() {
             self.record_results(batch);
             return self.request_turn(context, Resume::Prompting);
@@ -119,6 +128,28 @@ impl Core {
             calls: batch.ran.clone(),
         });
         Transition(State::running_tools(batch))
+    }
+
+    /// Answers, with an error result, each call of the batch whose tool the catalog no longer
+    /// offers. A `CatalogChanged` may come while the batch waits on `_PreToolUse` or on the
+    /// user's decision, and only offered tools run, whatever was offered when the model called.
+    fn withdraw_removed(&self, context: &mut Outbox, batch: &mut ToolBatch) {
+        if planted::on(Bug::WithdrawnToolRuns) {
+            return;
+        }
+        let mut at = 0;
+        while let Some(call) = batch.ran.get(at) {
+            let hook_run =
+                planted::on(Bug::HookCallRun) && hooks::is_hook(hooks::bare_name(&call.name));
+            if self.tools.names.contains(&call.name) || hook_run {
+                at += 1;
+                continue;
+            }
+            let call = batch.ran.remove(at);
+            // The call is the batch's own and still unanswered: withdrawing answers it once.
+            let _ = batch.answer(&call.id, &ToolOutput::error(withdrawn_text(&call.name)));
+            context.notify(Notice::UnknownToolRefused { name: call.name });
+        }
     }
 
     /// Every call of a batch has its result: record them, then `_PostToolUse` on the calls that
@@ -140,12 +171,14 @@ impl Core {
                 let (is_error, text) = output.map_or((true, String::new()), |output| {
                     (output.is_error, output.joined_text())
                 });
-                json!({
+                let mut subject = json!({
                     "tool": call.name,
                     "arguments": call.arguments,
                     "isError": is_error,
                     "output": crate::text::cut(&text, hooks::MAX_HOOK_TEXT_BYTES, crate::text::Cut::Middle),
-                })
+                });
+                self.add_call_id(&mut subject, call);
+                subject
             })
             .collect();
         self.record_results(batch);
@@ -158,13 +191,26 @@ impl Core {
         }
     }
 
+    /// With the policy's hook details, a tool hook's subject names its call (`id`).
+    fn add_call_id(&self, subject: &mut Value, call: &ToolCall) {
+        if self.policy.hook_details {
+            subject["id"] = Value::String(call.id.to_string());
+        }
+    }
+
     /// Appends a batch's results in call order; calls still outstanding get `cancelled`.
     pub(super) fn record_results(&mut self, batch: ToolBatch) {
+        self.record_results_with(batch, "cancelled");
+    }
+
+    /// As [`record_results`](Self::record_results), each call without a result answered with
+    /// the error `unanswered`.
+    pub(super) fn record_results_with(&mut self, batch: ToolBatch, unanswered: &str) {
         for (call_id, output) in batch.ids.into_iter().zip(batch.results) {
             if output.is_none() && planted::on(Bug::CancelledUnanswered) {
                 continue;
             }
-            let output = output.unwrap_or_else(|| ToolOutput::error("cancelled"));
+            let output = output.unwrap_or_else(|| ToolOutput::error(unanswered));
             self.history.push(Message::ToolResult { call_id, output });
         }
     }

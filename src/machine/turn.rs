@@ -32,7 +32,10 @@ impl Core {
                     error: error.clone(),
                 },
             ),
-            Input::CatalogChanged { .. } | Input::Cancelled | Input::Closed => Super,
+            Input::CatalogChanged { .. }
+            | Input::Cancelled
+            | Input::Closed
+            | Input::PromptInterrupted => Super,
             Input::Prompted { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }

@@ -11,7 +11,25 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::hooks::ServerName;
-use crate::mcp::config::{CHILD_ENV_PASSTHROUGH, StdioConfig};
+
+/// The only variables of the engine's environment a child process inherits; everything else it
+/// gets comes from its [`StdioConfig::env`](crate::mcp::StdioConfig::env). The engine's API keys never reach an MCP server.
+pub const CHILD_ENV_PASSTHROUGH: &[&str] =
+    &["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER"];
+
+/// A command for `program` that starts with a clean environment (only
+/// [`CHILD_ENV_PASSTHROUGH`] of the engine's) and is killed when dropped: how every child the
+/// engine starts is started, a server or a token command.
+pub(crate) fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    command.env_clear().kill_on_drop(true);
+    for var in CHILD_ENV_PASSTHROUGH {
+        if let Some(value) = std::env::var_os(var) {
+            command.env(var, value);
+        }
+    }
+    command
+}
 
 /// A running child and its process group. Dropping it kills the group.
 #[derive(Debug)]
@@ -22,29 +40,17 @@ pub(crate) struct ChildGroup {
 }
 
 impl ChildGroup {
-    /// Starts `config` in its own process group with a clean environment. Returns the child
-    /// and its stdio; stderr is already being copied to the log under `server`'s span.
+    /// Starts `command` (a [`clean_command`], with the server's arguments, variables and
+    /// directory) in its own process group, its stdio piped. Returns the child and its stdio;
+    /// stderr is already being copied to the log under `server`'s span.
     pub(crate) fn spawn(
         server: &ServerName,
-        config: &StdioConfig,
+        mut command: Command,
     ) -> std::io::Result<(Self, ChildStdout, ChildStdin)> {
-        let mut command = Command::new(&config.command);
         command
-            .args(&config.args)
-            .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for var in CHILD_ENV_PASSTHROUGH {
-            if let Some(value) = std::env::var_os(var) {
-                command.env(var, value);
-            }
-        }
-        command.envs(&config.env);
-        if let Some(cwd) = &config.cwd {
-            command.current_dir(cwd);
-        }
+            .stderr(Stdio::piped());
         // Its own group, so that a kill reaches whatever the server itself started.
         #[cfg(unix)]
         command.process_group(0);
@@ -62,8 +68,27 @@ impl ChildGroup {
                 .instrument(span),
             );
         }
+        Ok((Self::adopt(child), stdout, stdin))
+    }
+
+    /// Takes charge of `child`, spawned as the leader of a process group of its own
+    /// (`process_group(0)`): a token command, whose stdio its owner keeps.
+    pub(crate) fn adopt(child: Child) -> Self {
         let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
-        Ok((Self { child, pgid }, stdout, stdin))
+        Self { child, pgid }
+    }
+
+    /// Waits for the leader to exit; the group is killed when this is dropped, as ever.
+    pub(crate) async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// Lets go of the group once its leader has exited: what the leader started is left
+    /// running (as the hosts leave a hook's daemon), and the group's id, which may come to name
+    /// another group once its last process is gone, is never signalled.
+    #[cfg(feature = "command-hooks")]
+    pub(crate) fn release(&mut self) {
+        self.pgid = None;
     }
 
     /// The leader's pid.

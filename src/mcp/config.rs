@@ -33,7 +33,7 @@ pub struct StdioConfig {
     pub command: String,
     /// The program's arguments.
     pub args: Vec<String>,
-    /// Added to the child's otherwise clean environment (see [`CHILD_ENV_PASSTHROUGH`]).
+    /// Added to the child's otherwise clean environment (see [`CHILD_ENV_PASSTHROUGH`](crate::mcp::CHILD_ENV_PASSTHROUGH)).
     pub env: BTreeMap<String, String>,
     /// The child's working directory; the engine's when unset.
     pub cwd: Option<PathBuf>,
@@ -73,11 +73,6 @@ impl HttpConfig {
             .any(|h| h.eq_ignore_ascii_case("authorization"))
     }
 }
-
-/// The only variables of the engine's environment a child process inherits; everything else it
-/// gets comes from its [`StdioConfig::env`]. The engine's API keys never reach an MCP server.
-pub const CHILD_ENV_PASSTHROUGH: &[&str] =
-    &["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER"];
 
 impl ServerConfig {
     /// A child process running `command` with `args`.
@@ -357,25 +352,41 @@ fn expand_vars(
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            // A `${` that never closes is text.
-            out.push_str(&rest[start..]);
-            return Ok(out);
+        // Only a name's own characters are read before it is known whether this is a
+        // reference: searching the rest for its `}` first made a text of many `${` quadratic
+        // (a 1.2 MB argument took minutes). Each byte is looked at a bounded number of times.
+        let name_len = after
+            .bytes()
+            .enumerate()
+            .take_while(|&(i, b)| {
+                b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit())
+            })
+            .count();
+        let name = &after[..name_len];
+        let tail = &after[name_len..];
+        let (default, end) = if name.is_empty() {
+            (None, None)
+        } else if tail.starts_with('}') {
+            (None, Some(name_len))
+        } else if let Some(default) = tail.strip_prefix(":-") {
+            match default.find('}') {
+                Some(close) => (Some(&default[..close]), Some(name_len + 2 + close)),
+                None => {
+                    // A `${` that never closes is text.
+                    out.push_str(&rest[start..]);
+                    return Ok(out);
+                }
+            }
+        } else {
+            (None, None)
         };
-        let inner = &after[..end];
-        let (name, default) = match inner.split_once(":-") {
-            Some((name, default)) => (name, Some(default)),
-            None => (inner, None),
-        };
-        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            // Not a reference (`${}`, `${1}`, `${a b}`): kept as it is, and the search goes on
-            // after its `${`.
+        let Some(end) = end else {
+            // Not a reference (`${}`, `${1}`, `${a b}`, a `${` that never closes): kept as it
+            // is, and the search goes on after its `${`.
             out.push_str("${");
             rest = after;
             continue;
-        }
+        };
         let value = lookup(name).map_err(|e| format!("${{{name}}}: {e}"))?;
         match (
             value.filter(|v| default.is_none() || !v.is_empty()),
@@ -602,6 +613,48 @@ mod tests {
             panic!("stdio");
         };
         assert_eq!(s.args, ["d", "", "${LOOP}", "${}", "${1A:-x}", "ab"]);
+    }
+
+    #[test]
+    fn text_that_is_not_a_reference_is_kept_byte_for_byte() {
+        let lookup = vars(&[("A", "a"), ("B", "b")]);
+        for (text, expanded) in [
+            ("${A b}", "${A b}"),
+            ("${A", "${A"),
+            ("${A:-x", "${A:-x"),
+            ("${A:-x ${B}", "a"),
+            ("${A b} ${B}", "${A b} b"),
+            ("${${A}}", "${a}"),
+            ("${C:-${B}}", "${B}"),
+            ("${A}:-x}", "a:-x}"),
+            ("${_9}${9}", "${9}"),
+            ("$${A}$", "$a$"),
+            ("${é}${A}", "${é}a"),
+        ] {
+            let lookup =
+                |name: &str| Ok(lookup(name)?.or_else(|| (name == "_9").then(String::new)));
+            assert_eq!(expand_vars(text, &lookup).unwrap(), expanded, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_text_of_megabytes_of_open_references_expands_in_one_pass() {
+        // Each `${` used to search the rest of the text for its `}`: this took hours.
+        let lookup = vars(&[("A", "a")]);
+        for text in [
+            format!("{}}}", "${".repeat(1 << 20)),
+            format!("{}}}", "${x y".repeat(1 << 19)),
+            format!("{}}}", "${A:".repeat(1 << 19)),
+            "${A}".repeat(1 << 19),
+        ] {
+            let expanded = expand_vars(&text, &lookup).unwrap();
+            let want = if text.starts_with("${A}") {
+                "a".repeat(1 << 19)
+            } else {
+                text.clone()
+            };
+            assert!(expanded == want, "{} bytes", text.len());
+        }
     }
 
     #[test]

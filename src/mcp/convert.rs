@@ -138,9 +138,19 @@ const DESCRIPTION_MARKER: &str = " [description truncated]";
 /// fill the context window.
 pub(crate) const MAX_BINARY_BYTES: usize = 1024 * 1024;
 
+/// The most content blocks of one tool result the model sees; the blocks past it are left out
+/// with one line that says how many. 200,000 empty image blocks once passed every byte budget
+/// and made each request 9.6 MB.
+pub(crate) const MAX_RESULT_BLOCKS: usize = 256;
+
+/// What a binary block costs the binary budget beyond its bytes, so that empty ones are not
+/// free: the block's own JSON in the request.
+pub(crate) const BINARY_BLOCK_COST: usize = 64;
+
 /// A tool result as the model sees it: text, images and embedded resources kept, the text
 /// capped at `max_text` bytes in total (the middle of a longer text elided), binary content
-/// capped at [`MAX_BINARY_BYTES`] in total, `isError` kept.
+/// capped at [`MAX_BINARY_BYTES`] in total (each block costing [`BINARY_BLOCK_COST`] more), at
+/// most [`MAX_RESULT_BLOCKS`] blocks, `isError` kept.
 pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput {
     let is_error = result.is_error.unwrap_or(false);
     let mut budget = max_text;
@@ -153,17 +163,19 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
     let mut binary_budget = MAX_BINARY_BYTES;
     // Whether a binary block of `len` bytes still fits, spending the budget if it does.
     let mut binary_fits = |len: usize| {
-        let fits = len <= binary_budget;
+        let cost = len.saturating_add(BINARY_BLOCK_COST);
+        let fits = cost <= binary_budget;
         if fits {
-            binary_budget -= len;
+            binary_budget -= cost;
         }
         fits
     };
-    let mut content = Vec::with_capacity(result.content.len().max(1));
+    let mut content = Vec::with_capacity(result.content.len().clamp(1, MAX_RESULT_BLOCKS + 1));
     let push_text = |content: &mut Vec<Content>, text: String| {
         content.push(Content::Text { text });
     };
-    for block in result.content {
+    let blocks = result.content.len();
+    for block in result.content.into_iter().take(MAX_RESULT_BLOCKS) {
         match block {
             ContentBlock::Text(t) => push_text(&mut content, cap(&t.text)),
             ContentBlock::Image(image) => {
@@ -225,6 +237,13 @@ pub(crate) fn tool_output(result: CallToolResult, max_text: usize) -> ToolOutput
             }
             _ => push_text(&mut content, cap("[content of an unknown kind]")),
         }
+    }
+    if blocks > MAX_RESULT_BLOCKS {
+        let said = format!(
+            "[{} more content blocks left out: a result shows at most {MAX_RESULT_BLOCKS}]",
+            blocks - MAX_RESULT_BLOCKS
+        );
+        push_text(&mut content, cap(&said));
     }
     // A result with only structured content still says something to the model.
     if content.is_empty()
@@ -467,12 +486,52 @@ mod tests {
     }
 
     #[test]
+    fn a_result_of_endless_empty_images_shows_its_first_blocks_and_says_how_many_more() {
+        let blocks =
+            vec![ContentBlock::Image(ImageContent::new(String::new(), "image/png")); 200_000];
+        let output = tool_output(CallToolResult::success(blocks), 50_000);
+        assert_eq!(output.content.len(), MAX_RESULT_BLOCKS + 1);
+        assert!(
+            output.content[..MAX_RESULT_BLOCKS]
+                .iter()
+                .all(|c| matches!(c, Content::Image { .. }))
+        );
+        let Content::Text { text } = &output.content[MAX_RESULT_BLOCKS] else {
+            panic!(
+                "the last says what was left out: {:?}",
+                output.content.last()
+            )
+        };
+        assert_eq!(
+            text,
+            "[199744 more content blocks left out: a result shows at most 256]"
+        );
+    }
+
+    #[test]
+    fn each_binary_block_costs_the_budget_more_than_its_bytes() {
+        // 200 images whose bytes alone just fit the budget; with each block's cost the last do not.
+        let each = MAX_BINARY_BYTES / 200;
+        let blocks =
+            vec![ContentBlock::Image(ImageContent::new("i".repeat(each), "image/png")); 200];
+        let output = tool_output(CallToolResult::success(blocks), 50_000);
+        let kept = output
+            .content
+            .iter()
+            .filter(|c| matches!(c, Content::Image { .. }))
+            .count();
+        assert_eq!(kept, MAX_BINARY_BYTES / (each + BINARY_BLOCK_COST));
+        assert!(kept < 200);
+        assert_eq!(output.content.len(), 200, "each left out says so");
+    }
+
+    #[test]
     fn binary_content_past_the_cap_is_replaced_by_a_description() {
         let small = "a".repeat(1000);
         let big = "b".repeat(MAX_BINARY_BYTES);
         let result = CallToolResult::success(vec![
             ContentBlock::Image(ImageContent::new(small.clone(), "image/png")),
-            // Fits alone, but not after the first: the cap is per result.
+            // Not after the first: the cap is per result.
             ContentBlock::Image(ImageContent::new(big.clone(), "image/jpeg")),
             ContentBlock::Resource(EmbeddedResource::new(
                 ResourceContents::BlobResourceContents {

@@ -1,71 +1,11 @@
-//! Questions a server puts to the person at the keyboard (MCP elicitation), and the seam they
-//! go through: a front end hands the host a [`Person`], so the host stays free of terminals and
-//! of the Agent Client Protocol.
-//!
-//! Elicitation is never answered by the model, and never for a hook: a hook call that asks is
-//! declined by the host before a [`Person`] hears of it (hooks are advisory and must not wait
-//! on a person).
-
-// The answer checks below serve the MCP host; without it (feature `mcp`) only the seam is used.
-#![cfg_attr(not(feature = "mcp"), allow(dead_code))]
-
-use std::future::Future;
-use std::pin::Pin;
+//! The host's side of elicitation (MCP's questions to the person at the keyboard): the
+//! [`Person`](crate::ports::Person) a host starts with ([`Nobody`]), the form a schema fills in
+//! by itself, and the check of a person's answer against the form before it goes back to the
+//! server.
 
 use serde_json::{Map, Value};
 
-use crate::hooks::ServerName;
-
-/// One question a server asks the person.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct Elicitation {
-    /// The server that asks.
-    pub server: ServerName,
-    /// What the server says it needs, in its words.
-    pub message: String,
-    /// How the person answers.
-    pub mode: ElicitationMode,
-}
-
-/// How a question is answered.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ElicitationMode {
-    /// Fill in a form: `schema` is the requested JSON schema, an object of primitive
-    /// properties (string, number, integer, boolean, enums), as the server sent it.
-    Form {
-        /// The JSON Schema of the answer.
-        schema: Map<String, Value>,
-    },
-    /// Visit `url` out of band (a sign-in page, a payment); nothing comes back but the action.
-    /// `id` is the server's elicitation id, empty on protocol versions that dropped it.
-    Url {
-        /// The URL to open.
-        url: String,
-        /// The elicitation's id.
-        id: String,
-    },
-}
-
-/// What the person did with a question.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ElicitAnswer {
-    /// Answered: the form's content (empty for URL mode).
-    Accept(Map<String, Value>),
-    /// Said no; the server goes on without it.
-    Decline,
-    /// Dismissed the question without choosing.
-    Cancel,
-}
-
-/// A boxed answer future: [`Person`] is used as a trait object.
-pub type Answer<'a> = Pin<Box<dyn Future<Output = ElicitAnswer> + Send + 'a>>;
-
-/// The person at the keyboard, as a front end reaches them.
-pub trait Person: Send + Sync {
-    /// Asks `question`. The future may be dropped (the call was cancelled or timed out).
-    fn elicit(&self, question: Elicitation) -> Answer<'_>;
-}
+use crate::ports::{Answer, ElicitAnswer, Elicitation, Person};
 
 /// Nobody to ask: every question is declined. What a host starts with.
 #[derive(Clone, Copy, Debug, Default)]

@@ -32,9 +32,8 @@ use self::slot::{Launch, Life, Slot};
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
 use crate::mcp::config::McpServers;
-use crate::mcp::{
-    HookCall, HostOptions, McpError, Nobody, Person, ToolHost, TransportKind, convert,
-};
+use crate::mcp::{HostOptions, McpError, Nobody, convert};
+use crate::ports::{HookCall, Person, ToolHost, TransportKind};
 use crate::supervisor::{self, Fact, Supervisor, SupervisorPolicy};
 use crate::text::lock;
 

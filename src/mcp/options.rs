@@ -28,7 +28,7 @@ use crate::mcp::auth::OAuthOptions;
 #[non_exhaustive]
 pub struct HostOptions {
     /// Sent to hook servers as `_meta["hookloop/session"]` until
-    /// [`ToolHost::set_session_id`](crate::mcp::ToolHost::set_session_id) names the session.
+    /// [`ToolHost::set_session_id`](crate::ports::ToolHost::set_session_id) names the session.
     /// Default: a random id.
     pub session_id: String,
     /// Bounds one server's start-up: spawn or connect, initialization, `tools/list`. Default 30 s.

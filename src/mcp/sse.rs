@@ -41,10 +41,10 @@ use rmcp::transport::streamable_http_client::{
 use tokio::sync::Notify;
 
 use crate::hooks::ServerName;
-use crate::llm::sse::{SseEvent, SseParser};
 use crate::mcp::auth::{HttpResult, OAuthHttp};
 use crate::mcp::config::HttpConfig;
 use crate::mcp::transport::MAX_LINE;
+use crate::net::sse::{SseEvent, SseParser};
 use crate::text::lock;
 
 /// The longest wait for the `endpoint` event once the stream is open.
@@ -114,7 +114,7 @@ pub(crate) enum Client {
 impl Client {
     /// A client without OAuth.
     pub(crate) fn plain() -> Result<Self, String> {
-        crate::tls::install_provider();
+        crate::net::tls::install_provider();
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -395,7 +395,9 @@ impl Poster {
             Ok(Err(error)) => error.to_string(),
             Err(_) => format!("no answer within {} s", POST_TIMEOUT.as_secs()),
         };
-        tracing::warn!(server = %self.server, endpoint = %self.endpoint, %reason, "a POST to the server failed; the connection is broken");
+        let reason = crate::text::without_url_secrets(&reason).into_owned();
+        let shown = crate::text::without_url_secrets(self.endpoint.as_str()).into_owned();
+        tracing::warn!(server = %self.server, endpoint = %shown, %reason, "a POST to the server failed; the connection is broken");
         self.broken.set();
         Err(SseError::Post {
             endpoint: self.endpoint.to_string(),

@@ -15,14 +15,15 @@
 //! A `tools/call` request is written by [`encode`], in the bytes rmcp would write, without
 //! rmcp's detour through a JSON value.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolResult, ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, JsonRpcRequest,
-    JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, RequestId, ServerResult,
+    JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, RequestId, ServerNotification,
+    ServerResult,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -43,6 +44,14 @@ pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
 /// answers cannot grow this map.
 const MAX_EXPECTED: usize = 1024;
 
+/// The server's requests handed to the client and not yet answered, at most. While this many
+/// wait, the transport reads nothing more from the server: a server that asks faster than it
+/// reads the answers (a `roots/list` flood) would otherwise have the client hold every request,
+/// its handler and its answer at once. Every answer the client sends frees a place, and a
+/// question that waits on a person is one of few (`MAX_OPEN_QUESTIONS`), so this never waits
+/// on anything but the server itself.
+const MAX_SERVING: usize = 64;
+
 /// How much is read from the stream at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -62,6 +71,9 @@ pub(crate) struct LineTransport<R, W> {
     max_line: usize,
     /// The result type each unanswered request expects, by id.
     expected: Expected,
+    /// The ids of the server's requests handed on and not yet answered (at most
+    /// [`MAX_SERVING`]).
+    serving: HashSet<RequestId>,
     out: Arc<Outbox<W>>,
 }
 
@@ -80,6 +92,7 @@ where
             discarding: false,
             max_line: MAX_LINE,
             expected: Expected::default(),
+            serving: HashSet::new(),
             out: Arc::new(Outbox {
                 queue: Mutex::new(Queue::default()),
                 writer: tokio::sync::Mutex::new(Writer {
@@ -268,7 +281,14 @@ where
                     self.expected.remove(id);
                 }
             }
-            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+            JsonRpcMessage::Response(JsonRpcResponse { id, .. }) => {
+                self.serving.remove(id);
+            }
+            JsonRpcMessage::Error(error) => {
+                if let Some(id) = &error.id {
+                    self.serving.remove(id);
+                }
+            }
         }
         let queued = self.out.push(&item);
         let out = Arc::clone(&self.out);
@@ -277,15 +297,35 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
+            if self.serving.len() >= MAX_SERVING {
+                // The service drops this future for its next event, the answer that frees a
+                // place among them (`send`), and calls again.
+                std::future::pending::<()>().await;
+            }
             let line = self.next_line().await?;
             match self.decode(line) {
                 Decoded::Message(message) => {
-                    if let JsonRpcMessage::Response(JsonRpcResponse { id, .. }) = &message {
-                        self.expected.remove(id);
-                    } else if let JsonRpcMessage::Error(error) = &message
-                        && let Some(id) = &error.id
-                    {
-                        self.expected.remove(id);
+                    match &message {
+                        JsonRpcMessage::Response(JsonRpcResponse { id, .. }) => {
+                            self.expected.remove(id);
+                        }
+                        JsonRpcMessage::Error(error) => {
+                            if let Some(id) = &error.id {
+                                self.expected.remove(id);
+                            }
+                        }
+                        JsonRpcMessage::Request(request) => {
+                            self.serving.insert(request.id.clone());
+                        }
+                        JsonRpcMessage::Notification(notification) => {
+                            // A request the server cancels is never answered.
+                            if let ServerNotification::CancelledNotification(cancelled) =
+                                &notification.notification
+                                && let Some(id) = &cancelled.params.request_id
+                            {
+                                self.serving.remove(id);
+                            }
+                        }
                     }
                     return Some(message);
                 }

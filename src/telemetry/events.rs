@@ -4,9 +4,9 @@
 use tracing::Span;
 
 use super::names;
-use crate::driver::Observer;
 use crate::hooks::Hook;
 use crate::machine::{Effect, Notice, SkipReason};
+use crate::ports::Observer;
 
 /// Turns the machine's notices and the host's supervision into events on the span that is
 /// current where the driver reports them (the hook round, the compaction, the prompt), and
@@ -148,15 +148,27 @@ fn notice_event(notice: &Notice) {
             server,
             hook,
             reason,
-        } => tracing::info!(
-            target: names::TARGET, {
-            { names::MCP_SERVER } = server.as_str(),
-            { names::HOOK_NAME } = hook.tool_name(),
-            { names::REASON } = reason.as_str()
-            },
-            "{}",
-            names::EVENT_HOOK_FAILED_OPEN
-        ),
+        } => {
+            // The machine's reason quotes the hook's error text or the call's failure after
+            // its class (`error result: …`): content, kept only with the operator's opt-in.
+            let reason = if super::content::capture_from_env() {
+                crate::text::without_url_secrets(reason)
+            } else {
+                reason
+                    .split_once(':')
+                    .map_or(reason.as_str(), |(class, _)| class)
+                    .into()
+            };
+            tracing::info!(
+                target: names::TARGET, {
+                { names::MCP_SERVER } = server.as_str(),
+                { names::HOOK_NAME } = hook.tool_name(),
+                { names::REASON } = &*reason
+                },
+                "{}",
+                names::EVENT_HOOK_FAILED_OPEN
+            )
+        }
         Notice::HookSkipped {
             server,
             hook,

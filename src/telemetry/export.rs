@@ -102,7 +102,7 @@ impl Exporter {
             }
         }
         // The exporter's client is a reqwest one, built without a TLS provider of its own.
-        crate::tls::install_provider();
+        crate::net::tls::install_provider();
         // The endpoint, headers and timeout come from the variables, read by the builder.
         let exporter = SpanExporter::builder()
             .with_http()
@@ -138,11 +138,49 @@ impl Exporter {
     /// Sends what is queued and stops the exporter, waiting at most `timeout` for the
     /// collector. The spans of a collector that does not answer in time are lost (and said so
     /// by the SDK's log).
+    /// A collector whose address refuses connections is not waited for: the SDK retries a
+    /// failed connection with backoff until the deadline, though a refusal is known at once.
     pub fn shutdown(self, timeout: Duration) {
+        let timeout = if collector_refuses() {
+            Duration::ZERO
+        } else {
+            timeout
+        };
         if let Err(error) = self.provider.shutdown_with_timeout(timeout) {
             tracing::debug!(%error, "the span exporter did not shut down cleanly");
         }
     }
+}
+
+/// How long the exit's look at the collector's address may take, name resolution included.
+const PROBE: Duration = Duration::from_millis(250);
+
+/// Whether every address of the traces endpoint refuses a connection now (nothing listens):
+/// a look on a thread of its own, `false` when it cannot say within [`PROBE`].
+fn collector_refuses() -> bool {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let Some(endpoint) =
+        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    else {
+        return false;
+    };
+    let Ok(url) = reqwest::Url::parse(endpoint.trim()) else {
+        return false;
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("otel-probe".into())
+        .spawn(move || {
+            let refused = url.socket_addrs(|| None).is_ok_and(|addrs| {
+                !addrs.is_empty()
+                    && addrs.iter().all(|addr| {
+                        std::net::TcpStream::connect_timeout(addr, PROBE)
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+                    })
+            });
+            let _ = tx.send(refused);
+        });
+    spawned.is_ok() && rx.recv_timeout(PROBE).unwrap_or(false)
 }
 
 /// A `tracing` layer that turns the engine's spans (target [`names::TARGET`]) into spans of

@@ -34,13 +34,12 @@ use std::time::Instant;
 use tracing::{Span, field};
 
 pub(crate) use self::events::{BoundaryTrace, effect_event};
-use crate::driver::{PromptStop, SessionError};
 use crate::hooks::{Hook, ServerName};
-use crate::llm::LlmError;
 use crate::machine::{
     AgentId, Content, HookContext, HookReply, Input, LlmReply, LlmRequest, PermissionDecision,
     Purpose, ToolCall, ToolOutput,
 };
+use crate::ports::LlmError;
 
 pub use self::content::CAPTURE_VARIABLE;
 
@@ -226,21 +225,13 @@ impl SessionTrace {
     }
 }
 
-/// Records how a prompt ended on its `invoke_agent` span.
-pub(crate) fn prompt_ended(span: &Span, result: &Result<PromptStop, SessionError>) {
-    let reason = match result {
-        Ok(PromptStop::EndTurn) => "end_turn",
-        Ok(PromptStop::MaxTokens) => "max_tokens",
-        Ok(PromptStop::MaxTurnRequests) => "max_turn_requests",
-        Ok(PromptStop::Refusal) => "refusal",
-        Ok(PromptStop::Cancelled) => "cancelled",
-        Ok(PromptStop::OtherStop) => "other_stop",
-        Err(error) => {
-            let class = match error {
-                SessionError::Llm(_) => "llm",
-                SessionError::Machine(_) | SessionError::Stalled => "internal",
-            };
-            fail(span, class, &error.to_string());
+/// Records how a prompt ended on its `invoke_agent` span: the name of its stop (`end_turn`,
+/// `max_tokens`, …), or `failed` with the failure's class and message.
+pub(crate) fn prompt_ended(span: &Span, end: Result<&str, (&str, String)>) {
+    let reason = match end {
+        Ok(reason) => reason,
+        Err((class, message)) => {
+            fail(span, class, "the prompt failed", &message);
             "failed"
         }
     };
@@ -309,7 +300,7 @@ pub(crate) fn response_model(model: Option<&str>) {
 fn chat_ended(span: &Span, outcome: Option<&Result<LlmReply, LlmError>>) -> Option<String> {
     match outcome {
         None => {
-            fail(span, "cancelled", "the prompt was cancelled");
+            fail(span, "cancelled", "the prompt was cancelled", "");
             None
         }
         Some(Ok(reply)) => {
@@ -337,7 +328,12 @@ fn chat_ended(span: &Span, outcome: Option<&Result<LlmReply, LlmError>>) -> Opti
             Some(reason)
         }
         Some(Err(error)) => {
-            fail(span, error_class(error), &error.to_string());
+            fail(
+                span,
+                error_class(error),
+                "the model request failed",
+                &error.to_string(),
+            );
             None
         }
     }
@@ -369,8 +365,8 @@ pub(crate) fn tool_ended(span: &Span, output: &ToolOutput) {
                 Content::Text { text } => Some(text.as_str()),
                 Content::Image { .. } | Content::Resource { .. } => None,
             })
-            .unwrap_or("the tool reported an error");
-        fail(span, names::TOOL_ERROR, text);
+            .unwrap_or_default();
+        fail(span, names::TOOL_ERROR, "the tool reported an error", text);
     }
 }
 
@@ -416,15 +412,15 @@ pub(crate) fn hook_answered(span: &Span, reply: &HookReply) {
         HookReply::Text { text } if text.trim().is_empty() => "quiet",
         HookReply::Text { .. } => "text",
         HookReply::ErrorResult { text } => {
-            fail(span, names::TOOL_ERROR, text);
+            fail(span, names::TOOL_ERROR, "the hook reported an error", text);
             "failed_open"
         }
         HookReply::Failed { error } => {
-            fail(span, "transport", error);
+            fail(span, "transport", "the hook call failed", error);
             "failed_open"
         }
         HookReply::TimedOut => {
-            fail(span, "timeout", "no answer within the hook timeout");
+            fail(span, "timeout", "no answer within the hook timeout", "");
             "timeout"
         }
         HookReply::Skipped { .. } => "skipped",
@@ -501,7 +497,7 @@ pub fn mcp_call(server: &str, tool: &str, protocol_version: Option<&str>, pipe: 
 
 /// Records that an MCP request failed without an answer on its span.
 pub fn mcp_failed(span: &Span, error: &str) {
-    fail(span, "transport", error);
+    fail(span, "transport", "the request failed", error);
 }
 
 /// The W3C trace context of `span` (`traceparent`, and `tracestate` when there is one), for
@@ -537,11 +533,23 @@ fn record_strings(span: &Span, key: &'static str, values: &[String]) {
     span.record(key, values.join(",").as_str());
 }
 
-/// Marks a span failed, with the class of the error and its message.
-fn fail(span: &Span, class: &str, message: &str) {
+/// Marks a span failed, with the class of the error and a fixed description of it. The
+/// failure's own text (a tool's error output, a hook's error text, which may echo a call's
+/// arguments and result, a provider's or a subagent's words) is content: it joins the
+/// description only when the operator opted in to content ([`CAPTURE_VARIABLE`]), as the
+/// messages themselves do, and then without URL queries or user info.
+fn fail(span: &Span, class: &str, fixed: &'static str, detail: &str) {
     span.record(names::ERROR_TYPE, class);
     span.record("otel.status_code", "error");
-    span.record("otel.status_description", message);
+    if content::capture_from_env() && !detail.is_empty() {
+        let detail = crate::text::without_url_secrets(detail);
+        span.record(
+            "otel.status_description",
+            format!("{fixed}: {detail}").as_str(),
+        );
+    } else {
+        span.record("otel.status_description", fixed);
+    }
 }
 
 /// A low-cardinality class of a model request's failure.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::machine::{CallId, Canon, Effect, Input, PermissionDecision};
 
-use super::invariants::{Transition, Violation, ensure};
+use super::transition::{Transition, Violation, ensure};
 
 /// The rule a call run without consent breaks.
 pub const RUNS: &str = "a destructive call runs only once the user allowed it";

@@ -17,8 +17,9 @@
 //! - per outstanding tool call: a result, an error result;
 //! - per outstanding hook call (server and subject): an answer with text, an empty answer, an
 //!   error result, a timeout;
-//! - in every state: cancel, close, and the two catalogs (the setup's, and one where the last
-//!   server's hook set is complemented: a hook added or removed mid-session).
+//! - in every state: cancel, close, and the catalogs: the setup's, one where the last server's
+//!   hook set is complemented (a hook added or removed mid-session), and one where `s0`'s
+//!   model-facing tools are gone (a call made before it must not run after it).
 //!
 //! and in every state one fact it must refuse (a result for a call nobody made), which must
 //! leave the machine as it was. In `Done` it feeds `Closed` (accepted, no order) and a prompt
@@ -26,7 +27,9 @@
 //!
 //! With [`Setup::permission`], the policy asks before a destructive call runs, `s0` has a
 //! destructive tool `rm`, the model may call it once or twice in a reply, and the user answers
-//! each question with any of the four decisions (allow or reject, once or always).
+//! each question with any of the four decisions (allow or reject, once or always); a fourth
+//! catalog flips `s0`'s destructive hints (`rm` unmarked, `run` marked) in every state, and
+//! Idle also takes the permission setting turned off and on.
 //!
 //! # Deduplication
 //!
@@ -48,7 +51,7 @@
 //!
 //! # What is verified, and what is not
 //!
-//! The configurations are explored in [families](super::families), each to the depth its
+//! The configurations are explored in families (`testing::families`), each to the depth its
 //! rules' interactions need: in CI in a release build (each hook alone to depth 12, `_Stop`
 //! with each other hook to 10, `_Stop` budgets 1 to 3 to 14, every hook to 8, two servers to 6,
 //! the 1,025 one-server classes to 6, permission to 8, a round cap of 2 to 10, a subagent to
@@ -64,10 +67,10 @@
 //! On every transition the explorer checks every rule of [`Invariants`], that each fact of the
 //! alphabet is accepted where the machine's last order asked for it, that the probe is refused
 //! and changes nothing, and that a running prompt always waits for an answer. A class stands
-//! for every setup whose machine starts identical and stays so under both catalogs
+//! for every setup whose machine starts identical and stays so under every catalog of the alphabet
 //! ([`Setup::canonical`]: hooks of servers the allowlist leaves out, the budget when no `_Stop`
 //! can run, the allowlist when no hook can); a test checks that the machines' encodings are
-//! equal under both catalogs.
+//! equal under each of them.
 //!
 //! Not verified: depth 12 for every configuration with hooks; with hooks the distinct states
 //! grow about 1.5 times per fact and have not been seen to exhaust (every 32nd one-server class
@@ -78,7 +81,7 @@
 //! `agent` call; tests/subagent_props.rs checks the two together). The alphabet has one text per
 //! kind, so no rule that reads words (the hook body cap, trimming) is covered here; neither are
 //! a hook call that fails or is skipped, `content_filter`, media, nor the supervisor. A
-//! [`Setup`] sets no round cap; a family may ([`Family::rounds`](super::families::Family)),
+//! [`Setup`] sets no round cap; a family may (`Family::rounds`),
 //! and the `round_cap` family explores one of 2.
 //!
 //! # Counterexamples
@@ -111,12 +114,14 @@ use std::mem::{Discriminant, discriminant};
 
 use serde_json::json;
 
-use super::invariants::{Invariants, Violation};
-use crate::hooks::{Hook, HookServers, ServerName};
+use super::invariants::Invariants;
+use super::runs;
+use super::transition::Violation;
+use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
-    CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply, Machine,
-    MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools, SizeRegion,
-    SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
+    AGENT_TOOL, CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply,
+    Machine, MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools,
+    SizeRegion, SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -321,6 +326,31 @@ impl Setup {
             *last = !*last;
         }
         catalog_of(&servers, self.permission)
+    }
+
+    /// The catalog of the alphabet where `s0`'s model-facing tools are gone (its server
+    /// lost them, its hooks stay): a call made before it came must not run after it.
+    pub fn withdrawn_catalog(&self) -> Catalog {
+        let mut catalog = self.catalog();
+        if let Some(first) = catalog.servers.first_mut() {
+            first.tools.retain(|tool| hooks::is_hook(&tool.name));
+        }
+        catalog
+    }
+
+    /// The catalog of the alphabet where `s0`'s destructive hints are flipped: `rm` no longer
+    /// marked, `run` marked. Offered only by setups that ask permission.
+    pub fn flipped_catalog(&self) -> Catalog {
+        let mut catalog = self.catalog();
+        if let Some(first) = catalog.servers.first_mut() {
+            for tool in &mut first.tools {
+                if !hooks::is_hook(&tool.name) {
+                    let marked = tool.hints.destructive == Some(true);
+                    tool.hints.destructive = (!marked).then_some(true);
+                }
+            }
+        }
+        catalog
     }
 
     /// A new machine under this setup, its catalog fed.
@@ -614,6 +644,21 @@ pub fn explore_at<S: Subject>(
     let mut projections = HashSet::from([Projection::of(start.machine(), &Pending::Nothing)]);
     let mut orders = HashMap::new();
     let mut invariants = Invariants::new(start.machine().policy());
+    // The rule that a runnable call runs reads the offered tools from the facts; the first
+    // catalog was fed before the search, so it is named here when it is the start's.
+    let catalog = setup.catalog();
+    let offered = runs::offered_by(&catalog);
+    let starts_with = start
+        .machine()
+        .model_tools()
+        .iter()
+        .filter(|tool| tool.name != AGENT_TOOL)
+        .map(|tool| tool.name.clone())
+        .collect::<BTreeSet<_>>()
+        == offered;
+    if starts_with {
+        invariants = invariants.knowing(&catalog);
+    }
     if grain == Grain::Abstract {
         let budget = i64::from(start.machine().policy().stop_max_rejections);
         invariants = invariants.capping_slack(budget + SLACK_OVER_BUDGET);
@@ -986,6 +1031,8 @@ pub fn transcript_of<S: Subject>(setup: &Setup, mut start: S, facts: &[Input]) -
 /// The facts the explorer feeds, built once per setup.
 struct Alphabet {
     prompts: Vec<Input>,
+    /// Facts only Idle accepts beside a prompt: the permission setting, turned on and off.
+    settings: Vec<Input>,
     replies: Vec<Input>,
     summaries: Vec<Input>,
     common: Vec<Input>,
@@ -1046,8 +1093,32 @@ impl Alphabet {
             replies.push(calls(&["s0__rm"], None));
             replies.push(calls(&["s0__rm", "s0__rm"], None));
         }
+        let mut common = vec![
+            Input::Cancelled,
+            Input::Closed,
+            Input::CatalogChanged {
+                catalog: setup.catalog(),
+            },
+            Input::CatalogChanged {
+                catalog: setup.alternate_catalog(),
+            },
+            Input::CatalogChanged {
+                catalog: setup.withdrawn_catalog(),
+            },
+        ];
+        let mut settings = Vec::new();
+        if setup.permission {
+            common.push(Input::CatalogChanged {
+                catalog: setup.flipped_catalog(),
+            });
+            settings = [false, true]
+                .map(|ask| Input::PermissionSettingChanged { ask })
+                .into();
+        }
         Self {
             replies,
+            settings,
+            common,
             prompts: vec![
                 Input::Prompted {
                     text: "do it".into(),
@@ -1070,16 +1141,6 @@ impl Alphabet {
                     error: "down".into(),
                 },
             ],
-            common: vec![
-                Input::Cancelled,
-                Input::Closed,
-                Input::CatalogChanged {
-                    catalog: setup.catalog(),
-                },
-                Input::CatalogChanged {
-                    catalog: setup.alternate_catalog(),
-                },
-            ],
         }
     }
 
@@ -1089,7 +1150,11 @@ impl Alphabet {
             return vec![Input::Closed];
         }
         let mut facts = match pending {
-            Pending::Nothing => self.prompts.clone(),
+            Pending::Nothing => {
+                let mut facts = self.prompts.clone();
+                facts.extend(self.settings.iter().cloned());
+                facts
+            }
             Pending::Model(Purpose::Turn) => self.replies.clone(),
             Pending::Model(Purpose::Summary { .. }) => self.summaries.clone(),
             Pending::Tools(ids) => ids

@@ -1,5 +1,5 @@
 //! The machine's sovereignty invariants, defined once and checked after every fact by every
-//! driver that feeds the machine: the exhaustive explorer ([`explore`](super::explore)) and the
+//! driver that feeds the machine: the exhaustive explorer (`testing::explore`) and the
 //! property tests (`tests/machine_props.rs`, `tests/hook_props.rs`).
 //!
 //! [`Invariants`] keeps what the rules need to remember between facts (a `_Stop` round since the
@@ -8,66 +8,20 @@
 //! put it in its state's fingerprint.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
-    CallId, Canon, Effect, Grain, HookReply, Input, Machine, Message, Notice, Phase, Policy,
-    Purpose, SUMMARY_PREFIX, StopReason,
+    CallId, Canon, Catalog, Effect, Grain, HookReply, Input, Machine, Message, Notice, Phase,
+    Policy, Purpose, SUMMARY_PREFIX, StopReason,
 };
 
 use super::check_pairing;
 use super::consent::Consent;
 use super::liveness::{HookLiveness, stop_hook};
 use super::rounds::RoundCap;
+use super::runs::{Runnable, in_batch};
+use super::transition::{Transition, Violation, broken, ensure};
 use super::words::HookWords;
-
-/// One fact the machine accepted and what it led to: what each rule judges.
-#[derive(Clone, Copy, Debug)]
-pub struct Transition<'a> {
-    /// The phase the machine was in when the fact came.
-    pub before: Phase,
-    /// The fact.
-    pub fact: &'a Input,
-    /// The machine after it.
-    pub machine: &'a Machine,
-    /// Every order it gave for the fact.
-    pub effects: &'a [Effect],
-    /// Its history when the fact came.
-    pub history_before: &'a [Message],
-}
-
-/// A rule the machine broke on one fact.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// The rule, in the words of the spec or the crate doc.
-    pub rule: &'static str,
-    /// What showed it.
-    pub detail: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.rule, self.detail)
-    }
-}
-
-impl std::error::Error for Violation {}
-
-fn broken(rule: &'static str, detail: impl Into<String>) -> Result<(), Violation> {
-    Err(Violation {
-        rule,
-        detail: detail.into(),
-    })
-}
-
-pub(super) fn ensure(
-    ok: bool,
-    rule: &'static str,
-    detail: impl FnOnce() -> String,
-) -> Result<(), Violation> {
-    if ok { Ok(()) } else { broken(rule, detail()) }
-}
 
 /// The invariants, with what they remember between facts. Feed it every accepted fact with
 /// [`check`](Self::check), right after the machine handled it and its orders were drained.
@@ -107,6 +61,8 @@ pub struct Invariants {
     consent: Consent,
     /// The running prompt's requests under the round cap.
     rounds: RoundCap,
+    /// The reply's runnable calls, owed a run.
+    runs: Runnable,
 }
 
 impl Invariants {
@@ -131,7 +87,16 @@ impl Invariants {
             words: HookWords::default(),
             consent: Consent::default(),
             rounds: RoundCap::new(policy),
+            runs: Runnable::default(),
         }
+    }
+
+    /// The same invariants, knowing the catalog fed before the first fact they see: the rule
+    /// that a runnable call runs judges calls from the start, not only after a
+    /// `CatalogChanged` fact.
+    pub fn knowing(mut self, catalog: &Catalog) -> Self {
+        self.runs = Runnable::knowing(catalog);
+        self
     }
 
     /// Clamps the slack of the bound on model requests at `cap` after every fact, so that an
@@ -190,6 +155,7 @@ impl Invariants {
         self.words.check(&step)?;
         self.consent.check(&step)?;
         self.rounds.check(&step)?;
+        self.runs.check(&step)?;
 
         // Work and prompts move the slack of the bound up; every model request moves it down.
         match fact {
@@ -269,6 +235,7 @@ impl Invariants {
         self.words.fingerprint(e);
         self.consent.fingerprint(e);
         self.rounds.fingerprint(e);
+        self.runs.fingerprint(e);
     }
 
     /// At most one awaited order per fact, last; each in the phase that waits for it; requests
@@ -794,12 +761,4 @@ impl Invariants {
         }
         Ok(())
     }
-}
-
-/// Whether a batch of tool calls is open in `phase`: its results are not all in the history.
-fn in_batch(phase: Phase) -> bool {
-    matches!(
-        phase,
-        Phase::RunningTools | Phase::AwaitingPermission | Phase::AwaitingHook(Hook::PreToolUse)
-    )
 }

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Effect, Input, Machine, Notice, Phase, Purpose, StopReason};
 
-use super::invariants::{Transition, Violation, ensure};
+use super::transition::{Transition, Violation, ensure};
 
 /// The rule a missing, extra or misplaced hook round breaks.
 pub const RULE: &str =
@@ -279,7 +279,8 @@ impl HookLiveness {
             | Input::PermissionDecided { .. }
             | Input::CatalogChanged { .. }
             | Input::PermissionSettingChanged { .. }
-            | Input::Cancelled => request(),
+            | Input::Cancelled
+            | Input::PromptInterrupted => request(),
         }
     }
 

@@ -14,12 +14,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::hooks::{self, Hook, ServerName};
-use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
-    CallId, Catalog, HookReply, LlmReply, Message, Purpose, ServerTools, StopReason, ToolCall,
-    ToolHints, ToolInfo, ToolOutput, ToolSpec, Usage,
+    CallId, Catalog, HookReply, LlmReply, LlmRequest, Message, Purpose, ServerTools, StopReason,
+    ToolCall, ToolHints, ToolInfo, ToolOutput, ToolSpec, Usage,
 };
-use crate::mcp::{HookCall, ToolHost};
+use crate::ports::{HookCall, LlmClient, LlmError, ToolHost};
 
 pub mod consent;
 pub mod explore;
@@ -27,9 +26,12 @@ pub mod families;
 mod invariants;
 pub mod liveness;
 pub mod rounds;
+pub mod runs;
+mod transition;
 pub mod words;
 
-pub use self::invariants::{Invariants, Transition, Violation};
+pub use self::invariants::Invariants;
+pub use self::transition::{Transition, Violation};
 pub use crate::machine::check_pairing;
 
 /// A request as the scripted model saw it.

@@ -4,7 +4,7 @@
 
 use crate::machine::{Canon, Effect, FinishReason, Input, Policy, Purpose};
 
-use super::invariants::{Transition, Violation, ensure};
+use super::transition::{Transition, Violation, ensure};
 
 /// The rule a request past the cap breaks.
 pub const BOUND: &str = "a prompt makes at most max_rounds model requests";

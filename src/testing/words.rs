@@ -6,7 +6,7 @@
 use crate::hooks::{self, Hook, ServerName};
 use crate::machine::{Canon, Effect, HookReply, Input, Message, Notice, Phase};
 
-use super::invariants::{Transition, Violation, ensure};
+use super::transition::{Transition, Violation, ensure};
 
 /// The rule a hook's words break when they did not come from its server.
 pub const RULE: &str = "a hook's words are only what its servers said, injected encoded";

@@ -94,7 +94,7 @@ fn bless_file(path: &Path) -> Result<String, String> {
         format!("cannot bless: the facts no longer fit this engine; record it again.\n{divergence}")
     })?;
     let (old, new) = (transcript.to_jsonl(), blessed.to_jsonl());
-    std::fs::write(path, &new).map_err(|e| format!("cannot write it: {e}"))?;
+    crate::private::write_file(path, &new).map_err(|e| format!("cannot write it: {e}"))?;
     Ok(line_diff(&old, &new))
 }
 

@@ -50,6 +50,7 @@ pub(crate) fn redact_input(fact: &Input) -> Input {
         | Input::PermissionDecided { .. }
         | Input::PermissionSettingChanged { .. }
         | Input::Cancelled
+        | Input::PromptInterrupted
         | Input::Closed => fact.clone(),
     }
 }

@@ -11,11 +11,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::driver::{Observer, PromptStop, Session, SessionError};
+use crate::driver::{PromptStop, Session, SessionError};
 use crate::hooks::Hook;
-use crate::llm::LlmClient;
-use crate::machine::{Effect, HookReply, Input, Machine, Phase};
-use crate::mcp::ToolHost;
+use crate::machine::{AgentId, Effect, HookReply, Input, Machine, Phase};
+use crate::ports::{LlmClient, Observer, ToolHost};
 use crate::transcript::{Divergence, Event, Header, Record, Recorder, Replayer, Transcript};
 
 /// Where a fork leaves the record.
@@ -313,7 +312,7 @@ impl Fork {
         recorder: Option<Recorder>,
     ) -> Result<ForkRun<L, H>, SessionError> {
         let at = Duration::from_millis(self.at_ms());
-        let mut session = Session::from_machine(config, self.machine, llm, host);
+        let mut session = Session::with_machine(config, self.machine, llm, host);
         if let Some(recorder) = recorder {
             for record in &self.prefix {
                 recorder.write_record(record);
@@ -345,6 +344,17 @@ impl Observer for Offset {
 
     fn on_fact(&mut self, at: Duration, fact: &Input) {
         self.inner.on_fact(self.by + at, fact);
+    }
+
+    // A subagent's records are the record's as much as the top-level agent's: without them a
+    // later replay finds an `agent` call's lane missing. The supervisor's are left out: the
+    // servers of a session that goes on start afresh, and their course is not the record's.
+    fn on_agent_effect(&mut self, at: Duration, agent: &AgentId, effect: &Effect) {
+        self.inner.on_agent_effect(self.by + at, agent, effect);
+    }
+
+    fn on_agent_fact(&mut self, at: Duration, agent: &AgentId, fact: &Input) {
+        self.inner.on_agent_fact(self.by + at, agent, fact);
     }
 }
 

@@ -1,7 +1,7 @@
-//! The transcript format, version 2: JSON Lines, one header line and then one line per event.
+//! The transcript format, version 3: JSON Lines, one header line and then one line per event.
 //!
 //! ```text
-//! {"format":"hookloop-transcript","version":2,"engine":"0.1.0","config":{...},"catalog":{...}}
+//! {"format":"hookloop-transcript","version":3,"engine":"0.1.0","config":{...},"catalog":{...}}
 //! {"at_ms":0,"fact":{"fact":"catalog_changed","catalog":{...}}}
 //! {"at_ms":0,"fact":{"fact":"prompted","text":"Finish the feature."}}
 //! {"at_ms":0,"effect":{"effect":"call_llm","purpose":{"kind":"turn"},"messages":1,"digest":{"system":"…","messages":"…",…}}}
@@ -22,13 +22,18 @@ use crate::config::Config;
 use crate::machine::{AgentId, Catalog, Effect, Input, Policy};
 use crate::supervisor::{self, SupervisorPolicy};
 
-use crate::transcript::redact::Redaction;
+use crate::transcript::redact::{REDACTED, Redaction};
 
 /// The value of the header's `format` field.
 pub const FORMAT: &str = "hookloop-transcript";
 
-/// The format version this engine writes and reads.
-pub const VERSION: u32 = 2;
+/// The format version this engine writes. Version 3 added the `prompt_interrupted` fact, which
+/// closes a prompt a crash cut; a version 2 record is a version 3 record without it, and reads
+/// as one.
+pub const VERSION: u32 = 3;
+
+/// The oldest format version this engine reads.
+pub const OLDEST_VERSION: u32 = 2;
 
 /// The first line of a transcript: what the session was, before anything happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -164,6 +169,24 @@ pub struct ServerEntry {
     /// Its HTTP headers (values redacted as the header says).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+}
+
+// Beside the entry it redacts, so that the redaction's rules (`redact.rs`) need nothing of the
+// header's.
+impl Redaction {
+    /// The entry with every secret value replaced by [`REDACTED`].
+    pub fn apply(&self, mut entry: ServerEntry) -> ServerEntry {
+        for (name, value) in entry.env.iter_mut().chain(entry.headers.iter_mut()) {
+            if self.is_secret(name) {
+                REDACTED.clone_into(value);
+            }
+        }
+        if let Some(url) = &mut entry.url {
+            *url = self.redact_url(url);
+        }
+        entry.args = self.redact_args(&entry.args);
+        entry
+    }
 }
 
 /// One event of the session, with its virtual time.

@@ -12,7 +12,7 @@ use crate::hooks::ServerName;
 use crate::machine::{
     AGENT_TOOL, AgentId, CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput,
 };
-use crate::mcp::{HookCall, ToolHost};
+use crate::ports::{HookCall, ToolHost};
 use crate::transcript::replay::is_child_of;
 use crate::transcript::{Divergence, DivergenceKind};
 use crate::transcript::{Event, Transcript, Truncation};
@@ -328,16 +328,15 @@ impl Live {
                 subjects,
             } => {
                 let timeout = Duration::from_millis(timeout_ms);
-                let calls: Vec<HookCall> =
-                    hook_calls(hook, &servers, timeout, context.clone(), &subjects)
-                        .map(|(_, call)| call)
-                        .collect();
-                let keys: Vec<_> = hook_calls(hook, &servers, timeout, context, &subjects)
-                    .map(|(subject, call)| (call.server, subject))
-                    .collect();
+                let calls: Vec<(Option<u32>, HookCall)> =
+                    hook_calls(hook, &servers, timeout, context, &subjects).collect();
                 let answers =
-                    join_all(calls.iter().map(|call| call_hook_bounded(host, call))).await;
-                lane.hooks = keys.into_iter().zip(answers).collect();
+                    join_all(calls.iter().map(|(_, call)| call_hook_bounded(host, call))).await;
+                lane.hooks = calls
+                    .into_iter()
+                    .zip(answers)
+                    .map(|((subject, call), answer)| ((call.server, subject), answer))
+                    .collect();
             }
             Effect::KillServer { server } => host.kill_server(&server).await,
             // The user's decision is replayed as recorded: nobody is asked again.
@@ -447,6 +446,7 @@ impl Live {
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
+            | Input::PromptInterrupted
             | Input::Closed => recorded.clone(),
         };
         lane.machine.handle(fact.clone()).map_err(|error| {

@@ -68,6 +68,7 @@ mod recorder;
 mod redact;
 mod replay;
 mod report;
+mod restore;
 mod show;
 mod suite;
 mod text;
@@ -77,12 +78,10 @@ use std::path::PathBuf;
 
 pub use self::check::{BLESS_VAR, CheckFailed, Checked, bless, check_dir, check_dir_with};
 pub use self::diff::line_diff;
-#[cfg(feature = "acp")]
-pub(crate) use self::fork::Offset;
 pub use self::fork::{Continuation, Fork, ForkError, ForkPoint, ForkRun, fork};
 pub use self::format::{
-    ENGINE_VERSION, Event, FORMAT, Header, Record, RecordedConfig, ServerEntry, Transcript,
-    Truncation, VERSION,
+    ENGINE_VERSION, Event, FORMAT, Header, OLDEST_VERSION, Record, RecordedConfig, ServerEntry,
+    Transcript, Truncation, VERSION,
 };
 #[cfg(feature = "html")]
 #[cfg_attr(docsrs, doc(cfg(feature = "html")))]
@@ -93,6 +92,7 @@ pub use self::recorder::{RecordDir, Recorder};
 pub use self::redact::{REDACTED, Redaction};
 pub use self::replay::{Replayer, replay, replay_str};
 pub use self::report::{Divergence, DivergenceKind, ReplayError, ReplayReport, SubagentReport};
+pub use self::restore::{Interruption, RestoreError, Restored, restore};
 pub use self::show::{
     AgentLane, End, Entry, EntryKind, HookAnswer, ServerView, SessionView, ToolRun,
 };
@@ -102,7 +102,7 @@ pub use self::suite::{
 
 /// What to do with a transcript of another version.
 fn version_advice(found: &u64) -> &'static str {
-    if *found < u64::from(VERSION) {
+    if *found < u64::from(OLDEST_VERSION) {
         // Version 1 pinned only the history of each model request: replaying it would call a
         // request "the same" without knowing its tools, instruction or limits.
         " (older transcripts do not pin every part of a model request; record the session again)"
@@ -142,7 +142,7 @@ pub enum TranscriptError {
     },
     /// A transcript of a format version this engine does not read.
     #[error(
-        "transcript format version {found} is not supported: this engine reads version {VERSION}{}",
+        "transcript format version {found} is not supported: this engine reads versions {OLDEST_VERSION} to {VERSION}{}",
         version_advice(.found)
     )]
     UnsupportedVersion {

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::transcript::TranscriptError;
-use crate::transcript::format::{FORMAT, Header, Record, Transcript, Truncation, VERSION};
+use crate::transcript::format::{
+    FORMAT, Header, OLDEST_VERSION, Record, Transcript, Truncation, VERSION,
+};
 
 impl Transcript {
     /// Reads a transcript file line by line, never holding more than one line of it (at most
@@ -185,7 +187,7 @@ fn parse_header(line: &str) -> Result<Header, TranscriptError> {
         _ => None,
     };
     match version {
-        Some(v) if v == u64::from(VERSION) => {}
+        Some(v) if (u64::from(OLDEST_VERSION)..=u64::from(VERSION)).contains(&v) => {}
         Some(found) => return Err(TranscriptError::UnsupportedVersion { found }),
         None => {
             return Err(not_a_transcript(
@@ -346,7 +348,7 @@ mod tests {
             lines
                 .next()
                 .unwrap()
-                .starts_with(r#"{"format":"hookloop-transcript","version":2,"engine":""#)
+                .starts_with(r#"{"format":"hookloop-transcript","version":3,"engine":""#)
         );
         assert_eq!(
             lines.next().unwrap(),
@@ -403,19 +405,32 @@ mod tests {
     #[test]
     fn a_newer_version_is_refused_with_its_number() {
         let mut header = serde_json::to_value(&sample().header).unwrap();
-        header["version"] = json!(3);
+        header["version"] = json!(4);
         header["renamed_field"] = json!(true);
         let text = format!("{header}\n");
         let error = Transcript::parse(&text).unwrap_err();
         assert!(matches!(
             error,
-            TranscriptError::UnsupportedVersion { found: 3 }
+            TranscriptError::UnsupportedVersion { found: 4 }
         ));
         assert_eq!(
             error.to_string(),
-            "transcript format version 3 is not supported: this engine reads version 2 \
+            "transcript format version 4 is not supported: this engine reads versions 2 to 3 \
              (it was written by a newer engine)"
         );
+    }
+
+    #[test]
+    fn a_version_2_transcript_reads_as_version_3_without_its_new_fact() {
+        let mut header = serde_json::to_value(&sample().header).unwrap();
+        header["version"] = json!(2);
+        let text = format!(
+            "{header}\n{}",
+            sample().to_jsonl().split_once('\n').unwrap().1
+        );
+        let transcript = Transcript::parse(&text).unwrap();
+        assert_eq!(transcript.header.version, 2);
+        assert_eq!(transcript.records, sample().records);
     }
 
     #[test]
@@ -435,7 +450,7 @@ mod tests {
         ));
         assert_eq!(
             error.to_string(),
-            "transcript format version 1 is not supported: this engine reads version 2 \
+            "transcript format version 1 is not supported: this engine reads versions 2 to 3 \
              (older transcripts do not pin every part of a model request; record the session again)"
         );
     }

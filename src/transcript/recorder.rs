@@ -4,7 +4,14 @@
 //! goes through a bounded channel to a writer thread of the recorder's own, which writes and
 //! flushes it alone. A full channel (a disk slower than the session for [`QUEUE_LINES`] lines)
 //! holds the session back rather than dropping a line or growing memory.
+//!
+//! The write policy: each line is handed to the kernel with one write as soon as it is
+//! recorded, so a process that dies (a crash, `kill -9`) loses at most the line it was writing;
+//! a file on disk is also `fsync`ed (`sync_data`) after each prompt's `finish` and after the
+//! session's `closed`, so a machine that loses power keeps every finished prompt. Lines in
+//! between reach the disk when the kernel writes them back.
 
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,10 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::driver::{Observer, Session};
-use crate::llm::LlmClient;
+use crate::driver::Session;
 use crate::machine::{AgentId, Effect, Input, Phase, Purpose};
-use crate::mcp::ToolHost;
+use crate::ports::{LlmClient, Observer, ToolHost};
 use crate::supervisor;
 use crate::transcript::content::{canonical_effect, redact_effect, redact_input};
 use crate::transcript::format::{RecordRef, write_line};
@@ -67,7 +73,8 @@ struct WriterThread {
 }
 
 enum Job {
-    Line(Vec<u8>),
+    /// A line, and whether the file is synced to disk once it is written.
+    Line(Vec<u8>, bool),
     /// Answered once every line queued before it is written.
     Barrier(mpsc::Sender<()>),
 }
@@ -81,7 +88,33 @@ impl Recorder {
             target: path.display().to_string(),
             source,
         })?;
-        Self::to_writer(file, path.display().to_string(), header)
+        Self::to_file(file, path.display().to_string(), header)
+    }
+
+    /// Writes the header to `file`, then the transcript from a thread of its own, synced to
+    /// disk after each prompt (see the module's write policy).
+    pub(crate) fn to_file(
+        mut file: File,
+        target: String,
+        header: &Header,
+    ) -> Result<Self, TranscriptError> {
+        write_all_flushed(&mut file, &header_line(header)).map_err(|source| {
+            TranscriptError::Write {
+                target: target.clone(),
+                source,
+            }
+        })?;
+        Self::spawn(file, target, header.content_redacted)
+    }
+
+    /// Records on after what `file` already holds (a header and records that `header`
+    /// describes, written by the caller): no header is written.
+    pub(crate) fn after(
+        file: File,
+        target: String,
+        header: &Header,
+    ) -> Result<Self, TranscriptError> {
+        Self::spawn(file, target, header.content_redacted)
     }
 
     /// Writes the transcript to `writer` from a thread of its own, flushing after each line;
@@ -92,11 +125,24 @@ impl Recorder {
         header: &Header,
     ) -> Result<Self, TranscriptError> {
         let target = target.into();
+        write_all_flushed(&mut writer, &header_line(header)).map_err(|source| {
+            TranscriptError::Write {
+                target: target.clone(),
+                source,
+            }
+        })?;
+        Self::spawn(Unsynced(writer), target, header.content_redacted)
+    }
+
+    fn spawn(
+        writer: impl Sink,
+        target: String,
+        content_redacted: bool,
+    ) -> Result<Self, TranscriptError> {
         let write_error = |source| TranscriptError::Write {
             target: target.clone(),
             source,
         };
-        write_all_flushed(&mut writer, &header_line(header)).map_err(write_error)?;
         let state = Arc::new(Mutex::new(State::default()));
         let (sender, receiver) = mpsc::sync_channel(QUEUE_LINES);
         let thread = {
@@ -110,7 +156,7 @@ impl Recorder {
         Ok(Self {
             shared: Arc::new(Shared {
                 target,
-                content_redacted: header.content_redacted,
+                content_redacted,
                 state,
                 writer: Some(WriterThread {
                     sender: Some(sender),
@@ -205,6 +251,10 @@ impl Recorder {
         };
         canonical = effect.and_then(canonical_effect);
         let effect = canonical.as_ref().or(effect);
+        // A prompt's end and the session's are where a finished prompt is made durable.
+        let sync = event.agent.is_none()
+            && (matches!(effect, Some(Effect::Finish { .. }))
+                || matches!(fact, Some(Input::Closed)));
         let mut line = Vec::with_capacity(256);
         write_line(
             &mut line,
@@ -228,7 +278,7 @@ impl Recorder {
         }
         // Blocks only while the queue is full: the session waits for the disk, and no line is
         // dropped. The thread outlives every sender, so a send fails only if it panicked.
-        if sender.send(Job::Line(line)).is_err() {
+        if sender.send(Job::Line(line, sync)).is_err() {
             let mut state = self.lock();
             if state.failed.is_none() {
                 tracing::warn!(target = %self.shared.target, "the transcript writer stopped; recording stops");
@@ -281,15 +331,47 @@ fn write_all_flushed(writer: &mut impl Write, line: &[u8]) -> io::Result<()> {
     writer.flush()
 }
 
-/// The writer thread: one write and one flush per line, until every sender is gone.
-fn write_lines(mut writer: impl Write, jobs: &Receiver<Job>, state: &Mutex<State>, target: &str) {
+/// Where the writer thread writes: a file is synced to disk where the write policy says.
+trait Sink: Write + Send + 'static {
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+impl Sink for File {
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+}
+
+/// A writer of the caller's, which has no disk to sync to that the recorder knows of.
+struct Unsynced<W>(W);
+
+impl<W: Write> Write for Unsynced<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write + Send + 'static> Sink for Unsynced<W> {
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The writer thread: one write and one flush per line, and a sync where the line asks for
+/// one, until every sender is gone.
+fn write_lines(mut writer: impl Sink, jobs: &Receiver<Job>, state: &Mutex<State>, target: &str) {
     for job in jobs {
         match job {
-            Job::Line(line) => {
+            Job::Line(line, sync) => {
                 if lock(state).failed.is_some() {
                     continue;
                 }
-                let written = write_all_flushed(&mut writer, &line);
+                let written = write_all_flushed(&mut writer, &line)
+                    .and_then(|()| if sync { writer.sync() } else { Ok(()) });
                 let mut state = lock(state);
                 match written {
                     Ok(()) => state.records += 1,
@@ -420,7 +502,7 @@ impl RecordDir {
             // `create_new`: a name taken by another process is skipped, never overwritten.
             match crate::private::write_options().create_new(true).open(&path) {
                 Ok(file) => {
-                    let recorder = Recorder::to_writer(file, path.display().to_string(), header)?;
+                    let recorder = Recorder::to_file(file, path.display().to_string(), header)?;
                     return Ok((recorder, path));
                 }
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}

@@ -3,12 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::transcript::ServerEntry;
+pub use crate::text::REDACTED;
 
-/// What a secret value is replaced with.
-pub const REDACTED: &str = "<redacted>";
-
-/// Decides which values of a [`ServerEntry`] are secrets, and replaces them with [`REDACTED`].
+/// Decides which values of a [`ServerEntry`](crate::transcript::ServerEntry) are secrets, and replaces them with [`REDACTED`].
 ///
 /// By default a header or environment variable is secret when its name (case-insensitively)
 /// contains one of `auth`, `key`, `token`, `secret`, `password`, `passwd`, `credential`,
@@ -53,20 +50,6 @@ impl Redaction {
     pub fn is_secret(&self, name: &str) -> bool {
         let lower = name.trim().to_ascii_lowercase();
         self.marked.contains(&lower) || SECRET_FRAGMENTS.iter().any(|f| lower.contains(f))
-    }
-
-    /// The entry with every secret value replaced by [`REDACTED`].
-    pub fn apply(&self, mut entry: ServerEntry) -> ServerEntry {
-        for (name, value) in entry.env.iter_mut().chain(entry.headers.iter_mut()) {
-            if self.is_secret(name) {
-                REDACTED.clone_into(value);
-            }
-        }
-        if let Some(url) = &mut entry.url {
-            *url = self.redact_url(url);
-        }
-        entry.args = self.redact_args(&entry.args);
-        entry
     }
 
     /// A URL with its user info and secret query values redacted.
@@ -157,6 +140,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::transcript::ServerEntry;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

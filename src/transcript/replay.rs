@@ -72,22 +72,22 @@ impl Transcript {
 pub struct Replayer {
     machine: Machine,
     /// Every subagent started so far, by id.
-    agents: BTreeMap<AgentId, Machine>,
+    pub(super) agents: BTreeMap<AgentId, Machine>,
     /// How each subagent's prompt ended, once it did.
     agent_finishes: BTreeMap<AgentId, FinishReason>,
     /// The subagents whose lanes the record holds. Once it holds one, every `agent` call's
     /// result is checked against its subagent's.
-    lanes: BTreeSet<AgentId>,
+    pub(super) lanes: BTreeSet<AgentId>,
     /// Rebuilt when the header has the supervision policy; supervision records are then
     /// checked like the machine's, else skipped.
     supervisor: Option<Supervisor>,
     /// The header's catalog, until the first fact is checked against it.
     header_catalog: Option<Catalog>,
-    records: usize,
+    pub(super) records: usize,
     facts: usize,
     effects: usize,
     finishes: Vec<FinishReason>,
-    last_at_ms: u64,
+    pub(super) last_at_ms: u64,
 }
 
 impl Replayer {
@@ -116,16 +116,10 @@ impl Replayer {
     /// where the record came from (a [`Transcript`] fills them in).
     pub fn step(&mut self, record: &Record) -> Result<(), Box<Divergence>> {
         match &record.event {
-            Event::Effect(expected) => {
-                if let Effect::Finish { reason } = self.effect(None, expected)? {
-                    self.finishes.push(reason);
-                }
-            }
+            Event::Effect(expected) => self.effect(None, expected)?,
             Event::AgentEffect { agent, effect } => {
                 self.lanes.insert(agent.clone());
-                if let Effect::Finish { reason } = self.effect(Some(agent), effect)? {
-                    self.agent_finishes.insert(agent.clone(), reason);
-                }
+                self.effect(Some(agent), effect)?;
             }
             Event::Fact(fact) => {
                 if let Some(header) = self.header_catalog.take() {
@@ -157,7 +151,10 @@ impl Replayer {
     }
 
     /// The machine of `agent`'s lane: the top-level agent's for `None`.
-    fn lane(&mut self, agent: Option<&AgentId>) -> Result<&mut Machine, Box<Divergence>> {
+    pub(super) fn lane(
+        &mut self,
+        agent: Option<&AgentId>,
+    ) -> Result<&mut Machine, Box<Divergence>> {
         let Some(id) = agent else {
             return Ok(&mut self.machine);
         };
@@ -175,30 +172,37 @@ impl Replayer {
         &mut self,
         agent: Option<&AgentId>,
         expected: &Effect,
-    ) -> Result<Effect, Box<Divergence>> {
+    ) -> Result<(), Box<Divergence>> {
+        let phase = self.lane(agent)?.phase();
+        match self.take_effect(agent)? {
+            Some(actual) if actual == *expected => Ok(()),
+            Some(actual) => Err(Divergence::new(
+                phase,
+                DivergenceKind::EffectMismatch {
+                    expected: expected.clone(),
+                    actual,
+                },
+            )
+            .in_agent(agent)),
+            None => Err(Divergence::new(
+                phase,
+                DivergenceKind::MissingEffect {
+                    expected: expected.clone(),
+                },
+            )
+            .in_agent(agent)),
+        }
+    }
+
+    /// Takes the next order of `agent`'s machine, as the driver performs it: an `agent` call
+    /// among the calls of a `call_tools` starts its child, and a finish is noted.
+    pub(super) fn take_effect(
+        &mut self,
+        agent: Option<&AgentId>,
+    ) -> Result<Option<Effect>, Box<Divergence>> {
         let machine = self.lane(agent)?;
-        let phase = machine.phase();
-        let actual = match machine.poll_effect() {
-            Some(actual) if actual == *expected => actual,
-            Some(actual) => {
-                return Err(Divergence::new(
-                    phase,
-                    DivergenceKind::EffectMismatch {
-                        expected: expected.clone(),
-                        actual,
-                    },
-                )
-                .in_agent(agent));
-            }
-            None => {
-                return Err(Divergence::new(
-                    phase,
-                    DivergenceKind::MissingEffect {
-                        expected: expected.clone(),
-                    },
-                )
-                .in_agent(agent));
-            }
+        let Some(actual) = machine.poll_effect() else {
+            return Ok(None);
         };
         if let Effect::CallTools { calls } = &actual {
             let children: Vec<Machine> = calls
@@ -212,7 +216,15 @@ impl Replayer {
             }
         }
         self.effects += 1;
-        Ok(actual)
+        if let Effect::Finish { reason } = &actual {
+            match agent {
+                None => self.finishes.push(reason.clone()),
+                Some(id) => {
+                    self.agent_finishes.insert(id.clone(), reason.clone());
+                }
+            }
+        }
+        Ok(Some(actual))
     }
 
     /// Feeds a recorded fact of `agent` to its machine, which must have no order left; the
@@ -378,6 +390,7 @@ fn check_header_catalog(
         | Input::PermissionDecided { .. }
         | Input::PermissionSettingChanged { .. }
         | Input::Cancelled
+        | Input::PromptInterrupted
         | Input::Closed => None,
     };
     let same = match first {

@@ -270,6 +270,9 @@ pub enum EntryKind {
     },
     /// The user cancelled the prompt.
     Cancelled,
+    /// The prompt was cut by the end of the process that ran it, and closed when its record
+    /// was loaded (`prompt_interrupted`).
+    Interrupted,
     /// The prompt ended.
     Finish {
         /// Why the prompt ended.

@@ -34,7 +34,7 @@ impl SessionView {
                     .collect::<Vec<_>>()
                     .join(","),
             },
-            policy.hook_timeout_ms,
+            policy.hook_timeout().as_millis(),
             policy.stop_max_rejections,
             policy.max_rounds,
             policy.max_context_tokens,
@@ -145,6 +145,7 @@ impl EntryKind {
             Self::RestartScheduled { .. } => "restart_scheduled",
             Self::ServerRetired { .. } => "server_retired",
             Self::Cancelled => "cancelled",
+            Self::Interrupted => "interrupted",
             Self::Finish { .. } => "finish",
             Self::Closed => "closed",
         }
@@ -453,6 +454,10 @@ fn write_entry(out: &mut String, kind: &EntryKind, stop: Hook) -> fmt::Result {
             "server {server} retired after {bad_ends} bad end(s): its tools are gone"
         )?,
         EntryKind::Cancelled => writeln!(out, "cancelled")?,
+        EntryKind::Interrupted => writeln!(
+            out,
+            "interrupted: the agent stopped during this prompt; its open calls were answered as interrupted when the record was loaded"
+        )?,
         EntryKind::Finish { reason } => match reason {
             FinishReason::Failed { error } => writeln!(out, "prompt ended: failed: {error}")?,
             other => writeln!(out, "prompt ended: {}", serde_name(other))?,

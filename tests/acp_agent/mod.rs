@@ -81,6 +81,11 @@ impl Agent {
         self.child.id().expect("the agent is running")
     }
 
+    /// The agent's stdin, for a client that writes on its own (no longer through `send`).
+    pub fn take_stdin(&mut self) -> ChildStdin {
+        self.stdin.take().expect("the client is still connected")
+    }
+
     /// Writes `line` (a frame, or anything else) to the agent's stdin.
     pub async fn send_raw(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("the client is still connected");
@@ -194,6 +199,13 @@ impl Agent {
     pub async fn prompt_to_end(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
         let id = self.prompt(session, text).await;
         self.reply(id).await
+    }
+
+    /// Kills the agent with SIGKILL, as an OOM killer or a crash would end it, and waits for it.
+    pub async fn kill(mut self) {
+        self.child.start_kill().expect("the agent is running");
+        let status = self.child.wait().await.unwrap();
+        assert!(!status.success(), "{status}");
     }
 
     /// Ends the connection and checks the agent then exits successfully.

@@ -7,9 +7,8 @@ pub mod loopback;
 
 use std::time::Duration;
 
-use hookloop::llm::LlmRequest;
 use hookloop::llm::{ApiKey, Endpoint, RetryPolicy};
-use hookloop::machine::{CallId, Message, Purpose, ToolCall, ToolOutput, ToolSpec};
+use hookloop::machine::{CallId, LlmRequest, Message, Purpose, ToolCall, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 
 /// An endpoint at the loopback server with fast retries, so tests do not wait on backoff.

@@ -5,6 +5,8 @@
 //!
 //! Included by the tests that bound it (`#[path]`); they declare `mod loopback` beside it.
 
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -56,6 +58,17 @@ impl PeakMemory {
 /// answers the call's result `settle` after it arrived, so what the server does after its
 /// answer has that long to cost the agent.
 pub fn run_poked(config: &Path, dir: &Path, settle: Duration) -> PeakMemory {
+    run_poked_with(config, dir, settle, &[], &[])
+}
+
+/// [`run_poked`] with more `args` before the prompt and `env` on top.
+pub fn run_poked_with(
+    config: &Path,
+    dir: &Path,
+    settle: Duration,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> PeakMemory {
     let pid = Arc::new(AtomicU32::new(0));
     let memory = Arc::new(Mutex::new((0u64, 0u64)));
     let turn = AtomicUsize::new(0);
@@ -78,8 +91,10 @@ pub fn run_poked(config: &Path, dir: &Path, settle: Duration) -> PeakMemory {
         .arg("run")
         .arg("--mcp-config")
         .arg(config)
+        .args(args)
         .arg("go")
         .current_dir(dir)
+        .envs(env.iter().copied())
         .env_remove("HOOKLOOP_LOG")
         .env("OPENAI_BASE_URL", &provider.base_url)
         .env("HOOKLOOP_MODEL", "loopback")
@@ -99,7 +114,8 @@ pub fn run_poked(config: &Path, dir: &Path, settle: Duration) -> PeakMemory {
 }
 
 /// A `/proc/<pid>/status` field in KiB; 0 when it cannot be read.
-fn status_kib(pid: u32, field: &str) -> u64 {
+#[allow(dead_code)]
+pub fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()

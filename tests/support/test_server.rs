@@ -8,7 +8,7 @@
 //! | `TS_STOP`, `TS_POST_COMPACT`, … | a hook's answers, one step per call, `\|`-separated: `TS_` and the hook's name in upper snake case (`_PreToolUse`: `TS_PRE_TOOL_USE`) |
 //! | `TS_THEN` | the step once a script runs out (default `empty`) |
 //! | `TS_STATE_DIR` | keep the script position in files here, so it survives restarts |
-//! | `TS_EXTRA_TOOLS` | more tool names, comma-separated (invalid or duplicate ones too) |
+//! | `TS_EXTRA_TOOLS` | more tool names, comma-separated (invalid or duplicate ones too); `write` listed so writes `{"text"}` to `{"path"}` (relative to its directory) |
 //! | `TS_TOOL_COUNT` | this many more tools, `t0`, `t1`… |
 //! | `TS_LOG` | append `call <tool>`, `meta <json>`, `args <json>` (a hook's arguments), `traceparent <tool> <value>` (a call's W3C trace context in `_meta`) and `cancelled` (a hung call was) lines here |
 //! | `TS_PID_FILE` | append this process's pid at start |
@@ -22,6 +22,7 @@
 //! | `TS_SSE_ENDPOINT` | over HTTP+SSE, the `endpoint` event's data instead (`never`: send none) |
 //! | `TS_SSE_REFUSE` | over HTTP+SSE, how a POST of `/sse` is refused: `405` (default), `404`, `400`, or `400-jsonrpc` (with a JSON-RPC error body, as a modern server refuses) |
 //! | `TS_HOSTILE` | be the hostile server of [`hostile`] instead (raw JSON-RPC on stdio, misbehaving as named) |
+//! | `TS_ASK_URL` | the URL the `ask_url` tool asks the person to visit (default `https://example.invalid/sign-in`) |
 //! | `TS_PARAM_HEADERS` | also list `param_headers` (properties marked `x-mcp-header`) and `bad_header` (an invalid mark); over HTTP, log `params <json>` (the `Mcp-Param-*` headers, names lowercased) for each `tools/call` |
 //!
 //! Steps: `say:TEXT`, `empty`, `hang` (until cancelled), `crash` (exit 3), `error:TEXT` (an
@@ -484,7 +485,8 @@ impl ServerHandler for TestServer {
                     "ask_url" => json!({"method": "elicitation/create", "params": {
                         "mode": "url",
                         "message": "Sign in to the test service",
-                        "url": "https://example.invalid/sign-in",
+                        "url": env("TS_ASK_URL")
+                            .unwrap_or_else(|| "https://example.invalid/sign-in".into()),
                         "elicitationId": "sign-in-1"
                     }}),
                     _ => json!({"method": "roots/list"}),
@@ -504,6 +506,18 @@ impl ServerHandler for TestServer {
                 "removed {}",
                 Value::Object(request.arguments.unwrap_or_default())
             ))),
+            "write" => {
+                let arguments = request.arguments.unwrap_or_default();
+                let field = |name: &str| arguments.get(name).and_then(Value::as_str).unwrap_or("");
+                match std::fs::write(field("path"), field("text")) {
+                    Ok(()) => Ok(text(format!("wrote {}", field("path")))),
+                    Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "cannot write {}: {e}",
+                        field("path")
+                    ))])
+                    .into()),
+                }
+            }
             other => Ok(text(format!("{other} ran"))),
         }
     }

@@ -32,15 +32,14 @@ use reqwest::header::HeaderName;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::OnDelta;
 use crate::llm::body::{BodyWriter, RequestBody};
 use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport, Wire};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
-use crate::llm::{LlmClient, LlmError, LlmRequest};
 use crate::machine::{
-    CallId, Content, LlmReply, Media, Message, Purpose, ToolCall, ToolOutput, ToolSpec,
+    CallId, Content, LlmReply, LlmRequest, Media, Message, Purpose, ToolCall, ToolOutput, ToolSpec,
 };
+use crate::ports::{LlmClient, LlmError, OnDelta};
 
 mod parse;
 pub(crate) mod stream;
@@ -53,6 +52,10 @@ const WIRE: Wire = Wire {
     parse: self::parse::parse_answer,
     decoder: stream::decoder,
 };
+
+/// The dialect's name, as `HOOKLOOP_PROVIDER` and the traces (`gen_ai.provider.name`) spell
+/// it.
+pub(crate) const NAME: &str = "anthropic";
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -162,7 +165,7 @@ impl LlmClient for Anthropic {
     }
 
     fn model_name(&self) -> Option<(&str, &str)> {
-        Some((crate::llm::Provider::Anthropic.as_str(), &self.model))
+        Some((NAME, &self.model))
     }
 
     fn media(&self) -> Media {

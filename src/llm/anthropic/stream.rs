@@ -8,11 +8,11 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::llm::LlmError;
+use crate::llm::Parsed;
 use crate::llm::anthropic::parse::parse_answer;
 use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
-use crate::llm::{Delta, OnDelta, Parsed};
+use crate::ports::{Delta, LlmError, OnDelta};
 use crate::text::{Cut, cut};
 
 /// The field a Messages request streams with.

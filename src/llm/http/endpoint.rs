@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use reqwest::Url;
 
-use crate::llm::LlmError;
 use crate::llm::limits::ReplyLimits;
+use crate::ports::LlmError;
 
 /// An API key. Its `Debug` and `Display` never show it, so it cannot leak into logs or errors.
 #[derive(Clone, PartialEq, Eq)]
@@ -184,16 +184,18 @@ impl Endpoint {
 
 /// Parses a base URL: absolute, `http` or `https`, without query or fragment.
 pub(crate) fn parse_base_url(text: &str) -> Result<Url, LlmError> {
+    // The refusal quotes the URL without what may be a credential in it.
+    let shown = crate::text::without_url_secrets(text);
     let url = Url::parse(text.trim())
-        .map_err(|e| LlmError::Other(format!("invalid base URL {text:?}: {e}")))?;
+        .map_err(|e| LlmError::Other(format!("invalid base URL {shown:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(LlmError::Other(format!(
-            "invalid base URL {text:?}: the scheme must be http or https"
+            "invalid base URL {shown:?}: the scheme must be http or https"
         )));
     }
     if url.query().is_some() || url.fragment().is_some() || url.cannot_be_a_base() {
         return Err(LlmError::Other(format!(
-            "invalid base URL {text:?}: expected scheme, host and path only"
+            "invalid base URL {shown:?}: expected scheme, host and path only"
         )));
     }
     Ok(url)
@@ -224,9 +226,21 @@ mod tests {
     fn base_urls_must_be_http_with_a_host() {
         assert!(parse_base_url("https://api.openai.com/v1").is_ok());
         assert!(parse_base_url("http://127.0.0.1:11434/v1/").is_ok());
-        for bad in ["ftp://x", "not a url", "https://x/v1?key=1", "mailto:a@b"] {
+        for bad in ["ftp://x", "not a url", "mailto:a@b"] {
             let err = parse_base_url(bad).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
+        // What may be a credential is not quoted back.
+        for (bad, shown) in [
+            ("https://x/v1?key=sk-1", "\"https://x/v1\""),
+            ("https://u:pw@x/v1#sig=2", "\"https://x/v1\""),
+        ] {
+            let err = parse_base_url(bad).unwrap_err().to_string();
+            assert!(err.contains(shown), "{err}");
+            assert!(
+                !err.contains("sk-1") && !err.contains("pw") && !err.contains("sig"),
+                "{err}"
+            );
         }
     }
 }

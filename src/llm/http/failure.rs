@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 
-use crate::llm::LlmError;
+use crate::ports::LlmError;
 use crate::text::{Cut, cut};
 
 /// The most characters of an error answer quoted in an [`LlmError`].
@@ -15,22 +15,6 @@ pub const MAX_ERROR_CHARS: usize = 512;
 
 /// The most bytes of an error answer read: it is only quoted, truncated.
 pub(super) const ERROR_BODY_BYTES: usize = 64 * 1024;
-
-/// Up to `cap` bytes of an answer's body; whatever arrived if the transfer breaks, since the
-/// status alone is still worth reporting.
-pub(super) async fn read_prefix(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
-    let mut body = Vec::new();
-    while body.len() < cap {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = cap - body.len();
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    body
-}
 
 /// A failed attempt and whether another may succeed.
 pub(super) struct Failure {
@@ -106,6 +90,7 @@ pub(super) fn error_message(body: &[u8], secret: Option<&str>) -> String {
 }
 
 /// An error and its causes on one line: reqwest's own message alone rarely says what failed.
+/// A URL a cause names keeps no query or user info.
 pub(super) fn chain(error: &reqwest::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -117,7 +102,7 @@ pub(super) fn chain(error: &reqwest::Error) -> String {
         }
         source = cause.source();
     }
-    text
+    crate::text::without_url_secrets(&text).into_owned()
 }
 
 #[cfg(test)]

@@ -10,14 +10,15 @@ use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 
 use self::failure::{
-    ERROR_BODY_BYTES, Failure, Retry, chain, error_message, read_prefix, retry_after, retryable,
+    ERROR_BODY_BYTES, Failure, Retry, chain, error_message, retry_after, retryable,
 };
-use crate::llm::OnDelta;
+use crate::llm::Parsed;
 use crate::llm::assemble::{Assembler, Decoder};
 use crate::llm::body::RequestBody;
 use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
-use crate::llm::{LlmError, LlmRequest, Parsed};
-use crate::machine::LlmReply;
+use crate::machine::{LlmReply, LlmRequest};
+use crate::net::body::{Unread, read_capped, read_prefix};
+use crate::ports::{LlmError, OnDelta};
 
 mod endpoint;
 mod failure;
@@ -103,21 +104,17 @@ impl Transport {
             headers.insert(name, value);
         }
 
-        crate::tls::install_provider();
+        crate::net::tls::install_provider();
         let client = reqwest::Client::builder()
             // A redirect to another host would carry the key along; providers do not redirect.
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(endpoint.timeout.min(Duration::from_secs(30)))
             .build()
             .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {}", chain(&e))))?;
-        let mut shown = url.clone();
-        if shown.password().is_some() {
-            // Only fails for URLs that cannot have a password, and this one has one.
-            let _ = shown.set_password(Some("redacted"));
-        }
         Ok(Self {
             client,
-            shown_url: shown.to_string(),
+            // Errors and logs show the URL without its user info.
+            shown_url: crate::text::without_url_secrets(url.as_str()).into_owned(),
             url,
             secret: endpoint.api_key.as_ref().map(|k| k.expose().to_owned()),
             headers,
@@ -261,8 +258,8 @@ impl Transport {
             retry: Retry::No,
         };
         let sent_at = tokio::time::Instant::now();
-        let first_byte = sent_at + self.first_byte_timeout;
-        let reply_deadline = sent_at + self.reply_timeout;
+        let first_byte = later(sent_at, self.first_byte_timeout);
+        let reply_deadline = later(sent_at, self.reply_timeout);
         let timed_out = |limit: Duration| {
             fail(LlmError::Timeout {
                 secs: limit.as_secs_f64().ceil() as u64,
@@ -307,7 +304,7 @@ impl Transport {
             let (wait_until, idle) = if first {
                 (first_byte, false)
             } else {
-                (tokio::time::Instant::now() + self.idle_timeout, true)
+                (later(tokio::time::Instant::now(), self.idle_timeout), true)
             };
             let past_deadline = wait_until >= reply_deadline;
             let next =
@@ -445,31 +442,20 @@ impl Transport {
     /// Reads an answer's body, refusing more than `cap` bytes without reading them all.
     async fn read_capped(
         &self,
-        mut response: reqwest::Response,
+        response: reqwest::Response,
         cap: usize,
     ) -> Result<Vec<u8>, Failure> {
-        let too_large = |len: u64| Failure {
-            error: LlmError::InvalidResponse(format!(
-                "the answer is {len} bytes or more, over the limit of {cap} bytes"
-            )),
-            retry: Retry::No,
-        };
-        let declared = response.content_length();
-        if let Some(len) = declared.filter(|&len| len > cap as u64) {
-            return Err(too_large(len));
-        }
-        let mut body = Vec::with_capacity(declared.map_or(0, |len| len as usize));
-        while let Some(chunk) = response
-            .chunk()
+        read_capped(response, cap)
             .await
-            .map_err(|e| self.transport_failure(e))?
-        {
-            if body.len() + chunk.len() > cap {
-                return Err(too_large((body.len() + chunk.len()) as u64));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+            .map_err(|unread| match unread {
+                Unread::TooLarge { at_least } => Failure {
+                    error: LlmError::InvalidResponse(format!(
+                        "the answer is {at_least} bytes or more, over the limit of {cap} bytes"
+                    )),
+                    retry: Retry::No,
+                },
+                Unread::Broken(error) => self.transport_failure(error),
+            })
     }
 }
 
@@ -484,6 +470,14 @@ fn log_request(model: &str, request: &LlmRequest<'_>, body: &RequestBody, stream
         "model request"
     );
     tracing::trace!(body = %body, "request body");
+}
+
+/// `at` plus `wait`, or a time past any deadline when the sum is past what a clock holds: a
+/// timeout configured as `u64::MAX` seconds is "never", not a panic.
+fn later(at: tokio::time::Instant, wait: Duration) -> tokio::time::Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    at.checked_add(wait)
+        .unwrap_or_else(|| at.checked_add(CENTURY).unwrap_or(at))
 }
 
 #[cfg(test)]
@@ -504,10 +498,20 @@ mod tests {
     }
 
     #[test]
+    fn a_timeout_at_the_end_of_u64_is_never_not_a_panic() {
+        let now = tokio::time::Instant::now();
+        assert!(later(now, Duration::from_secs(u64::MAX)) > now + Duration::from_secs(3600));
+        assert_eq!(
+            later(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+    }
+
+    #[test]
     fn a_password_in_the_base_url_never_shows_in_errors() {
         let endpoint = Endpoint::parse("http://user:hunter2@h/v1").unwrap();
         let transport = Transport::new(&endpoint, "x", |_| unreachable!(), &[]).unwrap();
-        assert_eq!(transport.shown_url, "http://user:redacted@h/v1/x");
+        assert_eq!(transport.shown_url, "http://h/v1/x");
         assert!(!format!("{transport:?}").contains("hunter2"));
     }
 

@@ -25,13 +25,12 @@ use reqwest::header::AUTHORIZATION;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::OnDelta;
 use crate::llm::body::{BodyWriter, RequestBody};
 use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
 use crate::llm::http::{Endpoint, Transport, Wire};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
-use crate::llm::{LlmClient, LlmError, LlmRequest};
-use crate::machine::{LlmReply, ToolCall, ToolSpec};
+use crate::machine::{LlmReply, LlmRequest, ToolCall, ToolSpec};
+use crate::ports::{LlmClient, LlmError, OnDelta};
 
 mod parse;
 pub(crate) mod stream;
@@ -44,6 +43,10 @@ const WIRE: Wire = Wire {
     parse: self::parse::parse_answer,
     decoder: stream::decoder,
 };
+
+/// The dialect's name, as `HOOKLOOP_PROVIDER` and the traces (`gen_ai.provider.name`) spell
+/// it.
+pub(crate) const NAME: &str = "openai";
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -133,7 +136,7 @@ impl LlmClient for OpenAi {
     }
 
     fn model_name(&self) -> Option<(&str, &str)> {
-        Some((crate::llm::Provider::OpenAi.as_str(), &self.model))
+        Some((NAME, &self.model))
     }
 }
 

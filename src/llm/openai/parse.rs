@@ -4,8 +4,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::llm::{LlmError, Parsed};
+use crate::llm::Parsed;
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, Usage};
+use crate::ports::LlmError;
 use crate::text::{Cut, cut};
 
 /// Parses a Chat Completions answer. Never panics, whatever the bytes.

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::llm::LlmError;
+use crate::llm::Parsed;
 use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
 use crate::llm::openai::parse::parse_answer;
-use crate::llm::{Delta, OnDelta, Parsed};
+use crate::ports::{Delta, LlmError, OnDelta};
 use crate::text::{Cut, cut};
 
 /// The fields a Chat Completions request streams with; usage comes in a last chunk.

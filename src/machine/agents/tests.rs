@@ -198,6 +198,7 @@ fn the_agent_tool_is_offered_only_when_configured_and_below_the_depth_limit() {
     let deep = Some(Subagents {
         concurrency: 2,
         max_depth: 2,
+        max_total: Subagents::DEFAULT_MAX_TOTAL,
     });
     let (parent, calls) = parent_calling(policy(deep), &["find x"]);
     let (mut child, effects) = start_child(&parent, &calls[0], "");
@@ -229,6 +230,7 @@ fn agent_ids_are_unique_in_the_session_and_hooks_carry_the_agent_and_its_parent(
     let deep = Some(Subagents {
         concurrency: 2,
         max_depth: 2,
+        max_total: Subagents::DEFAULT_MAX_TOTAL,
     });
     let (parent, calls) = parent_calling(policy(deep), &["one", "two"]);
     let ids: Vec<&str> = calls.iter().map(|c| c.id.0.as_str()).collect();
@@ -577,6 +579,85 @@ fn agent_calls_past_the_concurrency_limit_are_answered_with_an_error_and_never_r
     let text = "not run: at most 2 agent calls of one reply run; call it again later";
     assert_eq!(output.joined_text(), text);
     assert_eq!(agent_limit_text(2), text);
+}
+
+/// Answers every call of `calls` "ok", then the hook round that follows; the orders after it.
+fn finish_calls(m: &mut Machine, calls: &[ToolCall]) -> Vec<Effect> {
+    let mut effects = Vec::new();
+    for call in calls {
+        effects = feed(
+            m,
+            Input::ToolFinished {
+                id: call.id.clone(),
+                output: ToolOutput::text("ok"),
+            },
+        );
+    }
+    for (hook, subjects, _) in rounds(&effects) {
+        for subject in 0..subjects.len() {
+            effects = feed(m, say(hook, "", Some(subject as u32)));
+        }
+    }
+    effects
+}
+
+/// The error results of `m`'s history, in order.
+fn error_results(m: &Machine) -> Vec<String> {
+    m.history()
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult { output, .. } if output.is_error => Some(output.joined_text()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn agent_calls_past_the_sessions_total_are_answered_with_an_error_over_every_prompt() {
+    let total = Some(Subagents {
+        max_total: 3,
+        ..Subagents::new(2)
+    });
+    // No bound on a prompt's requests: the total alone ends the subagents.
+    let unbounded = Policy {
+        max_rounds: 0,
+        ..policy(total)
+    };
+    let (mut m, first) = parent_calling(unbounded, &["one", "two"]);
+    assert_eq!(first.len(), 2);
+    let effects = finish_calls(&mut m, &first);
+    assert!(asks_model(&effects));
+    let effects = feed(
+        &mut m,
+        calls(&[(AGENT_TOOL, task("three")), (AGENT_TOOL, task("four"))]),
+    );
+    let effects = allow_pre_tool_use(&mut m, &effects);
+    let third = tool_calls(&effects);
+    assert_eq!(third.len(), 1, "the third runs, the fourth not: {third:?}");
+    let effects = finish_calls(&mut m, &third);
+    assert!(asks_model(&effects));
+    let text = "not run: this session has started its 3 subagents, the most it may; do the rest \
+without agent";
+    assert_eq!(error_results(&m), [text]);
+    assert_eq!(agent_total_text(3), text);
+    // The total is the session's: a new prompt does not start it over.
+    let effects = feed(&mut m, reply("done"));
+    let (hook, _, _) = only_round(&effects);
+    assert_eq!(hook, Hook::Stop);
+    let effects = feed(&mut m, say(Hook::Stop, "", None));
+    assert!(finished(&effects).is_some(), "{effects:?}");
+    feed(
+        &mut m,
+        Input::Prompted {
+            text: "again".into(),
+        },
+    );
+    let effects = feed(&mut m, say(Hook::UserPromptSubmit, "", Some(0)));
+    assert!(asks_model(&effects));
+    let effects = feed(&mut m, calls_one(AGENT_TOOL, task("five")));
+    assert!(rounds(&effects).is_empty(), "nothing to gate");
+    assert!(asks_model(&effects));
+    assert_eq!(error_results(&m), [text, text]);
 }
 
 #[test]

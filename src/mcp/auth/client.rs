@@ -54,7 +54,7 @@ impl OAuthHttp {
     /// A client for the server whose authorization is `auth`.
     pub(crate) fn new(auth: Arc<ServerAuth>) -> Result<Self, String> {
         // Redirects are not followed: a redirect elsewhere would carry the token there.
-        crate::tls::install_provider();
+        crate::net::tls::install_provider();
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())

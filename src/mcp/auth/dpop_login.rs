@@ -16,6 +16,7 @@ use rmcp::transport::auth::{
 };
 
 use super::dpop::{self, Binding, DPOP, DpopKey};
+use crate::net::body::{Unread, read_capped};
 
 /// The longest token or registration response read.
 const MAX_RESPONSE: usize = 1024 * 1024;
@@ -29,7 +30,7 @@ pub(super) async fn manager(
     metadata: AuthorizationMetadata,
     key: Arc<DpopKey>,
 ) -> Result<AuthorizationManager, AuthError> {
-    crate::tls::install_provider();
+    crate::net::tls::install_provider();
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(REQUEST_TIMEOUT)
@@ -122,15 +123,13 @@ fn boxed(error: impl std::error::Error + Send + Sync + 'static) -> OAuthHttpClie
     Box::new(error)
 }
 
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, OAuthHttpClientError> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| boxed(e.without_url()))? {
-        if bytes.len() + chunk.len() > MAX_RESPONSE {
-            return Err(boxed(TokenClientError::TooLarge));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
+async fn read_bounded(response: reqwest::Response) -> Result<Vec<u8>, OAuthHttpClientError> {
+    read_capped(response, MAX_RESPONSE)
+        .await
+        .map_err(|unread| match unread {
+            Unread::TooLarge { .. } => boxed(TokenClientError::TooLarge),
+            Unread::Broken(e) => boxed(e.without_url()),
+        })
 }
 
 /// Whether two absolute URLs name the same resource (as parsed, so that `http::Uri`'s and

@@ -12,7 +12,6 @@
 //! configuration itself; they appear in no `Debug` output and no error message (a server's
 //! error text that quotes one is scrubbed).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use base64::Engine;
@@ -22,168 +21,17 @@ use serde_json::{Value, json};
 
 use super::dpop::{self, Binding};
 use super::jose::{self, Algorithm, Signer};
-use crate::mcp::config::CHILD_ENV_PASSTHROUGH;
+use super::scrub::{self, Scrubber, form_encode};
+use super::secret::MAX_SECRET_BYTES;
+pub use super::secret::{Secret, SecretError, SecretSource};
+use crate::mcp::visit;
+use crate::net::body::{Unread, read_capped};
 
-/// The longest secret, assertion or token response read: a larger one is refused.
-const MAX_SECRET_BYTES: usize = 64 * 1024;
-/// How long a token command may run.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one token request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 const CLIENT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
-
-/// A secret value held in memory; its `Debug` says nothing of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps `value`.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// Where a secret (a client secret, a private key, an assertion) is read from, each time a
-/// token is requested. In `.mcp.json`: `{"env": "NAME"}`, `{"file": "/path"}` or
-/// `{"command": ["program", "arg"]}`; never the secret itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SecretSource {
-    /// An environment variable of the engine.
-    Env(String),
-    /// A file (its surrounding whitespace is dropped): a mounted secret, a projected
-    /// service-account token.
-    File(PathBuf),
-    /// A command whose standard output is the secret. It runs with only the variables of
-    /// [`CHILD_ENV_PASSTHROUGH`], for at most 30 s.
-    Command(Vec<String>),
-    /// A value an embedder holds (not expressible in `.mcp.json`; such a configuration does
-    /// not serialise).
-    #[serde(skip)]
-    Value(Secret),
-}
-
-impl<'de> Deserialize<'de> for SecretSource {
-    /// One of the three forms; anything else is an error that does not quote what was
-    /// written (it may be the secret itself, written where its source belongs).
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let refuse = || {
-            serde::de::Error::custom(
-                "a secret's source is {\"env\": NAME}, {\"file\": PATH} or \
-                 {\"command\": [PROGRAM, ARG...]}; the secret itself is never written here",
-            )
-        };
-        let value = Value::deserialize(deserializer)?;
-        let Value::Object(map) = value else {
-            return Err(refuse());
-        };
-        let mut entries = map.into_iter();
-        let (Some((key, value)), None) = (entries.next(), entries.next()) else {
-            return Err(refuse());
-        };
-        match (key.as_str(), value) {
-            ("env", Value::String(name)) if !name.is_empty() => Ok(Self::Env(name)),
-            ("file", Value::String(path)) if !path.is_empty() => Ok(Self::File(path.into())),
-            ("command", Value::Array(argv)) if !argv.is_empty() => argv
-                .into_iter()
-                .map(|arg| match arg {
-                    Value::String(arg) => Ok(arg),
-                    _ => Err(refuse()),
-                })
-                .collect::<Result<_, _>>()
-                .map(Self::Command),
-            _ => Err(refuse()),
-        }
-    }
-}
-
-impl SecretSource {
-    /// Reads the secret. The error names the source, never a value.
-    pub async fn read(&self) -> Result<Secret, GrantError> {
-        let value = match self {
-            Self::Env(name) => std::env::var(name).map_err(|_| {
-                GrantError::Secret(format!("environment variable {name} is not set"))
-            })?,
-            Self::File(path) => {
-                let bytes = tokio::fs::read(path).await.map_err(|e| {
-                    GrantError::Secret(format!("cannot read {}: {}", path.display(), e.kind()))
-                })?;
-                if bytes.len() > MAX_SECRET_BYTES {
-                    return Err(GrantError::Secret(format!(
-                        "{} is over {MAX_SECRET_BYTES} bytes",
-                        path.display()
-                    )));
-                }
-                String::from_utf8(bytes)
-                    .map_err(|_| GrantError::Secret(format!("{} is not UTF-8", path.display())))?
-            }
-            Self::Command(argv) => run_command(argv).await?,
-            Self::Value(secret) => return Ok(secret.clone()),
-        };
-        let value = value.trim();
-        if value.is_empty() {
-            return Err(GrantError::Secret(format!("{} is empty", self.describe())));
-        }
-        Ok(Secret(value.to_owned()))
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Self::Env(name) => format!("environment variable {name}"),
-            Self::File(path) => path.display().to_string(),
-            Self::Command(argv) => format!("the output of {:?}", argv.first()),
-            Self::Value(_) => "the given value".into(),
-        }
-    }
-}
-
-async fn run_command(argv: &[String]) -> Result<String, GrantError> {
-    let (program, args) = argv
-        .split_first()
-        .ok_or_else(|| GrantError::Secret("the token command is empty".into()))?;
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    for name in CHILD_ENV_PASSTHROUGH {
-        if let Some(value) = std::env::var_os(name) {
-            command.env(name, value);
-        }
-    }
-    let output = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
-        .await
-        .map_err(|_| GrantError::Secret(format!("the token command {program} timed out")))?
-        .map_err(|e| GrantError::Secret(format!("cannot run the token command {program}: {e}")))?;
-    if !output.status.success() {
-        return Err(GrantError::Secret(format!(
-            "the token command {program} failed ({})",
-            output.status
-        )));
-    }
-    if output.stdout.len() > MAX_SECRET_BYTES {
-        return Err(GrantError::Secret(format!(
-            "the token command {program} printed over {MAX_SECRET_BYTES} bytes"
-        )));
-    }
-    String::from_utf8(output.stdout)
-        .map_err(|_| GrantError::Secret(format!("the token command {program} printed non-UTF-8")))
-}
 
 /// How the client authenticates at a token endpoint.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -215,6 +63,11 @@ pub struct OAuthGrant {
     pub auth: ClientAuth,
     /// The scopes to ask for, space-separated; none asked when unset.
     pub scope: Option<String>,
+    /// The issuer identifier of the only authorization server the grant's credentials go to
+    /// (`issuer` in the `oauth` block). Discovery that names another is refused before anything
+    /// is sent; the metadata of this one is fetched from its own address, so it also fixes
+    /// the token endpoint. Unset, the server's discovery decides.
+    pub issuer: Option<String>,
 }
 
 /// The grants.
@@ -252,6 +105,10 @@ pub enum GrantError {
     /// A secret could not be read.
     #[error("{0}")]
     Secret(String),
+    /// The authorization server discovery named is not one the credentials may go to: its
+    /// token endpoint is not `https`, or it is not the configured issuer. Nothing was sent.
+    #[error("{0}; no credentials were sent")]
+    Untrusted(String),
     /// The private key could not sign.
     #[error(transparent)]
     Key(#[from] jose::KeyError),
@@ -266,6 +123,12 @@ pub enum GrantError {
     /// The enterprise exchange failed.
     #[error("the enterprise token exchange failed: {0}")]
     Enterprise(String),
+}
+
+impl From<SecretError> for GrantError {
+    fn from(error: SecretError) -> Self {
+        Self::Secret(error.to_string())
+    }
 }
 
 /// An access token a grant obtained, as the store keeps it.
@@ -306,13 +169,15 @@ impl GrantToken {
             .is_none_or(|at| jose::now_secs() < at)
     }
 
-    /// The renewal time of a token obtained `now` that lasts `lasts` seconds.
+    /// The expiry and renewal times of a token obtained `now` that lasts `lasts` seconds.
+    /// `lasts` is the authorization server's number: any `u64` saturates, never wraps.
     fn renewal(now: u64, lasts: Option<u64>) -> (Option<u64>, Option<u64>) {
         match lasts {
-            Some(lasts) => (
-                Some(now + lasts),
-                Some(now + lasts - (lasts / 4).min(GRANT_MARGIN_SECS)),
-            ),
+            Some(lasts) => {
+                let expires_at = now.saturating_add(lasts);
+                let margin = (lasts / 4).min(GRANT_MARGIN_SECS);
+                (Some(expires_at), Some(expires_at.saturating_sub(margin)))
+            }
             None => (None, None),
         }
     }
@@ -330,14 +195,42 @@ pub(crate) struct Endpoint<'a> {
     pub resource: &'a str,
 }
 
-/// A form body being built, with the secrets it holds (to scrub from error text).
+/// A form body being built, with the secrets it holds in every form they are sent in (to
+/// scrub from what the server says back).
+#[derive(Default)]
 struct Form {
     pairs: Vec<(&'static str, String)>,
-    secrets: Vec<String>,
+    secrets: Scrubber,
     basic: Option<String>,
 }
 
 impl OAuthGrant {
+    /// Whether the grant's credentials may go to the authorization server of `metadata`, for
+    /// the server at `resource`: its token endpoint is `https` (plain `http` only loopback to
+    /// loopback), and it is the configured [`issuer`](Self::issuer), if one is. rmcp checks
+    /// that discovered metadata names the issuer whose address it was fetched from, so a
+    /// matching issuer is the pinned server's own metadata, token endpoint included.
+    pub(crate) fn check_server(
+        &self,
+        resource: &str,
+        metadata: &rmcp::transport::auth::AuthorizationMetadata,
+    ) -> Result<(), GrantError> {
+        let shown = |url: &str| {
+            crate::text::for_terminal(&crate::text::without_url_secrets(url)).into_owned()
+        };
+        if let Some(pinned) = &self.issuer {
+            let named = metadata.issuer.as_deref();
+            if !named.is_some_and(|named| same_issuer(named, pinned)) {
+                let named = named.map_or_else(|| "no issuer".to_owned(), shown);
+                return Err(GrantError::Untrusted(format!(
+                    "the server's authorization server is {named}, not the configured issuer {}",
+                    shown(pinned)
+                )));
+            }
+        }
+        check_token_endpoint(resource, &metadata.token_endpoint)
+    }
+
     /// Obtains a token from `endpoint`.
     /// With `dpop`, the request carries a proof of its key (and retries once with the nonce
     /// of a `use_dpop_nonce` refusal).
@@ -347,11 +240,7 @@ impl OAuthGrant {
         endpoint: &Endpoint<'_>,
         dpop: Option<&Binding>,
     ) -> Result<GrantToken, GrantError> {
-        let mut form = Form {
-            pairs: Vec::new(),
-            secrets: Vec::new(),
-            basic: None,
-        };
+        let mut form = Form::default();
         match &self.kind {
             GrantKind::ClientCredentials => {
                 form.pairs.push(("grant_type", "client_credentials".into()));
@@ -359,7 +248,7 @@ impl OAuthGrant {
             GrantKind::JwtBearer { assertion } => {
                 let assertion = assertion.read().await?;
                 form.pairs.push(("grant_type", JWT_BEARER.into()));
-                form.secrets.push(assertion.0.clone());
+                form.secrets.secret(&assertion.0);
                 form.pairs.push(("assertion", assertion.0));
             }
             GrantKind::Enterprise(enterprise) => {
@@ -380,43 +269,39 @@ impl OAuthGrant {
         enterprise: &Enterprise,
         endpoint: &Endpoint<'_>,
     ) -> Result<GrantToken, GrantError> {
-        use rmcp::transport::auth::enterprise::{
-            EmaAuthorizationServer, EmaClientAuthentication, EmaExchangeRequest,
-        };
-        let ema_auth = async |auth: &ClientAuth| -> Result<EmaClientAuthentication, GrantError> {
-            Ok(match auth {
-                ClientAuth::None => EmaClientAuthentication::None,
-                ClientAuth::SecretBasic(source) => EmaClientAuthentication::ClientSecretBasic(
-                    oauth2::ClientSecret::new(source.read().await?.0),
-                ),
-                ClientAuth::SecretPost(source) => EmaClientAuthentication::ClientSecretPost(
-                    oauth2::ClientSecret::new(source.read().await?.0),
-                ),
-                ClientAuth::PrivateKeyJwt { .. } => {
-                    return Err(GrantError::Enterprise(
-                        "private_key_jwt is not supported with the enterprise grant".into(),
-                    ));
-                }
-            })
-        };
+        use rmcp::transport::auth::enterprise::{EmaAuthorizationServer, EmaExchangeRequest};
+        // The identity provider's endpoint is configured, not discovered; the same rule holds.
+        check_token_endpoint(endpoint.resource, &enterprise.idp_token_endpoint)?;
+        let mut secrets = Scrubber::default();
+        let idp_auth = ema_auth(
+            &mut secrets,
+            &enterprise.idp_client_id,
+            &enterprise.idp_auth,
+        )
+        .await?;
         let idp = EmaAuthorizationServer::new(
             &enterprise.idp_issuer,
             &enterprise.idp_token_endpoint,
             &enterprise.idp_client_id,
         )
-        .with_client_authentication(ema_auth(&enterprise.idp_auth).await?);
+        .with_client_authentication(idp_auth);
+        let resource_auth = ema_auth(&mut secrets, &self.client_id, &self.auth).await?;
         let resource_as =
             EmaAuthorizationServer::new(endpoint.issuer, endpoint.token_endpoint, &self.client_id)
-                .with_client_authentication(ema_auth(&self.auth).await?);
+                .with_client_authentication(resource_auth);
         let id_token = enterprise.id_token.read().await?;
+        secrets.secret(id_token.expose());
         let scopes: Vec<String> = self
             .scope
             .iter()
             .flat_map(|s| s.split_whitespace())
             .map(str::to_owned)
             .collect();
-        let http = rmcp::transport::auth::default_oauth_http_client()
-            .map_err(|e| GrantError::Enterprise(e.to_string()))?;
+        let failed = |e: &dyn std::fmt::Display| {
+            let said = crate::text::without_url_secrets(&e.to_string()).into_owned();
+            GrantError::Enterprise(scrub::quote(&said, &secrets))
+        };
+        let http = rmcp::transport::auth::default_oauth_http_client().map_err(|e| failed(&e))?;
         let token = EmaExchangeRequest::new_with_id_token(
             idp,
             resource_as,
@@ -426,7 +311,7 @@ impl OAuthGrant {
         .with_scopes(scopes)
         .exchange(&http, &http)
         .await
-        .map_err(|e| GrantError::Enterprise(e.to_string()))?;
+        .map_err(|e| failed(&e))?;
         let mut granted: Vec<String> = token.scopes.into_iter().collect();
         granted.sort();
         let (expires_at, renew_at) =
@@ -438,6 +323,51 @@ impl OAuthGrant {
             renew_at,
             scope: (!granted.is_empty()).then(|| granted.join(" ")),
         })
+    }
+}
+
+/// The client authentication of one enterprise exchange, its secret made known to `secrets`.
+async fn ema_auth(
+    secrets: &mut Scrubber,
+    client_id: &str,
+    auth: &ClientAuth,
+) -> Result<rmcp::transport::auth::enterprise::EmaClientAuthentication, GrantError> {
+    use rmcp::transport::auth::enterprise::EmaClientAuthentication;
+    Ok(match auth {
+        ClientAuth::None => EmaClientAuthentication::None,
+        ClientAuth::SecretBasic(source) => {
+            let secret = source.read().await?;
+            secrets.basic(client_id, secret.expose());
+            EmaClientAuthentication::ClientSecretBasic(oauth2::ClientSecret::new(secret.0))
+        }
+        ClientAuth::SecretPost(source) => {
+            let secret = source.read().await?;
+            secrets.basic(client_id, secret.expose());
+            EmaClientAuthentication::ClientSecretPost(oauth2::ClientSecret::new(secret.0))
+        }
+        ClientAuth::PrivateKeyJwt { .. } => {
+            return Err(GrantError::Enterprise(
+                "private_key_jwt is not supported with the enterprise grant".into(),
+            ));
+        }
+    })
+}
+
+/// Whether credentials may go to `endpoint` for the server at `resource` ([`visit`]'s rule).
+fn check_token_endpoint(resource: &str, endpoint: &str) -> Result<(), GrantError> {
+    visit::check_token_endpoint(resource, endpoint).map_err(|refused| {
+        let shown =
+            crate::text::for_terminal(&crate::text::without_url_secrets(endpoint)).into_owned();
+        GrantError::Untrusted(format!("the token endpoint {shown} is refused: {refused}"))
+    })
+}
+
+/// Whether two issuer identifiers name one authorization server: equal as URLs (so
+/// `https://a` and `https://a/` are one; a path, the case of a path, a port are not ignored).
+fn same_issuer(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a.trim()), reqwest::Url::parse(b.trim())) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 
@@ -454,13 +384,13 @@ async fn authenticate(
             let secret = source.read().await?;
             // RFC 6749 §2.3.1: both form-encoded before Basic encoding.
             let pair = format!("{}:{}", form_encode(client_id), form_encode(&secret.0));
-            form.secrets.push(secret.0);
+            form.secrets.basic(client_id, &secret.0);
             form.basic = Some(format!("Basic {}", STANDARD.encode(pair)));
         }
         ClientAuth::SecretPost(source) => {
             let secret = source.read().await?;
             form.pairs.push(("client_id", client_id.to_owned()));
-            form.secrets.push(secret.0.clone());
+            form.secrets.secret(&secret.0);
             form.pairs.push(("client_secret", secret.0));
         }
         ClientAuth::PrivateKeyJwt { key, algorithm } => {
@@ -487,10 +417,6 @@ async fn authenticate(
     Ok(())
 }
 
-fn form_encode(value: &str) -> String {
-    form_urlencoded::byte_serialize(value.as_bytes()).collect()
-}
-
 /// Posts the token request and reads the token response; with `dpop`, each try carries a new
 /// proof, and a `use_dpop_nonce` refusal that brings a nonce is tried once more with it.
 async fn post(
@@ -500,8 +426,8 @@ async fn post(
     dpop: Option<&Binding>,
 ) -> Result<GrantToken, GrantError> {
     let failed = |reason: String| GrantError::Token {
-        endpoint: endpoint.to_owned(),
-        reason: scrub(&reason, &form.secrets),
+        endpoint: crate::text::without_url_secrets(endpoint).into_owned(),
+        reason: scrub::quote(&reason, &form.secrets),
     };
     let body: String = form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form.pairs.iter().map(|(k, v)| (*k, v.as_str())))
@@ -523,25 +449,21 @@ async fn post(
         if let Some(binding) = dpop {
             request = request.header(dpop::DPOP, binding.proof("POST", endpoint, None)?);
         }
-        let mut response = request
+        let response = request
             .send()
             .await
             .map_err(|e| failed(e.without_url().to_string()))?;
         let status = response.status();
         let learned = dpop.is_some_and(|binding| binding.nonce.learn(response.headers()));
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| failed(e.without_url().to_string()))?
-        {
-            if bytes.len() + chunk.len() > MAX_SECRET_BYTES {
-                return Err(failed(format!(
-                    "the response is over {MAX_SECRET_BYTES} bytes"
-                )));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let bytes =
+            read_capped(response, MAX_SECRET_BYTES)
+                .await
+                .map_err(|unread| match unread {
+                    Unread::TooLarge { .. } => {
+                        failed(format!("the response is over {MAX_SECRET_BYTES} bytes"))
+                    }
+                    Unread::Broken(e) => failed(e.without_url().to_string()),
+                })?;
         if learned && !retried && dpop::token_endpoint_wants_nonce(status, &bytes) {
             retried = true;
             continue;
@@ -570,16 +492,6 @@ async fn post(
         renew_at,
         scope: json["scope"].as_str().map(str::to_owned),
     })
-}
-
-/// `text` with every secret in `secrets` replaced by `<redacted>`.
-fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .filter(|s| !s.is_empty())
-        .fold(text.to_owned(), |text, secret| {
-            text.replace(secret.as_str(), "<redacted>")
-        })
 }
 
 #[cfg(test)]
@@ -615,41 +527,29 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_scrubbed_and_not_debugged() {
-        let text = scrub("bad credentials c:hunter2 and hunter2", &["hunter2".into()]);
-        assert_eq!(text, "bad credentials c:<redacted> and <redacted>");
+    fn a_lifetime_near_the_end_of_u64_saturates_and_the_token_stays_fresh() {
+        let now = jose::now_secs();
+        let (expires_at, renew_at) = GrantToken::renewal(now, Some(u64::MAX));
+        assert_eq!(expires_at, Some(u64::MAX));
+        assert_eq!(renew_at, Some(u64::MAX - GRANT_MARGIN_SECS));
+        let token = GrantToken {
+            access_token: "t".into(),
+            token_type: "Bearer".into(),
+            expires_at,
+            renew_at,
+            scope: None,
+        };
+        assert!(token.fresh());
+        assert_eq!(
+            GrantToken::renewal(u64::MAX, Some(1)),
+            (Some(u64::MAX), Some(u64::MAX))
+        );
+    }
+
+    #[test]
+    fn secrets_are_not_debugged() {
         assert_eq!(format!("{:?}", Secret::new("hunter2")), "<redacted>");
         let source = SecretSource::Value(Secret::new("hunter2"));
         assert!(!format!("{source:?}").contains("hunter2"));
-    }
-
-    #[tokio::test]
-    async fn sources_are_read_and_their_errors_name_no_value() {
-        let dir = std::env::temp_dir().join(format!("hookloop-secret-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("s");
-        std::fs::write(&file, "  from-file\n").unwrap();
-        let read = SecretSource::File(file).read().await.unwrap();
-        assert_eq!(read.expose(), "from-file");
-        let argv = vec![
-            "/bin/sh".to_owned(),
-            "-c".into(),
-            "echo from-command".into(),
-        ];
-        let read = SecretSource::Command(argv).read().await.unwrap();
-        assert_eq!(read.expose(), "from-command");
-        let failing = vec![
-            "/bin/sh".to_owned(),
-            "-c".into(),
-            "echo leaked; exit 3".into(),
-        ];
-        let error = SecretSource::Command(failing).read().await.unwrap_err();
-        assert!(!error.to_string().contains("leaked"), "{error}");
-        let error = SecretSource::File(dir.join("missing"))
-            .read()
-            .await
-            .unwrap_err();
-        assert!(error.to_string().contains("cannot read"), "{error}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

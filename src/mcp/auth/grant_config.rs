@@ -6,7 +6,8 @@
 //!   "client_id": "ci-runner",
 //!   "client_auth": "client_secret_basic",
 //!   "client_secret": {"env": "MCP_CLIENT_SECRET"},
-//!   "scope": "tools.read"
+//!   "scope": "tools.read",
+//!   "issuer": "https://auth.example.com"
 //! }
 //! ```
 
@@ -34,6 +35,8 @@ pub(crate) struct RawGrant {
     assertion: Option<SecretSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scope: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    issuer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     idp_issuer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,11 +131,18 @@ impl TryFrom<RawGrant> for OAuthGrant {
             (GrantKind::JwtBearer { .. }, _) => String::new(),
             _ => return Err(format!("the {:?} grant needs \"client_id\"", raw.grant)),
         };
+        let issuer = match raw.issuer {
+            Some(issuer) if reqwest::Url::parse(issuer.trim()).is_err() => {
+                return Err("\"issuer\" is not a URL".to_owned());
+            }
+            issuer => issuer.map(|i| i.trim().to_owned()),
+        };
         Ok(Self {
             kind,
             client_id,
             auth,
             scope: raw.scope.filter(|s| !s.trim().is_empty()),
+            issuer,
         })
     }
 }
@@ -160,6 +170,7 @@ impl From<OAuthGrant> for RawGrant {
             client_auth: Some(method_name(&grant.auth).into()),
             client_secret: secret_of(&grant.auth),
             scope: grant.scope.clone(),
+            issuer: grant.issuer.clone(),
             ..RawGrant::default()
         };
         if let ClientAuth::PrivateKeyJwt { key, algorithm } = &grant.auth {
@@ -212,7 +223,8 @@ mod tests {
     fn blocks_read_into_grants_and_back() {
         let cc = grant(
             r#"{"grant": "client_credentials", "client_id": "c",
-                "client_secret": {"env": "S"}, "scope": "a b"}"#,
+                "client_secret": {"env": "S"}, "scope": "a b",
+                "issuer": "https://auth.example.com"}"#,
         )
         .unwrap();
         assert_eq!(
@@ -220,6 +232,7 @@ mod tests {
             ClientAuth::SecretBasic(SecretSource::Env("S".into()))
         );
         assert_eq!(cc.scope.as_deref(), Some("a b"));
+        assert_eq!(cc.issuer.as_deref(), Some("https://auth.example.com"));
         let jwt = grant(
             r#"{"grant": "client_credentials", "client_id": "c",
                 "private_key": {"file": "/k.pem"}, "signing_algorithm": "RS256"}"#,
@@ -254,6 +267,10 @@ mod tests {
                 "needs \"client_secret\"",
             ),
             (r#"{"grant": "jwt_bearer"}"#, "needs \"assertion\""),
+            (
+                r#"{"grant": "client_credentials", "client_id": "c", "issuer": "auth server"}"#,
+                "\"issuer\" is not a URL",
+            ),
             (
                 r#"{"grant": "enterprise", "client_id": "c", "id_token": {"env": "T"}}"#,
                 "needs \"idp_issuer\"",

@@ -3,8 +3,10 @@
 //! every write. Nothing else of the engine reads it: tokens never reach transcripts, logs or
 //! child processes.
 //!
-//! Two processes writing at once (a login while a session refreshes) each replace the whole
-//! file; the last one wins, and the other's change is lost, never half-written.
+//! Processes writing at once (a login while sessions refresh, runs side by side in CI) take
+//! turns: each change is a read-modify-write of the whole file under an exclusive lock on
+//! `mcp-oauth.json.lock` beside it (`flock`, which dies with its holder), so no process's
+//! entry is lost. A process waits at most [`LOCK_WAIT`] for the lock.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -21,6 +23,9 @@ use crate::text::lock;
 const FILE_NAME: &str = "mcp-oauth.json";
 /// The store's format version; a file of another version is refused, not overwritten.
 const FORMAT: u32 = 1;
+/// The longest wait for another process's change of the file: a change takes milliseconds,
+/// so this is a holder that hangs, and the change fails rather than wait for ever.
+pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the token store could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +42,12 @@ pub enum StoreError {
         /// The error.
         #[source]
         source: std::io::Error,
+    },
+    /// Another process held the store's lock for longer than [`LOCK_WAIT`].
+    #[error("token store {path} is being changed by another process; gave up after {} s", LOCK_WAIT.as_secs())]
+    Busy {
+        /// The lock file.
+        path: PathBuf,
     },
     /// The file is not a token store this version understands.
     #[error("token store {path} is unreadable: {reason}")]
@@ -191,6 +202,9 @@ impl TokenStore {
         let _writing = lock(&self.inner.writing);
         match &self.inner.backing {
             Backing::File(path) => {
+                // Read, change and write under the lock: another process's change in between
+                // would be lost.
+                let _locked = lock_store(path)?;
                 let mut file = read(path)?;
                 let old = file.servers.remove(url);
                 if let Some(new) = change(old) {
@@ -269,6 +283,18 @@ impl TokenStore {
     }
 }
 
+/// The lock beside the store at `path`, taken within [`LOCK_WAIT`].
+fn lock_store(path: &Path) -> Result<crate::private::FileLock, StoreError> {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".lock");
+    let lock = path.with_file_name(name);
+    match crate::private::lock_exclusive(&lock, LOCK_WAIT) {
+        Ok(Some(held)) => Ok(held),
+        Ok(None) => Err(StoreError::Busy { path: lock }),
+        Err(source) => Err(StoreError::Io { path: lock, source }),
+    }
+}
+
 fn read(path: &Path) -> Result<StoreFile, StoreError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -312,7 +338,13 @@ fn write(path: &Path, file: &StoreFile) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     crate::private::create_dir(dir).map_err(io)?;
     let text = serde_json::to_vec_pretty(file).map_err(|e| io(std::io::Error::other(e)))?;
-    let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
+    // Unique to this write: two handles of one file in one process each have a name of their
+    // own (the lock keeps them apart too).
+    let tmp = dir.join(format!(
+        ".{FILE_NAME}.{}.{:016x}.tmp",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
     let written = (|| {
         let mut out = crate::private::create_file(&tmp)?;
         out.write_all(&text)?;
@@ -459,12 +491,19 @@ mod tests {
         assert!(store.remove("http://a/mcp").unwrap());
         assert!(store.get("http://a/mcp").unwrap().is_none());
         assert!(store.get("http://b/mcp").unwrap().unwrap().has_token());
-        // No temporary file is left beside it.
-        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        // No temporary file is left beside it; the lock file stays, empty.
+        let mut names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [std::ffi::OsString::from(FILE_NAME)]);
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                std::ffi::OsString::from(FILE_NAME),
+                std::ffi::OsString::from(format!("{FILE_NAME}.lock"))
+            ]
+        );
     }
 
     #[test]
@@ -529,6 +568,35 @@ mod tests {
             .unwrap();
         assert!(entry.requested_scopes.is_empty());
         assert_eq!(entry.client_secret.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn handles_of_one_file_in_many_threads_lose_no_entry() {
+        let path = tempdir().join(FILE_NAME);
+        let writers: Vec<_> = (0..16)
+            .map(|i| {
+                // A handle of its own: no in-process mutex is shared, as between processes.
+                let store = TokenStore::file(&path);
+                std::thread::spawn(move || {
+                    store
+                        .update(&format!("http://s{i}/mcp"), |_| {
+                            Some(ServerTokens {
+                                client_secret: Some(format!("s{i}")),
+                                ..ServerTokens::default()
+                            })
+                        })
+                        .unwrap();
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let store = TokenStore::file(&path);
+        for i in 0..16 {
+            let entry = store.get(&format!("http://s{i}/mcp")).unwrap();
+            assert!(entry.is_some(), "entry {i} was lost");
+        }
     }
 
     fn tempdir() -> PathBuf {

@@ -23,7 +23,8 @@ use tokio::sync::Semaphore;
 use super::refresh::ListChanged;
 use super::shared::Shared;
 use crate::hooks::ServerName;
-use crate::mcp::elicit::{self, ElicitAnswer, Elicitation, ElicitationMode};
+use crate::mcp::elicit;
+use crate::ports::{ElicitAnswer, Elicitation, ElicitationMode};
 use crate::text::lock;
 
 /// Questions one server may have open with the person at once; one more is declined. A
@@ -177,10 +178,21 @@ impl ClientHandler for Handler {
             );
             return decline();
         };
-        let Some(question) = question(server, request) else {
+        let Some(mut question) = question(server, request) else {
             tracing::info!(%server, "declining a question of a kind hookloop does not know");
             return decline();
         };
+        // A person is sent only where a browser may safely go, and is shown the parsed URL,
+        // not the server's raw text.
+        if let ElicitationMode::Url { url, .. } = &mut question.mode {
+            match crate::mcp::visit::check_visit(url) {
+                Ok(checked) => *url = checked.to_string(),
+                Err(refused) => {
+                    tracing::warn!(%server, %refused, "declining a question whose URL is not opened");
+                    return decline();
+                }
+            }
+        }
         // A URL question's acceptance carries no content; a form's always does, and must fit
         // the form.
         let schema = match &question.mode {

@@ -1,5 +1,5 @@
 //! Connecting one life of a server: the handshake over stdio or streamable HTTP (the slot picks
-//! the transport; the older HTTP+SSE one is [`legacy`](super::legacy)'s), the headers the HTTP
+//! the transport; the older HTTP+SSE one is `legacy.rs`'s), the headers the HTTP
 //! transport may be configured with, why a handshake failed, and the `list_changed`
 //! subscription a server of the stateless protocol needs. Nothing here knows the slot: each
 //! function takes what one connection needs.
@@ -19,12 +19,13 @@ use super::client::Handler;
 use super::refresh::ListChanged;
 use super::traced::{Pending, Traced};
 use crate::hooks::ServerName;
+use crate::mcp::McpError;
 use crate::mcp::auth::{OAuthHttp, OAuthOptions, ServerAuth};
 use crate::mcp::backlog::Backlogged;
-use crate::mcp::child::ChildGroup;
+use crate::mcp::child::{ChildGroup, clean_command};
 use crate::mcp::config::{HttpConfig, StdioConfig};
 use crate::mcp::transport::LineTransport;
-use crate::mcp::{McpError, TransportKind};
+use crate::ports::TransportKind;
 
 /// Connects and negotiates one life of `server` over stdio: runs `config`'s command in a process
 /// group of its own and speaks MCP on its stdin and stdout.
@@ -35,7 +36,12 @@ pub(super) async fn stdio(
     pending: &Pending,
     lifecycle: ClientLifecycleMode,
 ) -> Result<Connected, Handshake> {
-    let (child, stdout, stdin) = ChildGroup::spawn(server, config)
+    let mut command = clean_command(&config.command);
+    command.args(&config.args).envs(&config.env);
+    if let Some(cwd) = &config.cwd {
+        command.current_dir(cwd);
+    }
+    let (child, stdout, stdin) = ChildGroup::spawn(server, command)
         .map_err(|e| Handshake::Spawn(format!("could not run {:?}: {e}", config.command)))?;
     // If the handshake fails or times out, dropping `child` kills the group.
     let transport = LineTransport::new(stdout, stdin);
@@ -75,7 +81,7 @@ pub(super) async fn streamable(
     let transport_config = http_config(config).map_err(Handshake::Spawn)?;
     if config.has_authorization() {
         // rmcp builds this transport's client.
-        crate::tls::install_provider();
+        crate::net::tls::install_provider();
         let transport = StreamableHttpClientTransport::from_config(transport_config);
         let transport = Backlogged::new(transport, server);
         let service =
@@ -123,12 +129,14 @@ impl Handshake {
         }
     }
 
-    /// What went wrong, in words.
+    /// What went wrong, in words; the URLs in it (rmcp's and reqwest's messages name them)
+    /// keep no query or user info.
     pub(super) fn reason(self) -> String {
-        match self {
+        let reason = match self {
             Self::Spawn(reason) | Self::Auth(reason) => reason,
             Self::Init(error) => error.to_string(),
-        }
+        };
+        crate::text::without_url_secrets(&reason).into_owned()
     }
 }
 

@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use crate::mcp::HostOptions;
-use crate::mcp::Person;
+use crate::ports::Person;
 use crate::supervisor::{self, Supervisor};
 use crate::text::lock;
 
-/// Supervision records kept for [`ToolHost::take_supervision`](crate::mcp::ToolHost) before the
+/// Supervision records kept for [`ToolHost::take_supervision`](crate::ports::ToolHost) before the
 /// oldest are dropped: a host nobody drains must not grow without bound.
 const MAX_PENDING_RECORDS: usize = 1024;
 

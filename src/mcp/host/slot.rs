@@ -19,6 +19,7 @@ use super::client::{self, CallKind, Handler, InFlight};
 use super::connect::{
     self, Connected, Handshake, falls_back, subscribe_tool_list, watch_tool_list,
 };
+use super::legacy;
 use super::listing::{self, ListError};
 use super::refresh::{self, Changes, ListChanged};
 use super::shared::Shared;
@@ -27,7 +28,8 @@ use crate::hooks::ServerName;
 use crate::machine::ToolInfo;
 use crate::mcp::child::ChildGroup;
 use crate::mcp::config::ServerConfig;
-use crate::mcp::{McpError, TransportKind, convert};
+use crate::mcp::{McpError, convert};
+use crate::ports::TransportKind;
 use crate::supervisor::{self, Fact, HookTurn, Jitter, Order};
 use crate::text::lock;
 
@@ -203,7 +205,8 @@ impl Slot {
                 Ok(result)
             }
             Err(error) => {
-                let reason = error.to_string();
+                // The transport's message may name the server's URL, query and all.
+                let reason = crate::text::without_url_secrets(&error.to_string()).into_owned();
                 crate::telemetry::mcp_failed(&span, &reason);
                 if breaks_transport(&error) {
                     self.end_life(conn.life, &reason);
@@ -433,7 +436,7 @@ impl Slot {
             .await
             .map_err(|error: ListError| McpError::Startup {
                 server: self.name.clone(),
-                reason: error.to_string(),
+                reason: crate::text::without_url_secrets(&error.to_string()).into_owned(),
             })
     }
 
@@ -515,12 +518,31 @@ impl Slot {
                 {
                     // A server of the older transport refuses the POST in its own way.
                     Err(Handshake::Init(error)) => {
-                        self.fall_back_to_sse(changed, config, error).await
+                        let handler = self.handler(changed);
+                        let options = &self.shared.options;
+                        legacy::fall_back_to_sse(
+                            &self.name,
+                            config,
+                            options,
+                            handler,
+                            &self.pending,
+                            error,
+                        )
+                        .await
                     }
                     other => other,
                 }
             }
-            Launch::Config(ServerConfig::Sse(config)) => self.sse(changed, config).await,
+            Launch::Config(ServerConfig::Sse(config)) => {
+                legacy::sse(
+                    &self.name,
+                    config,
+                    &self.shared.options,
+                    handler,
+                    &self.pending,
+                )
+                .await
+            }
             #[cfg(test)]
             Launch::Duplex(make) => {
                 connect::duplex(make(), handler, &self.pending, lifecycle).await

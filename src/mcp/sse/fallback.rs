@@ -20,6 +20,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpError;
 use super::{Client, checked};
 use crate::mcp::auth::HttpResult;
 use crate::mcp::config::HttpConfig;
+use crate::net::body::read_prefix;
 
 /// The most of a refusal's body read, to tell a modern server's JSON-RPC error from the page
 /// of a server that has no such endpoint.
@@ -113,21 +114,6 @@ fn initialize_request() -> serde_json::Value {
             "clientInfo": {"name": "hookloop", "version": env!("CARGO_PKG_VERSION")}
         }
     })
-}
-
-/// Up to `max` bytes of a body; what could be read when reading fails.
-async fn read_prefix(mut response: reqwest::Response, max: usize) -> Vec<u8> {
-    let mut body = Vec::new();
-    while body.len() < max {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = max - body.len();
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    body
 }
 
 /// Whether `body` is a JSON-RPC error response: a modern server's refusal (an unsupported

@@ -362,3 +362,68 @@ async fn a_cancelled_request_is_no_longer_expected() {
     server.read_line().await;
     assert_eq!(transport.expected.get(&RequestId::Number(5)), None);
 }
+
+fn roots_request(id: u64) -> String {
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":\"h{id}\",\"method\":\"roots/list\"}}\n")
+}
+
+#[tokio::test]
+async fn a_server_that_asks_faster_than_it_is_answered_is_read_no_further_until_answers_go_out() {
+    let (mut transport, mut server) = connect();
+    let flood: String = (0..MAX_SERVING as u64 + 8).map(roots_request).collect();
+    server.write(flood.as_bytes()).await;
+    for _ in 0..MAX_SERVING {
+        let message = receive(&mut transport).await.expect("a request");
+        assert!(matches!(message, JsonRpcMessage::Request(_)), "{message:?}");
+    }
+    // Every place is taken: nothing more is read, however much the server has written.
+    let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+    assert!(held.is_err(), "read past {MAX_SERVING} unanswered requests");
+
+    // One answer frees one place.
+    let answer = TxJsonRpcMessage::<RoleClient>::response(
+        rmcp::model::ClientResult::empty(()),
+        RequestId::String("h0".into()),
+    );
+    transport.send(answer).await.expect("answer");
+    let next = receive(&mut transport).await.expect("the next request");
+    let JsonRpcMessage::Request(request) = next else {
+        panic!("{next:?}");
+    };
+    assert_eq!(
+        request.id,
+        RequestId::String(format!("h{MAX_SERVING}").into())
+    );
+    let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+    assert!(held.is_err(), "read past the freed place");
+
+    drop(transport);
+}
+
+#[tokio::test]
+async fn a_request_the_server_cancels_frees_its_place() {
+    let (mut transport, mut server) = connect();
+    let cancel = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"h1\"}}\n";
+    let flood: String = (0..MAX_SERVING as u64 - 1)
+        .map(roots_request)
+        .chain(std::iter::once(cancel.to_owned()))
+        .chain((1000..1003).map(roots_request))
+        .collect();
+    server.write(flood.as_bytes()).await;
+    for _ in 0..MAX_SERVING - 1 {
+        let message = receive(&mut transport).await.expect("a request");
+        assert!(matches!(message, JsonRpcMessage::Request(_)), "{message:?}");
+    }
+    let cancelled = receive(&mut transport).await.expect("the cancel");
+    assert!(
+        matches!(cancelled, JsonRpcMessage::Notification(_)),
+        "{cancelled:?}"
+    );
+    // The cancelled request will never be answered: its place and the last free one.
+    for _ in 0..2 {
+        let message = receive(&mut transport).await.expect("a request");
+        assert!(matches!(message, JsonRpcMessage::Request(_)), "{message:?}");
+    }
+    let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+    assert!(held.is_err(), "read past {MAX_SERVING} unanswered requests");
+}

@@ -429,6 +429,7 @@ fn draw_entry(
         | EntryKind::UnknownToolRefused { .. }
         | EntryKind::Permission { .. }
         | EntryKind::Cancelled
+        | EntryKind::Interrupted
         | EntryKind::Finish { .. }
         | EntryKind::Closed => {}
     }
@@ -550,6 +551,7 @@ fn entry_end_ms(entry: &Entry) -> u64 {
         | EntryKind::RestartScheduled { .. }
         | EntryKind::ServerRetired { .. }
         | EntryKind::Cancelled
+        | EntryKind::Interrupted
         | EntryKind::Finish { .. }
         | EntryKind::Closed => entry.at_ms,
     }

@@ -377,6 +377,7 @@ impl Builder {
             // (or not) after it show what it changed.
             Input::PermissionSettingChanged { .. } => {}
             Input::Cancelled => self.push(index, at_ms, EntryKind::Cancelled),
+            Input::PromptInterrupted => self.push(index, at_ms, EntryKind::Interrupted),
             Input::Closed => self.push(index, at_ms, EntryKind::Closed),
         }
     }

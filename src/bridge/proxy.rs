@@ -1,0 +1,460 @@
+//! `hookloop mcp proxy [--name NAME] -- <command> <args…>`: the MCP server a host starts in place
+//! of the real one. It relays the host's JSON-RPC lines to the real server and back, takes every
+//! `_` tool out of each `tools/list` answer the host sees, refuses the host model's calls to
+//! them, and serves hook calls on the same live connection through a private local socket.
+//!
+//! Where the socket is: `<runtime>/<host pid>/<NAME>.sock`, `<runtime>` being
+//! `$XDG_RUNTIME_DIR/hookloop-bridge` (else `/tmp/hookloop-bridge-<uid>`), every directory mode
+//! 0700 and the socket 0600. It is keyed by the host's pid, the proxy's parent, and not by the
+//! host's session id: the MCP handshake carries no session id, so the proxy cannot know it,
+//! while the host is an ancestor of both the proxy and its hook commands, which walk up their
+//! own ancestors to find it.
+//!
+//! The socket speaks one JSON line each way per connection: `{"hook": "_Stop", "arguments": {},
+//! "timeout_ms": 2500}` in, `{"text": "…", "isError": false}` or `{"error": "…"}` out. Only `_`
+//! tools can be called through it; a peer of another user is refused; a request line is capped
+//! at [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_WAIT`]; at most
+//! [`MAX_CONNECTIONS`] are served at once (the rest wait in the kernel's backlog).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::hooks;
+
+/// The longest request line the socket takes.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// How long a connection may take to send its request line.
+pub const REQUEST_WAIT: Duration = Duration::from_secs(5);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
+/// The longest line relayed either way between host and server.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// The longest wait a hook call may ask for.
+pub const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The host's `tools/list` requests waiting for the server's answer, at most.
+pub const MAX_LISTINGS: usize = 1024;
+/// The prefix of the JSON-RPC ids of the proxy's own requests to the server.
+const OWN_ID: &str = "hookloop-proxy-";
+
+/// What failed in the proxy.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The real server could not be started.
+    #[error("cannot start `{command}`: {error}")]
+    Spawn {
+        /// The command.
+        command: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The socket's directory or the socket itself.
+    #[error("the hook socket {path}: {error}")]
+    Socket {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Relaying failed.
+    #[error("relaying: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The directory that holds every host's sockets, for this user.
+pub fn runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("hookloop-bridge"),
+        // SAFETY: getuid cannot fail.
+        _ => std::env::temp_dir().join(format!("hookloop-bridge-{}", unsafe { libc::getuid() })),
+    }
+}
+
+/// The socket of the proxy named `name` started by the host of pid `host`.
+pub fn socket_path(host: u32, name: &str) -> PathBuf {
+    runtime_dir()
+        .join(host.to_string())
+        .join(format!("{name}.sock"))
+}
+
+/// Creates `dir` (mode 0700) and checks that it is a directory of this user that nobody else
+/// can enter: a directory planted by another user is refused, never used.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    crate::private::create_dir(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a private directory of this user (mode 0700)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the proxy: starts `command` with `args`, relays stdin and stdout to it, serves the hook
+/// socket, and returns the server's exit status once either side closes.
+pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, ProxyError> {
+    let mut child = tokio::process::Command::new(command)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| ProxyError::Spawn {
+            command: command.to_owned(),
+            error,
+        })?;
+    let missing = || std::io::Error::other("the server's stdio was not piped");
+    let server_in = child.stdin.take().ok_or_else(missing)?;
+    let server_out = child.stdout.take().ok_or_else(missing)?;
+    let path = socket_path(std::os::unix::process::parent_id(), name);
+    let listener = bind(&path)?;
+    let (to_host, mut host_lines) = mpsc::unbounded_channel::<Vec<u8>>();
+    // One writer of the host's stdout, so that lines from both directions never interleave.
+    let writer = tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        while let Some(line) = host_lines.recv().await {
+            if out.write_all(&line).await.is_err() || out.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let relay = Relay::new(server_in, to_host);
+    let serving = tokio::spawn(serve(listener, relay.clone()));
+    let mut up = tokio::spawn(host_to_server(tokio::io::stdin(), relay.clone()));
+    let down = server_to_host(server_out, relay.clone());
+    tokio::select! {
+        _ = &mut up => {}
+        result = down => result?,
+    }
+    up.abort();
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+    // The host closed: the server sees its stdin close and gets a moment to exit on its own.
+    drop(relay);
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    let status = match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
+        Ok(Ok(status)) => status.code().unwrap_or(1),
+        _ => {
+            let _ = child.start_kill();
+            1
+        }
+    };
+    Ok(status)
+}
+
+/// Binds the socket at `path` in its private directory. A socket left by a dead proxy (nobody
+/// answers on it) is replaced; one a live proxy holds is not.
+fn bind(path: &Path) -> Result<UnixListener, ProxyError> {
+    let fail = |error| ProxyError::Socket {
+        path: path.to_owned(),
+        error,
+    };
+    // Every directory of the runtime's, not only the socket's own: in a directory others can
+    // write, the one below could be swapped for theirs.
+    if let Some(dir) = path.parent() {
+        if let Some(runtime) = dir.parent() {
+            private_dir(runtime).map_err(fail)?;
+        }
+        private_dir(dir).map_err(fail)?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(fail(std::io::Error::other(
+                "another live proxy of that name serves this host: give this one another --name",
+            )));
+        }
+        std::fs::remove_file(path).map_err(fail)?;
+    }
+    let listener = UnixListener::bind(path).map_err(fail)?;
+    use std::os::unix::fs::PermissionsExt;
+    // The directory is 0700 already; the socket is narrowed too, before anyone is served.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+    Ok(listener)
+}
+
+/// What both directions of the relay share.
+#[derive(Clone)]
+struct Relay {
+    to_server: mpsc::UnboundedSender<Vec<u8>>,
+    to_host: mpsc::UnboundedSender<Vec<u8>>,
+    state: Arc<Mutex<Shared>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Ids (as JSON text) of the host's `tools/list` requests not answered yet.
+    listing: HashSet<String>,
+    /// The proxy's own calls waiting for their answers.
+    waiting: HashMap<String, oneshot::Sender<Value>>,
+    next_id: u64,
+    /// The host finished the handshake: the server takes calls.
+    initialized: bool,
+}
+
+impl Relay {
+    fn new(
+        mut server_in: tokio::process::ChildStdin,
+        to_host: mpsc::UnboundedSender<Vec<u8>>,
+    ) -> Self {
+        let (to_server, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                if server_in.write_all(&line).await.is_err() || server_in.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            to_server,
+            to_host,
+            state: Arc::new(Mutex::new(Shared::default())),
+        }
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
+        // The lock is held for map updates only, which do not panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(&self, value: &Value) {
+        let mut line = value.to_string().into_bytes();
+        line.push(b'\n');
+        let _ = self.to_server.send(line);
+    }
+
+    /// Calls the hook `tool` on the server and waits at most `timeout` for its answer.
+    async fn call_hook(&self, tool: &str, arguments: Value, timeout: Duration) -> Value {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut shared = self.shared();
+            if !shared.initialized {
+                return json!({ "error": "the server is not initialized by its host yet" });
+            }
+            shared.next_id += 1;
+            let id = format!("{OWN_ID}{}", shared.next_id);
+            shared.waiting.insert(id.clone(), tx);
+            id
+        };
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": { "name": tool, "arguments": arguments },
+        }));
+        let answer = tokio::time::timeout(timeout, rx).await;
+        self.shared().waiting.remove(&id);
+        match answer {
+            Ok(Ok(response)) => hook_answer(&response),
+            Ok(Err(_)) => json!({ "error": "the server closed" }),
+            Err(_) => json!({ "error": "timeout", "timedOut": true }),
+        }
+    }
+}
+
+/// A `tools/call` response as the socket answers it: its text blocks joined, or its error.
+fn hook_answer(response: &Value) -> Value {
+    if let Some(error) = response.get("error") {
+        let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+        return json!({ "error": format!("the server answered an error: {message}") });
+    }
+    let result = &response["result"];
+    let text: Vec<&str> = result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "text": text.join("\n"),
+        "isError": result["isError"].as_bool().unwrap_or(false),
+    })
+}
+
+/// Reads one line of at most `max` bytes; `None` at the end of the stream. A longer line is an
+/// error, so that a peer cannot grow the buffer without bound.
+async fn read_line(
+    reader: &mut (impl tokio::io::AsyncBufRead + Unpin),
+    max: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok((!line.is_empty()).then_some(line));
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buf.len(), false),
+        };
+        if line.len() + take > max {
+            return Err(std::io::Error::other(format!(
+                "a line longer than {max} bytes"
+            )));
+        }
+        line.extend_from_slice(&buf[..take]);
+        reader.consume(take);
+        if done {
+            return Ok(Some(line));
+        }
+    }
+}
+
+/// Answers the host's request `id` with an error, without the server.
+fn refuse(relay: &Relay, id: &Value, message: &str) {
+    let refusal = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": -32602, "message": message},
+    });
+    let mut text = refusal.to_string().into_bytes();
+    text.push(b'\n');
+    let _ = relay.to_host.send(text);
+}
+
+/// The host's lines to the server: `tools/list` ids noted, calls of `_` tools refused.
+async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
+    let mut host = BufReader::new(host);
+    while let Ok(Some(line)) = read_line(&mut host, MAX_LINE_BYTES).await {
+        if let Ok(message) = serde_json::from_slice::<Value>(&line) {
+            let method = message.get("method").and_then(Value::as_str);
+            let id = message.get("id");
+            match (method, id) {
+                (Some("tools/list"), Some(id)) => {
+                    let mut shared = relay.shared();
+                    // Each noted id waits for its answer; a server that never answers must not
+                    // grow the set, and forgetting an id would let its hooks through.
+                    if shared.listing.len() >= MAX_LISTINGS {
+                        drop(shared);
+                        refuse(
+                            &relay,
+                            id,
+                            "too many `tools/list` requests wait for the server",
+                        );
+                        continue;
+                    }
+                    shared.listing.insert(id.to_string());
+                }
+                (Some("tools/call"), Some(id)) => {
+                    let name = message["params"]["name"].as_str().unwrap_or("");
+                    if hooks::is_hook(name) {
+                        refuse(
+                            &relay,
+                            id,
+                            &format!("`{name}` is a hook: only hookloop calls it"),
+                        );
+                        continue;
+                    }
+                }
+                (Some("notifications/initialized"), None) => relay.shared().initialized = true,
+                _ => {}
+            }
+        }
+        let _ = relay.to_server.send(line);
+    }
+}
+
+/// The server's lines to the host: answers to the proxy's own calls taken out, `_` tools taken
+/// out of `tools/list` answers.
+async fn server_to_host(server: impl AsyncRead + Unpin, relay: Relay) -> std::io::Result<()> {
+    let mut server = BufReader::new(server);
+    while let Some(mut line) = read_line(&mut server, MAX_LINE_BYTES).await? {
+        if let Ok(mut message) = serde_json::from_slice::<Value>(&line)
+            && message.get("method").is_none()
+            && let Some(id) = message.get("id").cloned()
+        {
+            if let Some(own) = id.as_str().filter(|id| id.starts_with(OWN_ID)) {
+                if let Some(waiter) = relay.shared().waiting.remove(own) {
+                    let _ = waiter.send(message);
+                }
+                continue;
+            }
+            if relay.shared().listing.remove(&id.to_string())
+                && let Some(tools) = message["result"]["tools"].as_array_mut()
+            {
+                tools.retain(|tool| !tool["name"].as_str().is_some_and(hooks::is_hook));
+                line = message.to_string().into_bytes();
+                line.push(b'\n');
+            }
+        }
+        if relay.to_host.send(line).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Serves hook calls on the socket, [`MAX_CONNECTIONS`] at a time.
+async fn serve(listener: UnixListener, relay: Relay) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let relay = relay.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            if let Err(e) = serve_one(stream, &relay).await {
+                tracing::warn!(error = %e, "hook socket: connection refused");
+            }
+        });
+    }
+}
+
+async fn serve_one(stream: UnixStream, relay: &Relay) -> std::io::Result<()> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if stream.peer_cred()?.uid() != uid {
+        return Err(std::io::Error::other("a peer of another user"));
+    }
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let answer = match tokio::time::timeout(REQUEST_WAIT, read_line(&mut read, MAX_REQUEST_BYTES))
+        .await
+    {
+        Err(_) => json!({ "error": format!("no request within {} s", REQUEST_WAIT.as_secs()) }),
+        Ok(Err(e)) => json!({ "error": e.to_string() }),
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(Some(line))) => match serde_json::from_slice::<Value>(&line) {
+            Err(e) => json!({ "error": format!("the request is not JSON: {e}") }),
+            Ok(request) => match request["hook"].as_str() {
+                Some(hook) if hooks::is_hook(hook) => {
+                    let timeout = request["timeout_ms"]
+                        .as_u64()
+                        .map_or(MAX_HOOK_TIMEOUT, Duration::from_millis)
+                        .min(MAX_HOOK_TIMEOUT);
+                    let arguments = match request.get("arguments") {
+                        Some(Value::Object(map)) => Value::Object(map.clone()),
+                        _ => json!({}),
+                    };
+                    relay.call_hook(hook, arguments, timeout).await
+                }
+                _ => {
+                    json!({ "error": "the request names no `_` hook: only hooks are called here" })
+                }
+            },
+        },
+    };
+    let mut text = answer.to_string().into_bytes();
+    text.push(b'\n');
+    write.write_all(&text).await?;
+    write.flush().await
+}

@@ -1,0 +1,241 @@
+//! `hookloop mcp proxy` in front of the real todo server (`hookloop todo-server`): the host's
+//! side sees no `_` tools and cannot call them, the hook socket calls them on the same live
+//! connection (the todo the host added is in `_Stop`'s answer), and hostile peers of the
+//! socket are refused without harming the relay.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hookloop");
+
+struct Proxy {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    runtime: PathBuf,
+}
+
+impl Proxy {
+    fn start(runtime: &Path) -> Self {
+        std::fs::create_dir_all(runtime).unwrap();
+        std::fs::set_permissions(runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["mcp", "proxy", "--name", "todo", "--", BIN, "todo-server"])
+            .env("XDG_RUNTIME_DIR", runtime)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            stdin,
+            stdout,
+            runtime: runtime.to_owned(),
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "proxy closed"
+            );
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.runtime
+            .join("hookloop-bridge")
+            .join(std::process::id().to_string())
+            .join("todo.sock")
+    }
+
+    fn hook(&self, request: &str) -> Value {
+        let mut stream = UnixStream::connect(self.socket()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.write_all(b"\n").unwrap();
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap()
+    }
+}
+
+fn runtime(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "hookloop-bridge-test-{tag}-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    ))
+}
+
+fn handshake(proxy: &mut Proxy) {
+    let init = proxy.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "test-host", "version": "0"}}),
+    );
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    proxy.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // The proxy reads the host's lines in order: once a later request is answered, it has seen
+    // the handshake end and takes hook calls (before that it refuses them, saying why).
+    let pong = proxy.request(99, "ping", json!({}));
+    assert!(pong["result"].is_object(), "{pong}");
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_host_sees_no_hooks_and_the_socket_calls_them_on_the_live_connection() {
+    let dir = runtime("live");
+    let mut proxy = Proxy::start(&dir);
+    handshake(&mut proxy);
+
+    let names = tool_names(&proxy.request(2, "tools/list", json!({})));
+    assert!(names.contains(&"add".to_owned()), "{names:?}");
+    assert!(names.iter().all(|n| !n.starts_with('_')), "{names:?}");
+
+    let refused = proxy.request(3, "tools/call", json!({"name": "_Stop", "arguments": {}}));
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("is a hook"), "{refused}");
+
+    let socket = proxy.socket();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600);
+    assert_eq!(mode(socket.parent().unwrap()), 0o700);
+
+    let quiet = proxy.hook(r#"{"hook":"_Stop","arguments":{},"timeout_ms":2500}"#);
+    assert_eq!(quiet["text"], "", "{quiet}");
+
+    let added = proxy.request(
+        4,
+        "tools/call",
+        json!({"name": "add", "arguments": {"text": "write the bridge tests"}}),
+    );
+    assert!(added["result"].is_object(), "{added}");
+    let objection = proxy.hook(r#"{"hook":"_Stop","arguments":{},"timeout_ms":2500}"#);
+    let text = objection["text"].as_str().unwrap();
+    assert!(text.contains("write the bridge tests"), "{objection}");
+
+    drop(proxy.stdin);
+    let status = proxy.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the socket outlived its proxy");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn hostile_socket_peers_are_refused_and_the_relay_goes_on() {
+    let dir = runtime("hostile");
+    let mut proxy = Proxy::start(&dir);
+    handshake(&mut proxy);
+
+    let garbage = proxy.hook("this is not json\n");
+    assert!(
+        garbage["error"].as_str().unwrap().contains("not JSON"),
+        "{garbage}"
+    );
+    let not_a_hook = proxy.hook(r#"{"hook":"add","arguments":{"text":"sneaked in"}}"#);
+    assert!(
+        not_a_hook["error"]
+            .as_str()
+            .unwrap()
+            .contains("no `_` hook"),
+        "{not_a_hook}"
+    );
+    let mut flood = "x".repeat(2 * 1024 * 1024);
+    flood.push('\n');
+    let mut stream = UnixStream::connect(proxy.socket()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // The proxy answers once the cap is passed and closes; the rest of the write may fail.
+    let _ = stream.write_all(flood.as_bytes());
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.contains("longer than"), "{answer}");
+
+    // The refused `add` did not run: the list is still empty, and the relay still answers.
+    let quiet = proxy.hook(r#"{"hook":"_Stop","arguments":{}}"#);
+    assert_eq!(quiet["text"], "", "{quiet}");
+    let names = tool_names(&proxy.request(2, "tools/list", json!({})));
+    assert!(names.contains(&"add".to_owned()));
+
+    drop(proxy.stdin);
+    proxy.child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stale_socket_of_a_dead_proxy_is_replaced() {
+    let dir = runtime("stale");
+    let socket_dir = dir
+        .join("hookloop-bridge")
+        .join(std::process::id().to_string());
+    std::fs::create_dir_all(&socket_dir).unwrap();
+    for d in [&dir, &dir.join("hookloop-bridge"), &socket_dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // A socket whose listener is gone: bound, then dropped.
+    drop(std::os::unix::net::UnixListener::bind(socket_dir.join("todo.sock")).unwrap());
+    let mut proxy = Proxy::start(&dir);
+    handshake(&mut proxy);
+    let quiet = proxy.hook(r#"{"hook":"_Stop","arguments":{}}"#);
+    assert_eq!(quiet["text"], "", "{quiet}");
+    drop(proxy.stdin);
+    proxy.child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_socket_directory_others_can_enter_is_refused_never_used() {
+    let dir = runtime("open");
+    let planted = dir.join("hookloop-bridge");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = Command::new(BIN)
+        .args(["mcp", "proxy", "--name", "todo", "--", BIN, "todo-server"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("not a private directory"), "{stderr}");
+    let sockets = std::fs::read_dir(&planted).unwrap().count();
+    assert_eq!(sockets, 0, "something was made in the open directory");
+    let _ = std::fs::remove_dir_all(&dir);
+}
