@@ -1,6 +1,7 @@
 //! Text helpers every part of the crate shares: shortening text for a limit or a display
 //! ([`cut`], [`one_line`]), making untrusted text safe for a terminal ([`for_terminal`]), taking
-//! what may be a credential out of the URLs in an error or a log line ([`without_url_secrets`]),
+//! what may be a credential out of the URLs in an error or a log line ([`without_url_secrets`],
+//! [`WithoutUrlSecrets`] for a log writer),
 //! and taking a lock whatever a panicking holder left behind ([`lock`]).
 
 use std::borrow::Cow;
@@ -143,6 +144,37 @@ pub fn without_url_secrets(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// A writer that takes the credentials out of the URLs in what it writes, as
+/// [`without_url_secrets`] does: for the log writer of an embedder, whose subscriber also gets
+/// the dependencies' own events (an HTTP client's, the MCP SDK's), which name URLs as they were
+/// given. One write is read as one text, as `tracing-subscriber`'s `fmt` layer writes one
+/// formatted event per write; bytes that are not UTF-8 pass unchanged.
+///
+/// ```
+/// use std::io::Write;
+/// let mut log = hookloop::text::WithoutUrlSecrets(Vec::new());
+/// log.write_all(b"GET https://bucket.example/o?X-Amz-Signature=abc failed\n").unwrap();
+/// assert_eq!(log.0, b"GET https://bucket.example/o failed\n");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WithoutUrlSecrets<W>(pub W);
+
+impl<W: std::io::Write> std::io::Write for WithoutUrlSecrets<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => {
+                self.0.write_all(without_url_secrets(text).as_bytes())?;
+                Ok(buf.len())
+            }
+            Err(_) => self.0.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// Whether `b` ends a URL found in running text: what no URL holds unescaped.
 fn is_url_end(b: u8) -> bool {
     b.is_ascii_whitespace()
@@ -267,6 +299,20 @@ mod tests {
             "[2J]0;pwnedred\n\tok31m"
         );
         assert!(matches!(for_terminal("plain\ttext\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_log_writer_strips_url_secrets_from_every_line_it_writes() {
+        use std::io::Write;
+        let mut log = WithoutUrlSecrets(Vec::new());
+        log.write_all(b"error sending request for url (https://u:pw@h.example/mcp?sig=abc)\n")
+            .unwrap();
+        log.write_all(b"no url here\n").unwrap();
+        log.write_all(&[0xff, b'\n']).unwrap();
+        assert_eq!(
+            log.0,
+            b"error sending request for url (https://h.example/mcp)\nno url here\n\xff\n"
+        );
     }
 
     #[test]

@@ -259,14 +259,9 @@ struct LossyStderr;
 impl std::io::Write for LossyStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         // One write is one formatted event. A URL in it (a dependency's message names one)
-        // keeps no query or user info: a presigned URL's signature is a credential.
-        let line = std::str::from_utf8(buf).map(hookloop::text::without_url_secrets);
-        let bytes = match &line {
-            Ok(line) => line.as_bytes(),
-            Err(_) => buf,
-        };
-        // Whatever was not written is lost on purpose: claiming it all stops a retry loop.
-        let _ = std::io::stderr().write_all(bytes);
+        // keeps no query or user info: a presigned URL's signature is a credential. Whatever
+        // was not written is lost on purpose: claiming it all stops a retry loop.
+        let _ = hookloop::text::WithoutUrlSecrets(std::io::stderr()).write_all(buf);
         Ok(buf.len())
     }
 

@@ -13,7 +13,10 @@
 //! With no endpoint set nothing is built: no thread, no layer, no cost. With one, spans are
 //! batched on the exporter's own thread through a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`,
 //! 2048): a collector that is slow or gone never blocks a session; when the queue is full,
-//! spans are dropped, the first drop is logged once, and the total at exit.
+//! spans are dropped, the first drop is logged once, and the total at exit. Captured content
+//! ([`CAPTURE_VARIABLE`](super::CAPTURE_VARIABLE)) waits in that queue with its spans: at most
+//! [`DEFAULT_CONTENT_BUDGET`] bytes of it ([`ContentBudget`]); a span past it goes with its
+//! content omitted.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,12 +25,13 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use tracing::Level;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::budget::{ContentBudget, DEFAULT_CONTENT_BUDGET};
 use super::names;
 
 /// The provider the binary installed, for [`flush_in_background`].
@@ -115,11 +119,7 @@ impl Exporter {
         {
             resource = resource.with_service_name(names::AGENT);
         }
-        // The sampler is the SDK's default: `OTEL_TRACES_SAMPLER` and its argument.
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(resource.build())
-            .build();
+        let provider = provider(exporter, resource.build());
         // A second exporter in the process (tests build several) does not replace the first's
         // flush; each still shuts down its own.
         let _ = PROVIDER.set(provider.clone());
@@ -150,6 +150,20 @@ impl Exporter {
             tracing::debug!(%error, "the span exporter did not shut down cleanly");
         }
     }
+}
+
+/// The provider of `exporter`: spans batched on the exporter's thread, the captured content
+/// the batch queue holds bounded by [`DEFAULT_CONTENT_BUDGET`]. The sampler is the SDK's
+/// default: `OTEL_TRACES_SAMPLER` and its argument.
+pub(super) fn provider<E>(exporter: E, resource: Resource) -> SdkTracerProvider
+where
+    E: opentelemetry_sdk::trace::SpanExporter + 'static,
+{
+    let batch = BatchSpanProcessor::builder(exporter).build();
+    SdkTracerProvider::builder()
+        .with_span_processor(ContentBudget::new(batch, DEFAULT_CONTENT_BUDGET))
+        .with_resource(resource)
+        .build()
 }
 
 /// How long the exit's look at the collector's address may take, name resolution included.

@@ -41,8 +41,12 @@ use crate::machine::{
 };
 use crate::ports::LlmError;
 
+#[cfg(feature = "otel")]
+pub use self::budget::{ContentBudget, DEFAULT_CONTENT_BUDGET, OMITTED};
 pub use self::content::CAPTURE_VARIABLE;
 
+#[cfg(feature = "otel")]
+mod budget;
 mod content;
 mod events;
 #[cfg(feature = "otel")]
@@ -533,16 +537,21 @@ fn record_strings(span: &Span, key: &'static str, values: &[String]) {
     span.record(key, values.join(",").as_str());
 }
 
+/// The most of a failure's own text a captured status description carries: a span's status is
+/// held with it until the span is sent, and a tool's error output has no size of its own.
+const DETAIL_CAP: usize = 4096;
+
 /// Marks a span failed, with the class of the error and a fixed description of it. The
 /// failure's own text (a tool's error output, a hook's error text, which may echo a call's
 /// arguments and result, a provider's or a subagent's words) is content: it joins the
 /// description only when the operator opted in to content ([`CAPTURE_VARIABLE`]), as the
-/// messages themselves do, and then without URL queries or user info.
+/// messages themselves do, and then without URL queries or user info, cut to [`DETAIL_CAP`].
 fn fail(span: &Span, class: &str, fixed: &'static str, detail: &str) {
     span.record(names::ERROR_TYPE, class);
     span.record("otel.status_code", "error");
     if content::capture_from_env() && !detail.is_empty() {
         let detail = crate::text::without_url_secrets(detail);
+        let detail = crate::text::cut(&detail, DETAIL_CAP, crate::text::Cut::Middle);
         span.record(
             "otel.status_description",
             format!("{fixed}: {detail}").as_str(),

@@ -9,7 +9,7 @@ pub use crate::text::REDACTED;
 ///
 /// By default a header or environment variable is secret when its name (case-insensitively)
 /// contains one of `auth`, `key`, `token`, `secret`, `password`, `passwd`, `credential`,
-/// `cookie` or `session`; so are URL user info, URL query parameters and `--flag=value` /
+/// `cookie`, `session` or `signature`, or is `sig`; so are URL user info, URL query parameters and `--flag=value` /
 /// `--flag value` arguments with such names. Over-redacting a harmless value costs a reader a
 /// little; under-redacting costs a key. [`mark_secret`](Self::mark_secret) adds exact names
 /// the configuration knows to be secret.
@@ -30,7 +30,11 @@ const SECRET_FRAGMENTS: &[&str] = &[
     "credential",
     "cookie",
     "session",
+    "signature",
 ];
+
+/// Whole names that make a value secret: a presigned URL's signature in Azure's form (`sig`).
+const SECRET_NAMES: &[&str] = &["sig"];
 
 impl Redaction {
     /// The default patterns.
@@ -49,7 +53,9 @@ impl Redaction {
     /// Whether a value under this name is a secret.
     pub fn is_secret(&self, name: &str) -> bool {
         let lower = name.trim().to_ascii_lowercase();
-        self.marked.contains(&lower) || SECRET_FRAGMENTS.iter().any(|f| lower.contains(f))
+        self.marked.contains(&lower)
+            || SECRET_NAMES.contains(&lower.as_str())
+            || SECRET_FRAGMENTS.iter().any(|f| lower.contains(f))
     }
 
     /// A URL with its user info and secret query values redacted.
@@ -201,6 +207,18 @@ mod tests {
         );
         // An `@` in the path is not user info.
         assert_eq!(r.redact_url("http://h/a@b"), "http://h/a@b");
+    }
+
+    #[test]
+    fn presigned_urls_lose_their_signatures_and_keep_the_rest() {
+        let r = Redaction::new();
+        assert_eq!(
+            r.redact_url(
+                "https://acct.blob.example/c/mcp?sv=2024-01-01&se=2030&sig=abc%2B&X-Amz-Signature=def&X-Goog-Signature=ghi&x=1"
+            ),
+            "https://acct.blob.example/c/mcp?sv=2024-01-01&se=2030&sig=<redacted>&X-Amz-Signature=<redacted>&X-Goog-Signature=<redacted>&x=1"
+        );
+        assert!(!r.is_secret("design"), "a whole name, not a fragment");
     }
 
     #[test]
