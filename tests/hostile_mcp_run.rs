@@ -146,3 +146,52 @@ flood_tests! {
     an_elicitation_flood_costs_little_memory: "elicitation",
     an_unknown_request_flood_costs_little_memory: "unknown_request",
 }
+
+/// A server whose result is 200,000 empty images: the model is sent 256 blocks and one line
+/// counting the rest, not 200,000 blocks (9.6 MB of request), and the empty blocks are not free
+/// in the context budget, so the next request is small and no compaction follows.
+#[test]
+fn a_result_of_200000_empty_images_reaches_the_model_as_256_blocks_and_a_count() {
+    use loopback::{FakeProvider, Reply, called};
+    let provider = FakeProvider::start(|request| {
+        if called(request, "t__image") {
+            Reply::text("seen")
+        } else {
+            Reply::tool("t__image", json!({"count": 200_000}))
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("hookloop-empty-images-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("mcp.json");
+    let server = json!({"command": TEST_SERVER});
+    std::fs::write(&config, json!({"mcpServers": {"t": server}}).to_string()).unwrap();
+    let out = std::process::Command::new(loopback::hookloop())
+        .args(["run", "--mcp-config", config.to_str().unwrap(), "Look."])
+        .current_dir(&dir)
+        .env_remove("HOOKLOOP_LOG")
+        .env_remove("MCP_HOOK_SERVERS")
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let requests = provider.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "no compaction: {} requests",
+        requests.len()
+    );
+    let sent = requests[1].to_string();
+    assert!(
+        sent.len() < 256 * 1024,
+        "the second request is {} bytes",
+        sent.len()
+    );
+    assert!(
+        sent.contains("199744 more"),
+        "the rest are counted: {}",
+        &sent[sent.len().saturating_sub(2000)..]
+    );
+}

@@ -160,3 +160,69 @@ fn json_events_of_a_subagent_carry_its_id_and_the_top_level_ones_none() {
     assert_eq!(answer["text"], "The parent is done.");
     assert!(answer.get("agent").is_none());
 }
+
+/// Without a round cap (`HOOKLOOP_MAX_ROUNDS=0`) a model that calls `agent` 100 times in one
+/// prompt gets 64 subagents, the session's total, and each call past it the words that say so;
+/// the prompt still ends when the model does.
+#[test]
+fn a_prompt_without_a_round_cap_starts_no_more_than_the_sessions_subagents() {
+    const CALLS: usize = 100;
+    let provider = FakeProvider::start(|request| {
+        if first_user_text(request) == TASK {
+            return Reply::text("nothing here");
+        }
+        let answered = request["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+        if answered < CALLS {
+            Reply::tool("agent", json!({"description": "Look", "prompt": TASK}))
+        } else {
+            Reply::text("The parent is done.")
+        }
+    });
+    let dir = std::env::temp_dir().join(format!(
+        "hookloop-run-subagent-total-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(loopback::hookloop())
+        .args(["run", PROMPT])
+        .current_dir(&dir)
+        .env_remove("HOOKLOOP_LOG")
+        .env_remove("MCP_HOOK_SERVERS")
+        .env("OPENAI_BASE_URL", &provider.base_url)
+        .env("HOOKLOOP_MODEL", "loopback")
+        .env("HOOKLOOP_SUBAGENTS", "1")
+        .env("HOOKLOOP_MAX_ROUNDS", "0")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "The parent is done.\n"
+    );
+    let requests = provider.requests();
+    let children = requests
+        .iter()
+        .filter(|r| first_user_text(r) == TASK)
+        .count();
+    assert_eq!(children, 64, "one model request per subagent");
+    let last = requests
+        .iter()
+        .rfind(|r| first_user_text(r) == PROMPT)
+        .unwrap();
+    let results: Vec<String> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(results.len(), CALLS);
+    let refused = results
+        .iter()
+        .filter(|r| r.contains("has started its 64 subagents, the most it may"))
+        .count();
+    assert_eq!(refused, CALLS - 64, "{:?}", results.last());
+}

@@ -31,7 +31,7 @@
 //! tool does, and says the answer).
 //!
 //! Tools: `echo` (its arguments back), `big`, `image` (a small image, or `{"kib": N}` KiB of
-//! base64), `big_image` (2 MiB of base64 and a
+//! base64; `{"count": N}`: N of them, empty unless `kib` is given), `big_image` (2 MiB of base64 and a
 //! small image after it), `fail` (`isError`), `crash`, `hang`,
 //! `slow` (`{"ms": N}`), `add_tool` (lists `extra` from then on and says `list_changed`),
 //! `ask` (a form elicitation; says `accept <content>`, `decline` or `cancel`), `ask_url` (a URL
@@ -449,17 +449,19 @@ impl ServerHandler for TestServer {
                     .as_ref()
                     .and_then(|a| a.get("kib"))
                     .and_then(Value::as_u64);
-                let data = kib.map_or_else(
-                    || "aGVsbG8=".to_owned(),
-                    |kib| "A".repeat(kib as usize * 1024),
-                );
-                Ok(
-                    CallToolResult::success(vec![ContentBlock::Image(ImageContent::new(
-                        data,
-                        "image/png",
-                    ))])
-                    .into(),
-                )
+                let count = request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get("count"))
+                    .and_then(Value::as_u64);
+                let data = match (kib, count) {
+                    (Some(kib), _) => "A".repeat(kib as usize * 1024),
+                    (None, Some(_)) => String::new(),
+                    (None, None) => "aGVsbG8=".to_owned(),
+                };
+                let image = ContentBlock::Image(ImageContent::new(data, "image/png"));
+                let blocks = vec![image; count.unwrap_or(1) as usize];
+                Ok(CallToolResult::success(blocks).into())
             }
             "big_image" => Ok(CallToolResult::success(vec![
                 ContentBlock::Image(ImageContent::new("A".repeat(2 << 20), "image/png")),
