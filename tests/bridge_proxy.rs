@@ -3,6 +3,8 @@
 //! connection (the todo the host added is in `_Stop`'s answer), and hostile peers of the
 //! socket are refused without harming the relay.
 
+mod binary;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -11,8 +13,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_hookloop");
 
 struct Proxy {
     child: Child,
@@ -25,8 +25,16 @@ impl Proxy {
     fn start(runtime: &Path) -> Self {
         std::fs::create_dir_all(runtime).unwrap();
         std::fs::set_permissions(runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["mcp", "proxy", "--name", "todo", "--", BIN, "todo-server"])
+        let mut child = Command::new(binary::hookloop())
+            .args([
+                "mcp",
+                "proxy",
+                "--name",
+                "todo",
+                "--",
+                binary::hookloop(),
+                "todo-server",
+            ])
             .env("XDG_RUNTIME_DIR", runtime)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -224,8 +232,16 @@ fn a_socket_directory_others_can_enter_is_refused_never_used() {
     std::fs::create_dir_all(&planted).unwrap();
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let out = Command::new(BIN)
-        .args(["mcp", "proxy", "--name", "todo", "--", BIN, "todo-server"])
+    let out = Command::new(binary::hookloop())
+        .args([
+            "mcp",
+            "proxy",
+            "--name",
+            "todo",
+            "--",
+            binary::hookloop(),
+            "todo-server",
+        ])
         .env("XDG_RUNTIME_DIR", &dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

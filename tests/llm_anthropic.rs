@@ -1,6 +1,7 @@
 //! The Messages client against a loopback server answering in the dialect's real shape:
 //! request bodies (snapshots), answers of every kind, retries, limits, and whole sessions.
 
+mod binary;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -516,7 +517,7 @@ async fn run_binary(server: &Loopback, prompt: &str, env: &[(&str, &str)]) {
             .to_string(),
     )
     .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookloop"))
+    let out = tokio::process::Command::new(binary::hookloop())
         .args(["run", "--mcp-config", config.to_str().unwrap(), prompt])
         .current_dir(&dir)
         .env_remove("MCP_HOOK_SERVERS")

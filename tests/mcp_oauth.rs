@@ -8,6 +8,7 @@
 //! The Python SDK comes from `.ci/setup.d/30-mcp-interop.sh` (`HOOKLOOP_INTEROP_PYTHON`);
 //! without it these tests say so in one line and do nothing.
 
+mod binary;
 mod common;
 
 use std::io::Write;
@@ -25,7 +26,6 @@ use tokio::io::AsyncBufReadExt;
 
 use common::Scratch;
 
-const HOOKLOOP: &str = env!("CARGO_BIN_EXE_hookloop");
 const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/oauth_server.py");
 
 /// The SDK's Python, or `None` after saying (once) that these tests did not run.
@@ -157,7 +157,7 @@ struct Login {
 
 impl Login {
     async fn start(dir: &Scratch, mcp_json: &str, env: &[(&str, &str)]) -> Self {
-        let mut child = tokio::process::Command::new(HOOKLOOP)
+        let mut child = tokio::process::Command::new(binary::hookloop())
             .args(["mcp", "login", "secure", "--mcp-config", mcp_json])
             .env("XDG_CONFIG_HOME", dir.path())
             .env_remove("DISPLAY")
@@ -530,7 +530,7 @@ async fn list_shows_the_login_and_logout_forgets_it() {
     let dir = Scratch::new("oauth-list");
     let mcp_json = server.mcp_json(&dir);
     let run = |args: &[&str]| {
-        let output = Command::new(HOOKLOOP)
+        let output = Command::new(binary::hookloop())
             .args(args)
             .args(["--mcp-config", &mcp_json])
             .env("XDG_CONFIG_HOME", dir.path())

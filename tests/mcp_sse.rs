@@ -298,7 +298,7 @@ async fn mcp_list_shows_each_servers_transport() {
         .to_string(),
     )
     .unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookloop"))
+    let output = std::process::Command::new(loopback::hookloop())
         .args(["mcp", "list", "--mcp-config", &mcp_json])
         .env("XDG_CONFIG_HOME", dir.path())
         .output()

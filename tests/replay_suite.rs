@@ -1,6 +1,8 @@
 //! `hookloop replay PATH...`: folders of transcripts replayed in parallel, a line per file and a
 //! summary, and a JUnit report that names a diverging file with its diff.
 
+mod binary;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,7 +15,7 @@ fn goldens() -> PathBuf {
 }
 
 fn replay(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hookloop"))
+    Command::new(binary::hookloop())
         .arg("replay")
         .args(args)
         .env_remove("HOOKLOOP_LOG")

@@ -1,6 +1,8 @@
 //! `hookloop transcript show`: golden transcripts read back as a session, as text and JSON, and
 //! transcripts that stop early shown up to their last good record.
 
+mod binary;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -15,7 +17,7 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn show(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hookloop"))
+    Command::new(binary::hookloop())
         .arg("transcript")
         .arg("show")
         .args(args)

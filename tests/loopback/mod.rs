@@ -284,10 +284,11 @@ pub fn after_tool(request: &Value) -> bool {
         .is_some_and(|m| m["role"] == "tool")
 }
 
-/// The hookloop binary built for these tests.
-pub fn hookloop() -> &'static str {
-    env!("CARGO_BIN_EXE_hookloop")
-}
+/// The hookloop binary under test (`HOOKLOOP_TEST_BIN`, else the one built for these tests).
+pub use binary::hookloop;
+
+#[path = "../binary/mod.rs"]
+mod binary;
 
 /// A pseudo-terminal, so a test can run the binary with a terminal as its stdout or stderr
 /// and read what a person would see, as it is written.
