@@ -90,7 +90,8 @@ XDG_RUNTIME_DIR = {runtime}
 }
 
 /// Runs `codex exec` with `config` in a fresh CODEX_HOME (`--strict-config`, so a switch this
-/// version does not know is an error, not silently ignored). Returns the request bodies the
+/// version does not know is an error, not silently ignored). The session is kept there, not
+/// ephemeral, so hook events name its transcript as they do for a user. Returns the request bodies the
 /// model received, each checked.
 async fn run_codex(bin: &Path, scratch: &Scratch, model: &Loopback, config: &str) -> Vec<Value> {
     let codex_home = scratch.root.join("codex-home");
@@ -102,12 +103,7 @@ async fn run_codex(bin: &Path, scratch: &Scratch, model: &Loopback, config: &str
         .env("CODEX_HOME", &codex_home)
         .env("HOOKLOOP_TEST_KEY", "sk-test-key")
         .env("MCP_HOOK_SERVERS", "todo")
-        .args([
-            "exec",
-            "--strict-config",
-            "--skip-git-repo-check",
-            "--ephemeral",
-        ])
+        .args(["exec", "--strict-config", "--skip-git-repo-check"])
         .args(["--color", "never", "--dangerously-bypass-hook-trust"])
         .arg("Add a todo: write tests.");
     hosts::run(codex, "codex exec").await;
