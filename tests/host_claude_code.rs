@@ -143,6 +143,28 @@ async fn claude_code_sees_the_todo_tools_but_no_hook_and_its_call_reaches_the_se
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn claude_code_s_live_connection_answers_stop_with_the_todo_its_model_added() {
+    let Some(bin) = hosts::host_bin("HOOKLOOP_CLAUDE_BIN") else {
+        return;
+    };
+    let scratch = Scratch::new("claude-live");
+    let model = Loopback::start([
+        tool_use("toolu_add", ADD, json!({"text": "write tests"})),
+        text("Added.").after(hosts::HELD),
+    ])
+    .await;
+    // While the model holds its answer to the call's result, the todo is on the server the host
+    // started: `_Stop` through the socket sees it.
+    let (bodies, answer) = tokio::join!(
+        run_claude(&bin, &scratch, &model, None),
+        hosts::hook_once(&model, &scratch, 2, "_Stop"),
+    );
+    assert_eq!(answer["text"], OBJECTION, "{answer}");
+    assert_eq!(answer["isError"], false, "{answer}");
+    assert_eq!(bodies.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs hookloop hook <host> (branch r35-hook)"]
 async fn claude_code_stop_hook_objects_with_the_open_todo_until_the_budget_is_spent() {
     let Some(bin) = hosts::host_bin("HOOKLOOP_CLAUDE_BIN") else {

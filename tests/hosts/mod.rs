@@ -201,6 +201,40 @@ pub fn assert_todo_tools_without_hooks(tools: &Value) {
     assert!(hooks.is_empty(), "the model was offered hooks: {hooks:?}");
 }
 
+/// Once `model` has received `requests` requests, calls `hook` through the proxy's socket in
+/// `scratch`'s runtime directory (whatever the host's pid, there is one) and returns the
+/// answer: what `hookloop hook` would get on the host's live connection at that moment. The
+/// model's next reply must be held back long enough for the call, so the host is still there.
+pub async fn hook_once(model: &Loopback, scratch: &Scratch, requests: usize, hook: &str) -> Value {
+    use std::io::{BufRead, BufReader, Write};
+    let waited = Instant::now();
+    while model.requests().len() < requests {
+        assert!(
+            waited.elapsed() < RUN_LIMIT,
+            "the model never got {requests} requests"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hosts: Vec<PathBuf> = std::fs::read_dir(scratch.runtime().join("hookloop-bridge"))
+        .expect("the proxy made its directory")
+        .map(|entry| entry.unwrap().path().join("todo.sock"))
+        .filter(|socket| socket.exists())
+        .collect();
+    assert_eq!(hosts.len(), 1, "one proxy socket: {hosts:?}");
+    let mut stream = std::os::unix::net::UnixStream::connect(&hosts[0]).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let request = serde_json::json!({"hook": hook, "arguments": {}, "timeout_ms": 2500});
+    writeln!(stream, "{request}").unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    serde_json::from_str(&answer).unwrap()
+}
+
+/// How long the model holds its reply while the test calls a hook on the live connection.
+pub const HELD: Duration = Duration::from_secs(5);
+
 /// Whether `text` occurs anywhere in a JSON value's strings.
 pub fn mentions(value: &Value, text: &str) -> bool {
     match value {
