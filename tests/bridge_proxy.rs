@@ -162,6 +162,46 @@ fn the_host_sees_no_hooks_and_the_socket_calls_them_on_the_live_connection() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The fields a host of the stateless MCP revision (2026-07-28, which Claude Code 2.1.332
+/// speaks) puts in every request's `_meta`, in place of the handshake it no longer makes.
+fn stateless_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test-host", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"roots": {"listChanged": true}},
+    })
+}
+
+#[test]
+fn a_host_of_the_stateless_revision_gets_its_hooks_called_with_its_protocol_fields() {
+    let dir = runtime("stateless");
+    let mut proxy = Proxy::start(&dir);
+    // No `initialize`, no `notifications/initialized`: discovery, then plain requests.
+    let meta = json!({"_meta": stateless_meta()});
+    let found = proxy.request(1, "server/discover", meta.clone());
+    assert!(found["result"]["supportedVersions"].is_array(), "{found}");
+    let names = tool_names(&proxy.request(2, "tools/list", meta.clone()));
+    assert!(names.contains(&"add".to_owned()), "{names:?}");
+    assert!(names.iter().all(|n| !n.starts_with('_')), "{names:?}");
+    let added = proxy.request(
+        3,
+        "tools/call",
+        json!({"name": "add", "arguments": {"text": "write the host tests"},
+               "_meta": stateless_meta()}),
+    );
+    assert_eq!(added["result"]["isError"], false, "{added}");
+
+    // The server of this revision refuses a request without those fields: the proxy's own call
+    // carries the host's, and sees the todo the host added.
+    let objection = proxy.hook(r#"{"hook":"_Stop","arguments":{},"timeout_ms":2500}"#);
+    let text = objection["text"].as_str().unwrap_or_default();
+    assert!(text.contains("write the host tests"), "{objection}");
+
+    drop(proxy.stdin);
+    proxy.child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn hostile_socket_peers_are_refused_and_the_relay_goes_on() {
     let dir = runtime("hostile");

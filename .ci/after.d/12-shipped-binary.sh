@@ -43,10 +43,11 @@ for line in sys.stdin:
 
 end_to_end() {
   local tests=() file
-  # Every test file that starts the binary, found by the helper they share.
+  # Every test file that starts the binary, found by the helper they share (the host tests start
+  # it as the proxy the real Claude Code and Codex run, through tests/hosts/mod.rs).
   for file in tests/*.rs; do
     [ "$file" = tests/otel.rs ] && continue
-    if grep -qE 'loopback::hookloop\(\)|binary::hookloop\(\)|acp_agent::|AcpAgent::spawn' "$file"; then
+    if grep -qE 'loopback::hookloop\(\)|binary::hookloop\(\)|acp_agent::|AcpAgent::spawn|hosts::proxied_todo_server\(\)' "$file"; then
       tests+=(--test "$(basename "$file" .rs)")
     fi
   done

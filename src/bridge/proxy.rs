@@ -15,6 +15,11 @@
 //! tools can be called through it; a peer of another user is refused; a request line is capped
 //! at [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_WAIT`]; at most
 //! [`MAX_CONNECTIONS`] are served at once (the rest wait in the kernel's backlog).
+//!
+//! Hook calls wait for the host: until its `notifications/initialized`, or, from a host of a
+//! stateless revision (2026-07-28 on, which makes no handshake), its first request naming its
+//! protocol in `_meta`; the proxy's calls then carry the host's latest protocol fields, which
+//! such a server demands on every request.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -199,8 +204,39 @@ struct Shared {
     /// The proxy's own calls waiting for their answers.
     waiting: HashMap<String, oneshot::Sender<Value>>,
     next_id: u64,
-    /// The host finished the handshake: the server takes calls.
-    initialized: bool,
+    /// How far the host has come: the proxy's own calls wait for it.
+    handshake: Handshake,
+}
+
+/// The host's side of the connection, as the proxy's own calls need it.
+#[derive(Default)]
+enum Handshake {
+    /// Nothing yet: the server takes no calls. Leads to either state below.
+    #[default]
+    Pending,
+    /// The host sent `notifications/initialized` (revisions up to 2025-11-25): calls go as they
+    /// are.
+    Initialized,
+    /// The host speaks a stateless revision (2026-07-28 on, Claude Code 2.1.332 among them):
+    /// there is no handshake, and every request carries its protocol fields in `_meta`, which
+    /// such a server demands. The proxy's calls carry the host's latest ones.
+    Stateless(serde_json::Map<String, Value>),
+}
+
+/// The prefix of the protocol's own `_meta` fields.
+const PROTOCOL_META: &str = "io.modelcontextprotocol/";
+
+/// The protocol fields of a request's `_meta` when it names its protocol version, the mark of
+/// a stateless revision; `None` for a request of the handshake revisions.
+fn stateless_meta(message: &Value) -> Option<serde_json::Map<String, Value>> {
+    let meta = message.get("params")?.get("_meta")?.as_object()?;
+    meta.get("io.modelcontextprotocol/protocolVersion")?;
+    Some(
+        meta.iter()
+            .filter(|(key, _)| key.starts_with(PROTOCOL_META))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+    )
 }
 
 impl Relay {
@@ -237,10 +273,15 @@ impl Relay {
     /// Calls the hook `tool` on the server and waits at most `timeout` for its answer.
     async fn call_hook(&self, tool: &str, arguments: Value, timeout: Duration) -> Value {
         let (tx, rx) = oneshot::channel();
+        let mut params = json!({ "name": tool, "arguments": arguments });
         let id = {
             let mut shared = self.shared();
-            if !shared.initialized {
-                return json!({ "error": "the server is not initialized by its host yet" });
+            match &shared.handshake {
+                Handshake::Pending => {
+                    return json!({ "error": "the server is not initialized by its host yet" });
+                }
+                Handshake::Initialized => {}
+                Handshake::Stateless(meta) => params["_meta"] = Value::Object(meta.clone()),
             }
             shared.next_id += 1;
             let id = format!("{OWN_ID}{}", shared.next_id);
@@ -251,7 +292,7 @@ impl Relay {
             "jsonrpc": "2.0",
             "id": id,
             "method": "tools/call",
-            "params": { "name": tool, "arguments": arguments },
+            "params": params,
         }));
         let answer = tokio::time::timeout(timeout, rx).await;
         self.shared().waiting.remove(&id);
@@ -334,6 +375,12 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
         if let Ok(message) = serde_json::from_slice::<Value>(&line) {
             let method = message.get("method").and_then(Value::as_str);
             let id = message.get("id");
+            if method.is_some()
+                && id.is_some()
+                && let Some(meta) = stateless_meta(&message)
+            {
+                relay.shared().handshake = Handshake::Stateless(meta);
+            }
             match (method, id) {
                 (Some("tools/list"), Some(id)) => {
                     let mut shared = relay.shared();
@@ -361,7 +408,9 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
                         continue;
                     }
                 }
-                (Some("notifications/initialized"), None) => relay.shared().initialized = true,
+                (Some("notifications/initialized"), None) => {
+                    relay.shared().handshake = Handshake::Initialized;
+                }
                 _ => {}
             }
         }

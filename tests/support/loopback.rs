@@ -4,7 +4,8 @@
 //! answer that never comes).
 //!
 //! A request that asks for a stream (`"stream": true`) gets a scripted 200 JSON answer as the
-//! dialect would stream it ([`openai_events`], [`anthropic_events`]): server-sent events in a
+//! dialect would stream it ([`openai_events`], [`anthropic_events`], [`responses_events`]):
+//! server-sent events in a
 //! chunked body cut at awkward places (inside `data:`, inside a UTF-8 character, between `\r`
 //! and `\n`). So every test of a whole answer also runs streamed, and `HOOKLOOP_STREAM=0`
 //! runs them whole.
@@ -197,8 +198,12 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
         .ok()
         .filter(|b| b["stream"] == true)
         .map(|_| {
-            if path.ends_with("/v1/messages") {
+            // Claude Code asks for `/v1/messages?beta=true`: the query does not change the dialect.
+            let route = path.split('?').next().unwrap_or_default();
+            if route.ends_with("/v1/messages") {
                 Dialect::Anthropic
+            } else if route.ends_with("/responses") {
+                Dialect::Responses
             } else {
                 Dialect::OpenAi
             }
@@ -226,6 +231,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
 enum Dialect {
     OpenAi,
     Anthropic,
+    Responses,
 }
 
 async fn write_reply(
@@ -248,6 +254,7 @@ async fn write_reply(
         let events = match dialect {
             Dialect::OpenAi => openai_events(&answer),
             Dialect::Anthropic => anthropic_events(&answer),
+            Dialect::Responses => responses_events(&answer),
         };
         let mut sse = Vec::new();
         for (name, data) in events {
@@ -502,6 +509,82 @@ pub fn anthropic_events(answer: &Value) -> Vec<(String, String)> {
         "usage": {"output_tokens": answer["usage"]["output_tokens"]}}),
     ));
     events.push(event("message_stop", json!({"type": "message_stop"})));
+    events
+}
+
+/// A Responses answer (the final `response` object) as the dialect streams it:
+/// `response.created`, `response.in_progress`, each output item added, its text or arguments in
+/// pieces and done, the item done, then `response.completed` with the whole answer. Every event
+/// carries its `sequence_number`.
+pub fn responses_events(answer: &Value) -> Vec<(String, String)> {
+    let mut events = Vec::new();
+    let mut push = |mut value: Value| {
+        value["sequence_number"] = json!(events.len());
+        let kind = value["type"].as_str().unwrap_or_default().to_owned();
+        events.push((kind, value.to_string()));
+    };
+    let mut started = answer.clone();
+    started["status"] = json!("in_progress");
+    started["output"] = json!([]);
+    started["usage"] = Value::Null;
+    push(json!({"type": "response.created", "response": started}));
+    push(json!({"type": "response.in_progress", "response": started}));
+    for (i, item) in answer["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let id = item["id"].clone();
+        let mut added = item.clone();
+        added["status"] = json!("in_progress");
+        match item["type"].as_str() {
+            Some("message") => {
+                added["content"] = json!([]);
+                push(
+                    json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+                );
+                for (c, part) in item["content"].as_array().into_iter().flatten().enumerate() {
+                    let text = part["text"].as_str().unwrap_or_default();
+                    let empty = json!({"type": "output_text", "text": "", "annotations": []});
+                    push(json!({"type": "response.content_part.added", "item_id": id,
+                        "output_index": i, "content_index": c, "part": empty}));
+                    for piece in pieces(text) {
+                        push(json!({"type": "response.output_text.delta", "item_id": id,
+                            "output_index": i, "content_index": c, "delta": piece}));
+                    }
+                    push(json!({"type": "response.output_text.done", "item_id": id,
+                        "output_index": i, "content_index": c, "text": text}));
+                    push(json!({"type": "response.content_part.done", "item_id": id,
+                        "output_index": i, "content_index": c, "part": part}));
+                }
+            }
+            Some("function_call") => {
+                added["arguments"] = json!("");
+                push(
+                    json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+                );
+                let arguments = item["arguments"].as_str().unwrap_or_default();
+                let half = arguments
+                    .char_indices()
+                    .nth(arguments.chars().count() / 2)
+                    .map_or(arguments.len(), |(i, _)| i);
+                for piece in [&arguments[..half], &arguments[half..]] {
+                    push(json!({"type": "response.function_call_arguments.delta",
+                        "item_id": id, "output_index": i, "delta": piece}));
+                }
+                push(
+                    json!({"type": "response.function_call_arguments.done", "item_id": id,
+                    "output_index": i, "arguments": arguments}),
+                );
+            }
+            _ => push(
+                json!({"type": "response.output_item.added", "output_index": i, "item": added}),
+            ),
+        }
+        push(json!({"type": "response.output_item.done", "output_index": i, "item": item}));
+    }
+    push(json!({"type": "response.completed", "response": answer}));
     events
 }
 
