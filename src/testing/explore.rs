@@ -18,7 +18,8 @@
 //! - per outstanding hook call (server and subject): an answer with text, an empty answer, an
 //!   error result, a timeout;
 //! - in every state: cancel, close, and the catalogs: the setup's, one where the last server's
-//!   hook set is complemented (a hook added or removed mid-session), and one where `s0`'s
+//!   hook set is complemented (a hook added or removed mid-session), and, where a call can wait
+//!   before it runs (a `_PreToolUse` round, a permission question), one where `s0`'s
 //!   model-facing tools are gone (a call made before it must not run after it).
 //!
 //! and in every state one fact it must refuse (a result for a call nobody made), which must
@@ -328,8 +329,29 @@ impl Setup {
         catalog_of(&servers, self.permission)
     }
 
+    /// Whether a call of this setup can wait between the reply that makes it and its run: on
+    /// a `_PreToolUse` round (an allowed server has the hook in the setup's catalog) or on a
+    /// permission question. Only then is [`withdrawn_catalog`](Self::withdrawn_catalog) a
+    /// letter of the alphabet: it is there for a call whose tool is taken away while it waits.
+    /// Elsewhere a call is ordered in the step its reply is accepted, so a catalog change can
+    /// only come after it has been sent, and a later call of a tool that is gone is what the
+    /// alphabet's call of an unknown tool (`nobody__run`) already explores.
+    pub fn calls_can_wait(&self) -> bool {
+        let pre_tool_use = 1 << Hook::PreToolUse.index();
+        self.permission
+            || self.servers.iter().enumerate().any(|(i, bits)| {
+                let allowed = match self.allow {
+                    Allow::All => true,
+                    Allow::One => i == 0,
+                    Allow::Off => false,
+                };
+                allowed && bits & pre_tool_use != 0
+            })
+    }
+
     /// The catalog of the alphabet where `s0`'s model-facing tools are gone (its server
-    /// lost them, its hooks stay): a call made before it came must not run after it.
+    /// lost them, its hooks stay): a call made before it came must not run after it. A letter
+    /// only where [`calls_can_wait`](Self::calls_can_wait).
     pub fn withdrawn_catalog(&self) -> Catalog {
         let mut catalog = self.catalog();
         if let Some(first) = catalog.servers.first_mut() {
@@ -1102,10 +1124,12 @@ impl Alphabet {
             Input::CatalogChanged {
                 catalog: setup.alternate_catalog(),
             },
-            Input::CatalogChanged {
-                catalog: setup.withdrawn_catalog(),
-            },
         ];
+        if setup.calls_can_wait() {
+            common.push(Input::CatalogChanged {
+                catalog: setup.withdrawn_catalog(),
+            });
+        }
         let mut settings = Vec::new();
         if setup.permission {
             common.push(Input::CatalogChanged {
