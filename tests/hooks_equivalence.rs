@@ -240,6 +240,33 @@ async fn a_stop_hook_that_blocks_while_red_sends_its_reason_and_the_model_is_ask
             "{host:?}"
         );
     }
+    // What the hooks read: each field hookloop sends holds what Claude Code's holds (ids, paths
+    // and the transcript are each host's own).
+    let [(_, claude, _), (_, hookloop, _)] = &runs;
+    let (claude, hookloop) = (
+        hook_project::events(&claude.project()),
+        hook_project::events(&hookloop.project()),
+    );
+    let names = |events: &[Value]| -> Vec<Value> {
+        events
+            .iter()
+            .map(|e| e["hook_event_name"].clone())
+            .collect()
+    };
+    assert_eq!(names(&claude), names(&hookloop));
+    for (theirs, ours) in claude.iter().zip(&hookloop) {
+        for (field, value) in ours.as_object().unwrap() {
+            if ["session_id", "transcript_path", "cwd"].contains(&field.as_str()) {
+                assert!(theirs.get(field).is_some(), "Claude Code sends no {field}");
+                continue;
+            }
+            assert_eq!(
+                &theirs[field], value,
+                "{}: {field} differs\nClaude Code: {theirs}\nhookloop: {ours}",
+                ours["hook_event_name"]
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
