@@ -183,6 +183,36 @@ fn fixed(dir: &std::path::Path) {
     std::fs::write(dir.join("fixed.txt"), "").unwrap();
 }
 
+/// What the hooks read: the same events in the same order, and each field hookloop sends holds
+/// what Claude Code's holds (ids, paths and the transcript are each host's own).
+fn assert_same_events(runs: &[(Host, Scratch, Ran); 2]) {
+    let [(_, claude, _), (_, hookloop, _)] = runs;
+    let (claude, hookloop) = (
+        hook_project::events(&claude.project()),
+        hook_project::events(&hookloop.project()),
+    );
+    let names = |events: &[Value]| -> Vec<Value> {
+        events
+            .iter()
+            .map(|e| e["hook_event_name"].clone())
+            .collect()
+    };
+    assert_eq!(names(&claude), names(&hookloop));
+    for (theirs, ours) in claude.iter().zip(&hookloop) {
+        for (field, value) in ours.as_object().unwrap() {
+            if ["session_id", "transcript_path", "cwd"].contains(&field.as_str()) {
+                assert!(theirs.get(field).is_some(), "Claude Code sends no {field}");
+                continue;
+            }
+            assert_eq!(
+                &theirs[field], value,
+                "{}: {field} differs\nClaude Code: {theirs}\nhookloop: {ours}",
+                ours["hook_event_name"]
+            );
+        }
+    }
+}
+
 /// Every request's string holding `needle`, for the record of how a host wraps it.
 fn wrapping<'a>(body: &'a Value, needle: &str) -> &'a str {
     hosts::string_with(&body["messages"], needle)
@@ -240,33 +270,7 @@ async fn a_stop_hook_that_blocks_while_red_sends_its_reason_and_the_model_is_ask
             "{host:?}"
         );
     }
-    // What the hooks read: each field hookloop sends holds what Claude Code's holds (ids, paths
-    // and the transcript are each host's own).
-    let [(_, claude, _), (_, hookloop, _)] = &runs;
-    let (claude, hookloop) = (
-        hook_project::events(&claude.project()),
-        hook_project::events(&hookloop.project()),
-    );
-    let names = |events: &[Value]| -> Vec<Value> {
-        events
-            .iter()
-            .map(|e| e["hook_event_name"].clone())
-            .collect()
-    };
-    assert_eq!(names(&claude), names(&hookloop));
-    for (theirs, ours) in claude.iter().zip(&hookloop) {
-        for (field, value) in ours.as_object().unwrap() {
-            if ["session_id", "transcript_path", "cwd"].contains(&field.as_str()) {
-                assert!(theirs.get(field).is_some(), "Claude Code sends no {field}");
-                continue;
-            }
-            assert_eq!(
-                &theirs[field], value,
-                "{}: {field} differs\nClaude Code: {theirs}\nhookloop: {ours}",
-                ours["hook_event_name"]
-            );
-        }
-    }
+    assert_same_events(&runs);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -295,6 +299,7 @@ async fn a_pre_tool_use_deny_keeps_the_tool_from_running_and_tells_the_model_why
             .unwrap_or_else(|| panic!("{host:?}: no reason in {result}"));
         eprintln!("{host:?} sends the PreToolUse deny as: {denied:?}");
     }
+    assert_same_events(&runs);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -310,6 +315,43 @@ async fn a_session_start_hooks_plain_stdout_reaches_the_first_request() {
             .unwrap_or_else(|| panic!("{host:?}: no conventions in {}", ran.bodies[0]));
         let line = context.lines().next().unwrap_or_default();
         eprintln!("{host:?} sends SessionStart's stdout as: {line:?}");
+    }
+    assert_same_events(&runs);
+}
+
+/// The Stop hook of the project, blocking with JSON on stdout instead of exit 2.
+fn json_stop(settings: &mut Value) {
+    settings["hooks"]["Stop"] = json!([{"hooks": [{"type": "command", "command": format!(
+        "cat > /dev/null; test -f fixed.txt || echo '{{\"decision\": \"block\", \"reason\": \"{RED} {FAILURE}\"}}'"
+    )}]}]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_hook_that_blocks_with_json_sends_its_reason_and_the_model_is_asked_again() {
+    let Some(runs) = both(
+        "stop-json",
+        "tidy up",
+        json_stop,
+        |_| {},
+        |host| {
+            vec![
+                text("Done."),
+                write(host, "toolu_fix", "fixed.txt"),
+                text("Fixed."),
+            ]
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    for (host, _, ran) in &runs {
+        assert!(ran.output.status.success(), "{host:?}: {}", ran.stderr());
+        assert_eq!(ran.answer(*host), "Fixed.", "{host:?}");
+        assert_eq!(ran.bodies.len(), 3, "{host:?}");
+        let objection = wrapping(&ran.bodies[1], RED);
+        assert!(objection.contains(FAILURE), "{host:?}: {objection}");
+        eprintln!("{host:?} sends the JSON Stop block as: {objection:?}");
     }
 }
 
