@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use support::anthropic_message;
 use support::loopback::{Loopback, Reply};
 
-use hook_project::{CONVENTIONS, FAILURE, HELD, RED};
+use hook_project::{CONVENTIONS, FAILURE, HELD, RED, REMINDER};
 use hosts::Scratch;
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
@@ -263,6 +263,9 @@ async fn a_stop_hook_that_blocks_while_red_sends_its_reason_and_the_model_is_ask
         assert!(objection.contains(FAILURE), "{host:?}: {objection}");
         eprintln!("{host:?} sends the Stop block as: {objection:?}");
         assert!(scratch.project().join("fixed.txt").exists(), "{host:?}");
+        // The PostToolUse hook's `additionalContext` follows the fix's result.
+        let reminder = wrapping(&ran.bodies[2], REMINDER);
+        eprintln!("{host:?} sends PostToolUse's additionalContext as: {reminder:?}");
         // The second Stop ran after the model worked on, and let it stop.
         assert_eq!(
             stop_latches(&scratch.project()),
@@ -538,4 +541,36 @@ async fn a_stop_hook_that_always_blocks_a_model_that_works_between_each_hosts_bu
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pre_tool_use_hook_that_exits_2_denies_the_call_with_its_stderr() {
+    let guard = |s: &mut Value| {
+        add_hook(
+            s,
+            "PreToolUse",
+            "mcp__fs__write",
+            "cat > /dev/null; echo 'writes are frozen today' >&2; exit 2",
+        );
+    };
+    let Some(runs) = both("deny-exit", "take notes", guard, fixed, |host| {
+        vec![write(host, "toolu_notes", "notes.txt"), text("Frozen.")]
+    })
+    .await
+    else {
+        return;
+    };
+    for (host, scratch, ran) in &runs {
+        assert!(ran.output.status.success(), "{host:?}: {}", ran.stderr());
+        assert_eq!(ran.answer(*host), "Frozen.");
+        assert!(
+            !scratch.project().join("notes.txt").exists(),
+            "{host:?}: the write ran"
+        );
+        let result = hosts::tool_result(&ran.bodies[1], "toolu_notes").expect("the call's result");
+        let denied = hosts::string_with(result, "writes are frozen today")
+            .unwrap_or_else(|| panic!("{host:?}: no reason in {result}"));
+        eprintln!("{host:?} sends a PreToolUse exit 2 as: {denied:?}");
+    }
+    assert_same_events(&runs);
 }
