@@ -14,22 +14,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use support::anthropic_message;
-use support::loopback::{Captured, Loopback, Reply};
+use support::loopback::{Loopback, Reply};
 
 use hosts::{OBJECTION, Scratch};
-
-/// The switches that keep Claude Code to the loopback model. `NONESSENTIAL_TRAFFIC` is the
-/// umbrella for the auto-updater, telemetry, error reporting and feedback; each is also set on
-/// its own, so a release that splits the umbrella still sends nothing. `ENABLE_TOOL_SEARCH=false`
-/// makes it list MCP tools in the request instead of deferring them behind its search tool.
-const OFFLINE: &[(&str, &str)] = &[
-    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-    ("DISABLE_AUTOUPDATER", "1"),
-    ("DISABLE_TELEMETRY", "1"),
-    ("DISABLE_ERROR_REPORTING", "1"),
-    ("DISABLE_BUG_COMMAND", "1"),
-    ("ENABLE_TOOL_SEARCH", "false"),
-];
 
 const ADD: &str = "mcp__todo__add";
 
@@ -66,17 +53,12 @@ async fn run_claude(
     }}});
     let mcp = scratch.write("mcp.json", &mcp.to_string());
     let outside = Loopback::start([]).await;
-    let mut claude = hosts::host_command(bin, scratch, &outside);
+    let mut claude =
+        hosts::claude_command(bin, scratch, &outside, model, "Add a todo: write tests.");
     claude
-        .envs(OFFLINE.iter().copied())
-        .env("ANTHROPIC_BASE_URL", model.url())
-        .env("ANTHROPIC_API_KEY", "sk-test-key")
-        .arg("-p")
-        .arg("Add a todo: write tests.")
         .arg("--mcp-config")
         .arg(&mcp)
-        .args(["--strict-mcp-config", "--allowedTools", ADD])
-        .args(["--output-format", "json"]);
+        .args(["--strict-mcp-config", "--allowedTools", ADD]);
     if let Some(settings) = settings {
         // The hook inherits the host's environment; `hookloop hook` reads the servers there.
         claude
@@ -86,38 +68,12 @@ async fn run_claude(
     }
     hosts::run(claude, "claude -p").await;
     hosts::assert_offline(&outside);
-    model.requests().iter().enumerate().map(checked).collect()
-}
-
-/// A request's body, checked: the Messages route, the dummy key, and the pairing invariant.
-fn checked((n, request): (usize, &Captured)) -> Value {
-    assert_eq!(request.method, "POST");
-    assert!(request.path.starts_with("/v1/messages"), "{}", request.path);
-    assert_eq!(request.header("x-api-key"), Some("sk-test-key"));
-    let body = request.json();
-    let (mut calls, mut answers) = (Vec::new(), Vec::new());
-    for message in body["messages"].as_array().expect("messages") {
-        for block in message["content"].as_array().into_iter().flatten() {
-            match block["type"].as_str() {
-                Some("tool_use") => calls.push(block["id"].as_str().unwrap().to_owned()),
-                Some("tool_result") => {
-                    answers.push(block["tool_use_id"].as_str().unwrap().to_owned());
-                }
-                _ => {}
-            }
-        }
-    }
-    hosts::assert_paired(&calls, &answers, n);
-    body
-}
-
-/// The `tool_result` block answering `id` in a request, if any.
-fn tool_result<'a>(body: &'a Value, id: &str) -> Option<&'a Value> {
-    body["messages"]
-        .as_array()?
+    model
+        .requests()
         .iter()
-        .flat_map(|m| m["content"].as_array().into_iter().flatten())
-        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+        .enumerate()
+        .map(hosts::messages_body)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -136,8 +92,8 @@ async fn claude_code_sees_the_todo_tools_but_no_hook_and_its_call_reaches_the_se
     assert_eq!(bodies.len(), 2, "one call, one answer after it");
     hosts::assert_todo_tools_without_hooks(&bodies[0]["tools"]);
     hosts::assert_todo_tools_without_hooks(&bodies[1]["tools"]);
-    assert!(tool_result(&bodies[0], "toolu_add").is_none());
-    let result = tool_result(&bodies[1], "toolu_add").expect("the call's result came back");
+    assert!(hosts::tool_result(&bodies[0], "toolu_add").is_none());
+    let result = hosts::tool_result(&bodies[1], "toolu_add").expect("the call's result came back");
     assert_ne!(result["is_error"], true, "{result}");
     assert!(hosts::mentions(result, "added #1"), "{result}");
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::binary;
-use crate::support::loopback::Loopback;
+use crate::support::loopback::{Captured, Loopback};
 
 /// How long one host run may take; a healthy one takes a few seconds.
 pub const RUN_LIMIT: Duration = Duration::from_secs(120);
@@ -145,6 +145,40 @@ pub fn host_command(bin: &Path, scratch: &Scratch, outside: &Loopback) -> tokio:
     command
 }
 
+/// The switches that keep Claude Code to the loopback model. `NONESSENTIAL_TRAFFIC` is the
+/// umbrella for the auto-updater, telemetry, error reporting and feedback; each is also set on
+/// its own, so a release that splits the umbrella still sends nothing. `ENABLE_TOOL_SEARCH=false`
+/// makes it list MCP tools in the request instead of deferring them behind its search tool.
+pub const CLAUDE_OFFLINE: &[(&str, &str)] = &[
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+    ("DISABLE_BUG_COMMAND", "1"),
+    ("ENABLE_TOOL_SEARCH", "false"),
+];
+
+/// `claude -p <prompt>` in `scratch`'s project, offline ([`host_command`], [`CLAUDE_OFFLINE`]),
+/// its model the Messages server `model` with a dummy key, answering in JSON; the caller adds
+/// its MCP servers and settings.
+pub fn claude_command(
+    bin: &Path,
+    scratch: &Scratch,
+    outside: &Loopback,
+    model: &Loopback,
+    prompt: &str,
+) -> tokio::process::Command {
+    let mut claude = host_command(bin, scratch, outside);
+    claude
+        .envs(CLAUDE_OFFLINE.iter().copied())
+        .env("ANTHROPIC_BASE_URL", model.url())
+        .env("ANTHROPIC_API_KEY", "sk-test-key")
+        .arg("-p")
+        .arg(prompt)
+        .args(["--output-format", "json"]);
+    claude
+}
+
 /// Asserts the host sent nothing past 127.0.0.1: its proxy saw no request.
 pub fn assert_offline(outside: &Loopback) {
     let sent: Vec<String> = outside
@@ -158,9 +192,9 @@ pub fn assert_offline(outside: &Loopback) {
     );
 }
 
-/// Runs the host to its end; panics, with what it wrote, if it does not end within
-/// [`RUN_LIMIT`] or fails. Prints the run's wall time.
-pub async fn run(mut command: tokio::process::Command, what: &str) -> Output {
+/// Runs the host to its end, whatever its exit status; panics if it does not end within
+/// [`RUN_LIMIT`]. Prints the run's wall time.
+pub async fn run_to_end(mut command: tokio::process::Command, what: &str) -> Output {
     let started = Instant::now();
     let child = command.spawn().expect("the host starts");
     let output = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
@@ -168,6 +202,13 @@ pub async fn run(mut command: tokio::process::Command, what: &str) -> Output {
         .unwrap_or_else(|_| panic!("{what} did not end within {RUN_LIMIT:?}"))
         .unwrap();
     eprintln!("{what}: {:.1} s", started.elapsed().as_secs_f64());
+    output
+}
+
+/// Runs the host to its end; panics, with what it wrote, if it does not end within
+/// [`RUN_LIMIT`] or fails. Prints the run's wall time.
+pub async fn run(command: tokio::process::Command, what: &str) -> Output {
+    let output = run_to_end(command, what).await;
     assert!(
         output.status.success(),
         "{what} failed ({}):\nstdout: {}\nstderr: {}",
@@ -258,4 +299,46 @@ pub fn assert_paired(calls: &[String], answers: &[String], request: usize) {
         let n = answers.iter().filter(|a| *a == call).count();
         assert_eq!(n, 1, "request {request}: call {call} answered {n} times");
     }
+}
+
+/// A Messages request's body, checked: the route, the dummy key, and the pairing invariant.
+/// Takes `(n, request)` as `enumerate` gives them.
+pub fn messages_body((n, request): (usize, &Captured)) -> Value {
+    assert_eq!(request.method, "POST");
+    assert!(request.path.starts_with("/v1/messages"), "{}", request.path);
+    assert_eq!(request.header("x-api-key"), Some("sk-test-key"));
+    let body = request.json();
+    let (mut calls, mut answers) = (Vec::new(), Vec::new());
+    for message in body["messages"].as_array().expect("messages") {
+        for block in message["content"].as_array().into_iter().flatten() {
+            match block["type"].as_str() {
+                Some("tool_use") => calls.push(block["id"].as_str().unwrap().to_owned()),
+                Some("tool_result") => {
+                    answers.push(block["tool_use_id"].as_str().unwrap().to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_paired(&calls, &answers, n);
+    body
+}
+
+/// The first string in a JSON value that holds `text`.
+pub fn string_with<'a>(value: &'a Value, text: &str) -> Option<&'a str> {
+    match value {
+        Value::String(s) => s.contains(text).then_some(s.as_str()),
+        Value::Array(items) => items.iter().find_map(|v| string_with(v, text)),
+        Value::Object(fields) => fields.values().find_map(|v| string_with(v, text)),
+        _ => None,
+    }
+}
+
+/// The `tool_result` block answering `id` in a Messages request, if any.
+pub fn tool_result<'a>(body: &'a Value, id: &str) -> Option<&'a Value> {
+    body["messages"]
+        .as_array()?
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
 }

@@ -161,6 +161,15 @@ pub(crate) fn invocations(
     }
 }
 
+/// What a PostToolUse hook reads as the call's result: for Claude Code the MCP result's content,
+/// as it sends an MCP tool's (`[{"type": "text", "text": …}]`); for Codex the text.
+fn tool_response(host: Host, output: String) -> Value {
+    match host {
+        Host::ClaudeCode => serde_json::json!([{"type": "text", "text": output}]),
+        _ => Value::String(output),
+    }
+}
+
 /// The hook call's arguments, read leniently: a field the machine did not send reads as empty.
 struct Call<'a>(&'a Map<String, Value>);
 
@@ -283,7 +292,7 @@ fn nested_invocations(
                 base: base.clone(),
                 tool_name: tool(),
                 tool_input: call.value("arguments"),
-                tool_response: Value::String(call.text("output")),
+                tool_response: tool_response(host, call.text("output")),
                 tool_use_id: call.text("id"),
                 extra: extra(),
             }),

@@ -155,6 +155,28 @@ fn post_compact_is_a_compact_session_start_and_a_post_compact_event() {
 }
 
 #[test]
+fn a_results_text_reads_as_claude_code_sends_an_mcp_tools_content_and_as_codex_sends_text() {
+    let (_, arguments) = &calls()[4];
+    let response = |host| {
+        stdin(
+            &invocations(
+                host,
+                Hook::PostToolUse,
+                arguments,
+                &HookContext::default(),
+                &facts(),
+            )[0],
+        )["tool_response"]
+            .clone()
+    };
+    assert_eq!(
+        response(Host::ClaudeCode),
+        json!([{"type": "text", "text": "text"}])
+    );
+    assert_eq!(response(Host::Codex), json!("text"));
+}
+
+#[test]
 fn a_failed_call_is_post_tool_use_failure_for_claude_code_and_post_tool_use_for_codex() {
     let (_, arguments) = &calls()[5];
     let event = |host| {
