@@ -80,9 +80,8 @@ pub(super) async fn streamable(
 ) -> Result<Connected, Handshake> {
     let transport_config = http_config(config).map_err(Handshake::Spawn)?;
     if config.has_authorization() {
-        // rmcp builds this transport's client.
-        crate::net::tls::install_provider();
-        let transport = StreamableHttpClientTransport::from_config(transport_config);
+        let client = configured_credentials_client().map_err(Handshake::Spawn)?;
+        let transport = StreamableHttpClientTransport::with_client(client, transport_config);
         let transport = Backlogged::new(transport, server);
         let service =
             serve_client_with_lifecycle(handler, Traced::new(transport, pending), lifecycle)
@@ -102,6 +101,43 @@ pub(super) async fn streamable(
         }),
     }
 }
+
+/// The client of a server whose configuration carries its credentials: the one rmcp would
+/// build for the transport (no idle connection kept: reusing one whose last answer was not read
+/// to its end stalls on the delayed ACK), with the crate's TLS.
+///
+/// It follows a redirect only when it is a 307 or 308 (which keep the POST's body: a 301, 302 or
+/// 303 would turn the message into a bodyless GET) to the origin of the configured URL (another
+/// origin would be sent the session id and the credentials), at most [`MAX_REDIRECTS`] of them;
+/// any other redirect is the answer the transport gets.
+fn configured_credentials_client() -> Result<reqwest::Client, String> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|configured| configured.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    crate::net::tls::client_builder()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?
+        .pool_max_idle_per_host(0)
+        .redirect(policy)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The redirects [`configured_credentials_client`] follows for one request.
+const MAX_REDIRECTS: usize = 10;
 
 /// A negotiated connection, for stdio its process group, and its transport.
 pub(super) type Connected = (
