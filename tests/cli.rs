@@ -353,6 +353,25 @@ fn an_unreachable_model_exits_1() {
     );
 }
 
+/// A system whose root store cannot be read: the certificates `rustls-native-certs` reads are
+/// the ones `SSL_CERT_FILE` names (when it is set, nothing else), here a file that is not there.
+/// A client reads that store only when it checks a certificate, so a model spoken to in plain
+/// http still answers; the old build read it at the model client's build and could not start.
+#[test]
+fn run_against_a_plain_http_model_reads_no_root_store() {
+    let provider = FakeProvider::start(|_| Reply::text("No TLS here."));
+    let mut command = hookloop(&["run", "hi"]);
+    with_provider(&mut command, &provider);
+    let missing = tempdir().join("no-such-roots.pem");
+    let out = command
+        .env("SSL_CERT_FILE", &missing)
+        .env_remove("SSL_CERT_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "No TLS here.\n");
+}
+
 #[test]
 fn a_missing_mcp_config_file_exits_2() {
     let provider = FakeProvider::start(|_| Reply::text("x"));

@@ -114,8 +114,8 @@ pub(crate) enum Client {
 impl Client {
     /// A client without OAuth.
     pub(crate) fn plain() -> Result<Self, String> {
-        crate::net::tls::install_provider();
-        reqwest::Client::builder()
+        crate::net::tls::client_builder()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map(Self::Plain)

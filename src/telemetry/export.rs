@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{SpanExporter, WithExportConfig as _};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use tracing::Level;
@@ -55,6 +55,42 @@ pub enum TelemetryError {
     /// The exporter could not be built.
     #[error("cannot build the OTLP exporter: {0}")]
     Build(String),
+}
+
+/// The exporter's blocking HTTP client, as opentelemetry-otlp would build its own (its timeout
+/// the export timeout of the variables) but with the crate's TLS. Built on a thread of its own:
+/// a blocking client cannot be made or dropped inside an async runtime, and an embedder may
+/// call [`Exporter::from_env`] from one.
+fn http_client() -> Result<reqwest::blocking::Client, TelemetryError> {
+    let timeout = export_timeout();
+    let builder = crate::net::tls::client_builder()
+        .map_err(|e| TelemetryError::Build(format!("cannot build the HTTP client: {e}")))?;
+    std::thread::Builder::new()
+        .name("otlp-client-build".into())
+        .spawn(move || {
+            reqwest::blocking::ClientBuilder::from(builder)
+                .timeout(timeout)
+                .build()
+        })
+        .map_err(|e| TelemetryError::Build(format!("cannot start a thread: {e}")))?
+        .join()
+        .map_err(|_| TelemetryError::Build("building the HTTP client panicked".into()))?
+        .map_err(|e| TelemetryError::Build(format!("cannot build the HTTP client: {e}")))
+}
+
+/// The export timeout as opentelemetry-otlp reads it: `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else
+/// `OTEL_EXPORTER_OTLP_TIMEOUT`, in milliseconds; one that does not parse counts as unset.
+fn export_timeout() -> Duration {
+    [
+        opentelemetry_otlp::OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+        opentelemetry_otlp::OTEL_EXPORTER_OTLP_TIMEOUT,
+    ]
+    .into_iter()
+    .find_map(|name| std::env::var(name).ok()?.parse().ok())
+    .map_or(
+        opentelemetry_otlp::OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT,
+        Duration::from_millis,
+    )
 }
 
 /// The OTLP exporter of a process and the tracer provider feeding it.
@@ -105,11 +141,11 @@ impl Exporter {
                 break;
             }
         }
-        // The exporter's client is a reqwest one, built without a TLS provider of its own.
-        crate::net::tls::install_provider();
-        // The endpoint, headers and timeout come from the variables, read by the builder.
+        // The endpoint, headers and timeout come from the variables, read by the builder; the
+        // client is the crate's (its TLS reads no root store until a collector speaks https).
         let exporter = SpanExporter::builder()
             .with_http()
+            .with_http_client(http_client()?)
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .build()
             .map_err(|e| TelemetryError::Build(e.to_string()))?;

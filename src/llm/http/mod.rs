@@ -104,8 +104,8 @@ impl Transport {
             headers.insert(name, value);
         }
 
-        crate::net::tls::install_provider();
-        let client = reqwest::Client::builder()
+        let client = crate::net::tls::client_builder()
+            .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?
             // A redirect to another host would carry the key along; providers do not redirect.
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(endpoint.timeout.min(Duration::from_secs(30)))

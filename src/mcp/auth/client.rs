@@ -54,8 +54,8 @@ impl OAuthHttp {
     /// A client for the server whose authorization is `auth`.
     pub(crate) fn new(auth: Arc<ServerAuth>) -> Result<Self, String> {
         // Redirects are not followed: a redirect elsewhere would carry the token there.
-        crate::net::tls::install_provider();
-        let http = reqwest::Client::builder()
+        let http = crate::net::tls::client_builder()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .build()

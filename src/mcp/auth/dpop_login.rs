@@ -30,8 +30,8 @@ pub(super) async fn manager(
     metadata: AuthorizationMetadata,
     key: Arc<DpopKey>,
 ) -> Result<AuthorizationManager, AuthError> {
-    crate::net::tls::install_provider();
-    let http = reqwest::Client::builder()
+    let http = crate::net::tls::client_builder()
+        .map_err(|e| AuthError::InternalError(format!("cannot build the HTTP client: {e}")))?
         .redirect(reqwest::redirect::Policy::none())
         .timeout(REQUEST_TIMEOUT)
         .build()

@@ -285,8 +285,8 @@ async fn follow_redirects(
     state: &str,
     url: &str,
 ) -> Result<Redirect, FlowError> {
-    crate::net::tls::install_provider();
-    let client = reqwest::Client::builder()
+    let client = crate::net::tls::client_builder()
+        .map_err(|e| FlowError::Io(e.to_string()))?
         .redirect(reqwest::redirect::Policy::limited(10))
         .timeout(HEADLESS_WAIT)
         .build()

@@ -63,9 +63,9 @@ impl ServerAuth {
         options: OAuthOptions,
     ) -> Arc<Self> {
         let grant_http = config.oauth.as_ref().and_then(|_| {
-            crate::net::tls::install_provider();
             // Token requests follow no redirect: one elsewhere would carry the credentials.
-            reqwest::Client::builder()
+            crate::net::tls::client_builder()
+                .ok()?
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .ok()

@@ -80,9 +80,8 @@ pub(super) async fn streamable(
 ) -> Result<Connected, Handshake> {
     let transport_config = http_config(config).map_err(Handshake::Spawn)?;
     if config.has_authorization() {
-        // rmcp builds this transport's client.
-        crate::net::tls::install_provider();
-        let transport = StreamableHttpClientTransport::from_config(transport_config);
+        let client = configured_credentials_client().map_err(Handshake::Spawn)?;
+        let transport = StreamableHttpClientTransport::with_client(client, transport_config);
         let transport = Backlogged::new(transport, server);
         let service =
             serve_client_with_lifecycle(handler, Traced::new(transport, pending), lifecycle)
@@ -102,6 +101,43 @@ pub(super) async fn streamable(
         }),
     }
 }
+
+/// The client of a server whose configuration carries its credentials: the one rmcp would
+/// build for the transport (no idle connection kept: reusing one whose last answer was not read
+/// to its end stalls on the delayed ACK), with the crate's TLS.
+///
+/// It follows a redirect only when it is a 307 or 308 (which keep the POST's body: a 301, 302 or
+/// 303 would turn the message into a bodyless GET) to the origin of the configured URL (another
+/// origin would be sent the session id and the credentials), at most [`MAX_REDIRECTS`] of them;
+/// any other redirect is the answer the transport gets.
+fn configured_credentials_client() -> Result<reqwest::Client, String> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|configured| configured.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    crate::net::tls::client_builder()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?
+        .pool_max_idle_per_host(0)
+        .redirect(policy)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The redirects [`configured_credentials_client`] follows for one request.
+const MAX_REDIRECTS: usize = 10;
 
 /// A negotiated connection, for stdio its process group, and its transport.
 pub(super) type Connected = (
@@ -217,5 +253,118 @@ pub(super) async fn watch_tool_list(mut subscription: Subscription, changed: Lis
         ) {
             changed.set();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server on 127.0.0.1 that answers each request with the next of `answers` (a status
+    /// line and headers), one connection each, and returns each request's method, path and body.
+    async fn server(answers: Vec<String>) -> (u16, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut paths = Vec::new();
+            for answer in answers {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                let (head, body) = loop {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the client closed before its request ended");
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).into_owned();
+                    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                        continue;
+                    };
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |n| n.parse().unwrap());
+                    if body.len() >= length {
+                        break (head.to_owned(), body.to_owned());
+                    }
+                };
+                let line = head.lines().next().unwrap();
+                paths.push(format!("{} {body}", line.rsplit_once(' ').unwrap().0));
+                let answer = format!("{answer}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                socket.write_all(answer.as_bytes()).await.unwrap();
+            }
+            paths
+        });
+        (port, task)
+    }
+
+    async fn post(port: u16) -> reqwest::StatusCode {
+        let client = super::configured_credentials_client().unwrap();
+        let answer = client
+            .post(format!("http://127.0.0.1:{port}/mcp"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        answer.status()
+    }
+
+    #[tokio::test]
+    async fn a_307_or_308_to_the_same_origin_is_followed_with_the_body() {
+        for status in ["307 Temporary Redirect", "308 Permanent Redirect"] {
+            let (port, server) = server(vec![
+                format!("HTTP/1.1 {status}\r\nlocation: /moved"),
+                "HTTP/1.1 200 OK".to_owned(),
+            ])
+            .await;
+            assert_eq!(post(port).await, 200, "{status}");
+            assert_eq!(
+                server.await.unwrap(),
+                ["POST /mcp {}", "POST /moved {}"],
+                "{status}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_302_or_a_redirect_to_another_origin_is_the_answer() {
+        let (other, _unused) = server(vec![]).await;
+        for (status, location) in [
+            ("302 Found", "/moved".to_owned()),
+            (
+                "307 Temporary Redirect",
+                format!("http://127.0.0.1:{other}/mcp"),
+            ),
+        ] {
+            let (port, server) =
+                server(vec![format!("HTTP/1.1 {status}\r\nlocation: {location}")]).await;
+            assert_eq!(
+                post(port).await.as_str(),
+                &status[..3],
+                "{status} {location}"
+            );
+            assert_eq!(
+                server.await.unwrap(),
+                ["POST /mcp {}"],
+                "{status} {location}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn redirects_past_the_cap_are_an_error() {
+        let answers = (0..=super::MAX_REDIRECTS)
+            .map(|i| format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: /hop{i}"))
+            .collect();
+        let (port, server) = server(answers).await;
+        let client = super::configured_credentials_client().unwrap();
+        let answer = client
+            .post(format!("http://127.0.0.1:{port}/mcp"))
+            .body("{}")
+            .send()
+            .await;
+        let error = answer.expect_err("an endless redirect was followed to its end");
+        assert!(error.is_redirect(), "{error:?}");
+        assert_eq!(server.await.unwrap().len(), super::MAX_REDIRECTS + 1);
     }
 }
