@@ -678,3 +678,33 @@ fn a_hostile_session_id_stays_inside_the_sessions_directory() {
     proxy.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn at_most_32_servers_are_asked_per_event() {
+    let dir = runtime("many");
+    let host = host_dir(&dir);
+    std::fs::create_dir_all(&host).unwrap();
+    for d in [&dir.join("hookloop-bridge"), &host] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // 40 stale sockets: each one asked is one stderr line.
+    for i in 0..40 {
+        let socket = host.join(format!("s{i:02}.sock"));
+        drop(std::os::unix::net::UnixListener::bind(socket).unwrap());
+    }
+    let out = hook_with(
+        "claude-code",
+        &stop_event("claude-code"),
+        &dir,
+        &[("MCP_HOOK_SERVERS", "*")],
+    );
+    assert_quiet("claude-code", &out, "many");
+    let err = stderr(&out);
+    assert_eq!(err.matches("stale socket").count(), 32, "{err}");
+    // By name: s00 to s31 were asked, s32 on were not.
+    assert!(
+        err.contains("s31.sock") && !err.contains("s32.sock"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
