@@ -708,3 +708,100 @@ fn at_most_32_servers_are_asked_per_event() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_server_whose_hook_times_out_twice_in_a_row_is_restarted_and_re_initialized() {
+    let dir = runtime("restart");
+    let log = dir.join("server.log");
+    let pids = dir.join("server.pids");
+    // The hanging server, noting each start and each line it reads.
+    let script = format!(
+        r#"echo $$ >> '{pids}'; while IFS= read -r line; do printf '%s\n' "$line" >> '{log}'; case "$line" in *'"initialize"'*) id=$(printf '%s' "$line" | sed 's/.*"id":\("[^"]*"\|[0-9]*\).*/\1/'); printf '{{"jsonrpc":"2.0","id":%s,"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"hang","version":"0"}}}}}}\n' "$id";; esac; done"#,
+        pids = pids.display(),
+        log = log.display()
+    );
+    let mut proxy = Proxy::start(&dir, "hang", &["sh", "-c", &script]);
+    std::thread::sleep(Duration::from_millis(300));
+    // A request of the host the server will never answer.
+    proxy.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}));
+    let env = [
+        ("MCP_HOOK_SERVERS", "hang"),
+        ("SPROUT_AGENT_HOOK_TIMEOUT_MS", "300"),
+    ];
+    for _ in 0..2 {
+        let out = hook_with("claude-code", &stop_event("claude-code"), &dir, &env);
+        assert_quiet("claude-code", &out, "hung");
+    }
+    // The host's pending request is answered with an error, not left hanging: a proxy that
+    // leaves it is ended after 10 s, so the read below fails instead of hanging the test.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (done, pid) = (done.clone(), proxy.child.id());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(10) {
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        })
+    };
+    let answer = loop {
+        let mut line = String::new();
+        assert!(
+            proxy.stdout.read_line(&mut line).unwrap() > 0,
+            "proxy closed"
+        );
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 5 {
+            break message;
+        }
+    };
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    watchdog.join().unwrap();
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("restarted"), "{answer}");
+    // A second server was started and initialized with the host's own params.
+    let started = Instant::now();
+    let initialized = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("notifications/initialized")
+            .count()
+    };
+    while initialized() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not re-initialized"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let starts: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!(
+        !Path::new(&format!("/proc/{}", starts[0])).exists(),
+        "the old server still runs"
+    );
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let inits: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.contains("\"initialize\""))
+        .collect();
+    assert_eq!(inits.len(), 2, "{lines}");
+    assert!(inits[1].contains("test-host"), "{}", inits[1]);
+    // Hook calls reach the new server (it hangs too: a timeout, not a refusal).
+    let out = hook_with("claude-code", &stop_event("claude-code"), &dir, &env);
+    assert!(
+        stderr(&out).contains("did not answer within 300 ms"),
+        "{}",
+        stderr(&out)
+    );
+    proxy.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
