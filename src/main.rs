@@ -176,6 +176,19 @@ enum Command {
     #[command(subcommand)]
     Mcp(McpCommand),
 
+    /// The hook command of another agent host: `_` hooks at its events.
+    ///
+    /// The host runs it at its hook events with the event's JSON on stdin; it asks the `_` hook
+    /// the event stands for of every server a `hookloop mcp proxy` of this host serves (only
+    /// those MCP_HOOK_SERVERS allows, each within SPROUT_AGENT_HOOK_TIMEOUT_MS), keeps the
+    /// session's `_Stop` budget (SPROUT_AGENT_STOP_MAX_REJECTIONS) between invocations, and
+    /// answers in the host's own format and exit status. It fails open: on any error it
+    /// answers "no objection" and says why on stderr.
+    Hook {
+        /// The host: claude-code, codex, gemini, cursor or goose.
+        host: String,
+    },
+
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
     #[command(hide = true)]
     TodoServer,
@@ -276,6 +289,11 @@ fn main() -> ExitCode {
     if let Command::TodoServer = cli.command {
         // It runs its own runtime; its stdout is its protocol stream.
         return todo_server();
+    }
+    if let Command::Hook { host } = &cli.command {
+        // Sync, before logging and the runtime: it runs at every event of the host, and its
+        // stderr is the host's to show.
+        return ExitCode::from(u8::try_from(hookloop::bridge::command::main(host)).unwrap_or(1));
     }
     // A replay re-enacts warnings the session logged when it ran; they are not news. One with
     // live tools runs servers now, and what goes wrong with them is.
@@ -401,7 +419,7 @@ async fn run(command: Command) -> ExitCode {
             cli::mcp::list(mcp_config.as_deref()).await
         }
         // Served above, outside this runtime.
-        Command::TodoServer => ExitCode::from(cli::exit::USAGE),
+        Command::TodoServer | Command::Hook { .. } => ExitCode::from(cli::exit::USAGE),
     }
 }
 

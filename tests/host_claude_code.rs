@@ -121,31 +121,36 @@ async fn claude_code_s_live_connection_answers_stop_with_the_todo_its_model_adde
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs hookloop hook <host> (branch r35-hook)"]
 async fn claude_code_stop_hook_objects_with_the_open_todo_until_the_budget_is_spent() {
     let Some(bin) = hosts::host_bin("HOOKLOOP_CLAUDE_BIN") else {
         return;
     };
     let scratch = Scratch::new("claude-stop");
-    // The model adds a todo and never completes it: `_Stop` objects at every end of turn, and
-    // after the default budget of 3 objections the host stops whatever the server says.
+    // The model adds a todo and never completes it, calling a tool after each objection (so no
+    // end of turn comes right after one): `_Stop` objects at every end of turn, and after the
+    // default budget of 3 objections the host stops whatever the server says. PostToolUse is
+    // registered too: it is how the hook command learns the model acted since an objection.
     let model = Loopback::start([
         tool_use("toolu_add", ADD, json!({"text": "write tests"})),
         text("Added."),
+        tool_use("toolu_2", ADD, json!({"text": "and docs"})),
         text("Still open."),
+        tool_use("toolu_3", ADD, json!({"text": "and a bench"})),
         text("Still open."),
+        tool_use("toolu_4", ADD, json!({"text": "and a note"})),
         text("Still open."),
     ])
     .await;
-    let settings = json!({"hooks": {"Stop": [{"hooks": [
+    let hook = json!([{"hooks": [
         {"type": "command", "command": hosts::hook_command("claude-code"), "timeout": 30},
-    ]}]}});
+    ]}]);
+    let settings = json!({"hooks": {"Stop": hook, "PostToolUse": hook}});
     let bodies = run_claude(&bin, &scratch, &model, Some(settings)).await;
 
     assert_eq!(
         bodies.len(),
-        5,
-        "the turn, its answer, then one request per objection"
+        8,
+        "the turn, its answer, then a tool call and an end per objection"
     );
     assert_eq!(model.remaining(), 0);
     for (n, body) in bodies.iter().enumerate() {

@@ -181,32 +181,37 @@ async fn codex_s_live_connection_answers_stop_with_the_todo_its_model_added() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs hookloop hook <host> (branch r35-hook)"]
 async fn codex_stop_hook_objects_with_the_open_todo_until_the_budget_is_spent() {
     let Some(bin) = hosts::host_bin("HOOKLOOP_CODEX_BIN") else {
         return;
     };
     let scratch = Scratch::new("codex-stop");
-    // The model adds a todo and never completes it: `_Stop` objects at every end of turn, and
-    // after the default budget of 3 objections the host stops whatever the server says.
+    // The model adds a todo and never completes it, calling a tool after each objection (so no
+    // end of turn comes right after one): `_Stop` objects at every end of turn, and after the
+    // default budget of 3 objections the host stops whatever the server says. PostToolUse is
+    // registered too: it is how the hook command learns the model acted since an objection.
     let model = Loopback::start([
         add(1, "call_add", "write tests"),
         message(2, "Added."),
-        message(3, "Still open."),
+        add(3, "call_2", "and docs"),
         message(4, "Still open."),
-        message(5, "Still open."),
+        add(5, "call_3", "and a bench"),
+        message(6, "Still open."),
+        add(7, "call_4", "and a note"),
+        message(8, "Still open."),
     ])
     .await;
+    let command = Value::String(hosts::hook_command("codex"));
     let hooks = format!(
-        "\n[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = \"command\"\ncommand = {}\ntimeout = 30\n",
-        Value::String(hosts::hook_command("codex"))
+        "\n[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = \"command\"\ncommand = {command}\ntimeout = 30\n\
+         \n[[hooks.PostToolUse]]\nmatcher = \"*\"\n[[hooks.PostToolUse.hooks]]\ntype = \"command\"\ncommand = {command}\ntimeout = 30\n"
     );
     let bodies = run_codex(&bin, &scratch, &model, &config(&model, &scratch, &hooks)).await;
 
     assert_eq!(
         bodies.len(),
-        5,
-        "the turn, its answer, then one request per objection"
+        8,
+        "the turn, its answer, then a tool call and an end per objection"
     );
     assert_eq!(model.remaining(), 0);
     for (n, body) in bodies.iter().enumerate() {

@@ -20,6 +20,21 @@
 //! stateless revision (2026-07-28 on, which makes no handshake), its first request naming its
 //! protocol in `_meta`; the proxy's calls then carry the host's latest protocol fields, which
 //! such a server demands on every request.
+//!
+//! The kill rule of the spec is the proxy's: it counts the timeouts of the hook calls it serves
+//! (each call says its `timeout_ms`), and on the second in a row ([`Policy::KILL_AFTER_TIMEOUTS`])
+//! it restarts its server. The host's MCP connection cannot be re-initialized from this side, so
+//! restarting means: the old server's process group is killed; every request of the host the
+//! old server had not answered is answered with an error saying the server was restarted (the
+//! host sees a failed call, never a hang); after a backoff ([`restart_delay`]) the command is
+//! started again and re-initialized with the host's own `initialize` params and
+//! `notifications/initialized`; then relaying goes on, on the same host connection. What the old
+//! server held in memory is gone, and a host that listed its tools keeps its listing (the new
+//! server's are announced by nothing). Hook calls are refused, saying why, until the new server
+//! has answered its `initialize`. A server that exits on its own is not restarted: the proxy
+//! exits with its status.
+//!
+//! [`Policy::KILL_AFTER_TIMEOUTS`]: crate::machine::Policy::KILL_AFTER_TIMEOUTS
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -47,6 +62,20 @@ pub const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_LISTINGS: usize = 1024;
 /// The prefix of the JSON-RPC ids of the proxy's own requests to the server.
 const OWN_ID: &str = "hookloop-proxy-";
+/// The host's requests tracked while the server has not answered them, at most (past it, a
+/// restart cannot answer the rest for the server).
+pub const MAX_IN_FLIGHT: usize = 4096;
+/// How long a restarted server may take to answer its `initialize`.
+pub const INITIALIZE_WAIT: Duration = Duration::from_secs(10);
+
+/// The wait before the `n`th restart (from 1): none for the first, then 1 s doubling to 30 s, so
+/// a server that hangs at once on every start does not take a core.
+pub fn restart_delay(n: u32) -> Duration {
+    match n {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_secs(1u64 << (n - 2).min(5)).min(Duration::from_secs(30)),
+    }
+}
 
 /// What failed in the proxy.
 #[derive(Debug, thiserror::Error)]
@@ -108,21 +137,7 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
 /// Runs the proxy: starts `command` with `args`, relays stdin and stdout to it, serves the hook
 /// socket, and returns the server's exit status once either side closes.
 pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, ProxyError> {
-    let mut child = tokio::process::Command::new(command)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|error| ProxyError::Spawn {
-            command: command.to_owned(),
-            error,
-        })?;
-    let missing = || std::io::Error::other("the server's stdio was not piped");
-    let server_in = child.stdin.take().ok_or_else(missing)?;
-    let server_out = child.stdout.take().ok_or_else(missing)?;
+    let (mut child, server_in, mut server_out) = spawn(command, args)?;
     let path = socket_path(std::os::unix::process::parent_id(), name);
     let listener = bind(&path)?;
     let (to_host, mut host_lines) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -135,13 +150,42 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
             }
         }
     });
-    let relay = Relay::new(server_in, to_host);
+    let (restart_tx, mut restart_rx) = mpsc::unbounded_channel::<()>();
+    let relay = Relay::new(server_in, to_host, restart_tx);
     let serving = tokio::spawn(serve(listener, relay.clone()));
     let mut up = tokio::spawn(host_to_server(tokio::io::stdin(), relay.clone()));
-    let down = server_to_host(server_out, relay.clone());
-    tokio::select! {
-        _ = &mut up => {}
-        result = down => result?,
+    let mut restarts = 0u32;
+    loop {
+        let down = server_to_host(server_out, relay.clone());
+        tokio::select! {
+            _ = &mut up => break,
+            result = down => {
+                result?;
+                break;
+            }
+            Some(()) = restart_rx.recv() => {}
+        }
+        restarts += 1;
+        tracing::warn!(
+            server = name,
+            restarts,
+            "second hook timeout in a row: restarting the server"
+        );
+        let _ = child.start_kill();
+        kill_group(&child);
+        let _ = child.wait().await;
+        relay.server_gone(
+            "the server was restarted after a second hook timeout in a row; call again",
+        );
+        tokio::time::sleep(restart_delay(restarts)).await;
+        let (new_child, new_in, new_out) = spawn(command, args)?;
+        child = new_child;
+        server_out = new_out;
+        relay.attach(new_in);
+        // Re-initialized once the new server reads its lines: the answer comes through the
+        // relay's reader, so it is awaited beside it, not before it.
+        let relay = relay.clone();
+        tokio::spawn(async move { relay.reinitialize().await });
     }
     up.abort();
     serving.abort();
@@ -157,6 +201,47 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
         }
     };
     Ok(status)
+}
+
+/// Starts the server in a process group of its own, its stdio piped.
+fn spawn(
+    command: &str,
+    args: &[String],
+) -> Result<
+    (
+        tokio::process::Child,
+        tokio::process::ChildStdin,
+        tokio::process::ChildStdout,
+    ),
+    ProxyError,
+> {
+    let mut child = tokio::process::Command::new(command)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| ProxyError::Spawn {
+            command: command.to_owned(),
+            error,
+        })?;
+    let missing = || std::io::Error::other("the server's stdio was not piped");
+    let server_in = child.stdin.take().ok_or_else(missing)?;
+    let server_out = child.stdout.take().ok_or_else(missing)?;
+    Ok((child, server_in, server_out))
+}
+
+/// Kills the server's whole process group: a server started through a shell leaves no child
+/// behind holding its pipes.
+fn kill_group(child: &tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
+        // SAFETY: a signal to the group the server leads (`process_group(0)` made it).
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
 }
 
 /// Binds the socket at `path` in its private directory. A socket left by a dead proxy (nobody
@@ -192,9 +277,11 @@ fn bind(path: &Path) -> Result<UnixListener, ProxyError> {
 /// What both directions of the relay share.
 #[derive(Clone)]
 struct Relay {
-    to_server: mpsc::UnboundedSender<Vec<u8>>,
+    /// The current server's writer; replaced at a restart.
+    to_server: Arc<Mutex<mpsc::UnboundedSender<Vec<u8>>>>,
     to_host: mpsc::UnboundedSender<Vec<u8>>,
     state: Arc<Mutex<Shared>>,
+    restart: mpsc::UnboundedSender<()>,
 }
 
 #[derive(Default)]
@@ -206,6 +293,15 @@ struct Shared {
     next_id: u64,
     /// How far the host has come: the proxy's own calls wait for it.
     handshake: Handshake,
+    /// The params of the host's `initialize`, to initialize a restarted server with.
+    init_params: Option<Value>,
+    /// Ids (as JSON text, with the id as JSON) of the host's requests not answered yet.
+    in_flight: HashMap<String, Value>,
+    /// Hook calls in a row that timed out.
+    timeouts: u32,
+    /// The server is being restarted: the host's requests are answered with an error until
+    /// the new one is initialized.
+    restarting: bool,
 }
 
 /// The host's side of the connection, as the proxy's own calls need it.
@@ -241,21 +337,96 @@ fn stateless_meta(message: &Value) -> Option<serde_json::Map<String, Value>> {
 
 impl Relay {
     fn new(
-        mut server_in: tokio::process::ChildStdin,
+        server_in: tokio::process::ChildStdin,
         to_host: mpsc::UnboundedSender<Vec<u8>>,
+        restart: mpsc::UnboundedSender<()>,
     ) -> Self {
-        let (to_server, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            while let Some(line) = lines.recv().await {
-                if server_in.write_all(&line).await.is_err() || server_in.flush().await.is_err() {
-                    break;
-                }
-            }
-        });
         Self {
-            to_server,
+            to_server: Arc::new(Mutex::new(writer(server_in))),
             to_host,
             state: Arc::new(Mutex::new(Shared::default())),
+            restart,
+        }
+    }
+
+    /// Relays to a restarted server from now on.
+    fn attach(&self, server_in: tokio::process::ChildStdin) {
+        *self.to_server.lock().unwrap_or_else(|e| e.into_inner()) = writer(server_in);
+    }
+
+    fn to_server(&self, line: Vec<u8>) {
+        let _ = self
+            .to_server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(line);
+    }
+
+    /// The server is gone: every request of the host it had not answered gets `message` as
+    /// an error, the proxy's own calls end, and hook calls wait for the next handshake.
+    fn server_gone(&self, message: &str) {
+        let (in_flight, waiting) = {
+            let mut shared = self.shared();
+            // A host of a stateless revision makes no handshake: its protocol fields still go
+            // on the proxy's calls. One that made a handshake has to be re-initialized.
+            if matches!(shared.handshake, Handshake::Initialized) {
+                shared.handshake = Handshake::Pending;
+            }
+            shared.restarting = true;
+            shared.timeouts = 0;
+            shared.listing.clear();
+            (
+                std::mem::take(&mut shared.in_flight),
+                std::mem::take(&mut shared.waiting),
+            )
+        };
+        drop(waiting);
+        for id in in_flight.values() {
+            let error = json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32603, "message": message},
+            });
+            let mut text = error.to_string().into_bytes();
+            text.push(b'\n');
+            let _ = self.to_host.send(text);
+        }
+    }
+
+    /// Initializes a restarted server with the host's own `initialize` params.
+    async fn reinitialize(&self) {
+        if matches!(self.shared().handshake, Handshake::Stateless(_)) {
+            // Nothing to initialize: each request carries its protocol fields.
+            self.shared().restarting = false;
+            return;
+        }
+        let Some(params) = self.shared().init_params.clone() else {
+            tracing::warn!("the host never sent `initialize`: the restarted server waits for it");
+            self.shared().restarting = false;
+            return;
+        };
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut shared = self.shared();
+            shared.next_id += 1;
+            let id = format!("{OWN_ID}{}", shared.next_id);
+            shared.waiting.insert(id.clone(), tx);
+            id
+        };
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params}));
+        match tokio::time::timeout(INITIALIZE_WAIT, rx).await {
+            Ok(Ok(answer)) if answer.get("result").is_some() => {
+                self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+                let mut shared = self.shared();
+                shared.handshake = Handshake::Initialized;
+                shared.restarting = false;
+            }
+            _ => {
+                let mut shared = self.shared();
+                shared.waiting.remove(&id);
+                shared.restarting = false;
+                tracing::warn!("the restarted server did not answer `initialize`");
+            }
         }
     }
 
@@ -267,7 +438,7 @@ impl Relay {
     fn send(&self, value: &Value) {
         let mut line = value.to_string().into_bytes();
         line.push(b'\n');
-        let _ = self.to_server.send(line);
+        self.to_server(line);
     }
 
     /// Calls the hook `tool` on the server and waits at most `timeout` for its answer.
@@ -276,6 +447,9 @@ impl Relay {
         let mut params = json!({ "name": tool, "arguments": arguments });
         let id = {
             let mut shared = self.shared();
+            if shared.restarting {
+                return json!({ "error": "the server is being restarted" });
+            }
             match &shared.handshake {
                 Handshake::Pending => {
                     return json!({ "error": "the server is not initialized by its host yet" });
@@ -295,13 +469,53 @@ impl Relay {
             "params": params,
         }));
         let answer = tokio::time::timeout(timeout, rx).await;
-        self.shared().waiting.remove(&id);
+        let restart = {
+            let mut shared = self.shared();
+            shared.waiting.remove(&id);
+            match &answer {
+                Ok(Ok(_)) => {
+                    shared.timeouts = 0;
+                    false
+                }
+                Ok(Err(_)) => false,
+                Err(_) => {
+                    shared.timeouts += 1;
+                    if shared.timeouts >= crate::machine::Policy::KILL_AFTER_TIMEOUTS {
+                        shared.timeouts = 0;
+                        true
+                    } else {
+                        false
+                    }
+                }
+            }
+        };
+        if restart {
+            let _ = self.restart.send(());
+        }
         match answer {
             Ok(Ok(response)) => hook_answer(&response),
             Ok(Err(_)) => json!({ "error": "the server closed" }),
+            Err(_) if restart => json!({
+                "error": "timeout: a second in a row, the proxy restarts the server",
+                "timedOut": true,
+                "restarted": true,
+            }),
             Err(_) => json!({ "error": "timeout", "timedOut": true }),
         }
     }
+}
+
+/// A task writing lines to a server's stdin, and its sender.
+fn writer(mut server_in: tokio::process::ChildStdin) -> mpsc::UnboundedSender<Vec<u8>> {
+    let (to_server, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(line) = lines.recv().await {
+            if server_in.write_all(&line).await.is_err() || server_in.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    to_server
 }
 
 /// A `tools/call` response as the socket answers it: its text blocks joined, or its error.
@@ -381,6 +595,12 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
             {
                 relay.shared().handshake = Handshake::Stateless(meta);
             }
+            if relay.shared().restarting {
+                if let (Some(_), Some(id)) = (method, id) {
+                    refuse(&relay, id, "the server is being restarted; call again");
+                }
+                continue;
+            }
             match (method, id) {
                 (Some("tools/list"), Some(id)) => {
                     let mut shared = relay.shared();
@@ -413,8 +633,17 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
                 }
                 _ => {}
             }
+            if let (Some(method), Some(id)) = (method, id) {
+                let mut shared = relay.shared();
+                if method == "initialize" {
+                    shared.init_params = message.get("params").cloned();
+                }
+                if shared.in_flight.len() < MAX_IN_FLIGHT {
+                    shared.in_flight.insert(id.to_string(), id.clone());
+                }
+            }
         }
-        let _ = relay.to_server.send(line);
+        relay.to_server(line);
     }
 }
 
@@ -433,6 +662,7 @@ async fn server_to_host(server: impl AsyncRead + Unpin, relay: Relay) -> std::io
                 }
                 continue;
             }
+            relay.shared().in_flight.remove(&id.to_string());
             if relay.shared().listing.remove(&id.to_string())
                 && let Some(tools) = message["result"]["tools"].as_array_mut()
             {
@@ -506,4 +736,16 @@ async fn serve_one(stream: UnixStream, relay: &Relay) -> std::io::Result<()> {
     text.push(b'\n');
     write.write_all(&text).await?;
     write.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_wait_nothing_first_then_double_up_to_30_s() {
+        let waits: Vec<u64> = (1..=9).map(|n| restart_delay(n).as_secs()).collect();
+        assert_eq!(waits, [0, 1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(restart_delay(u32::MAX), Duration::from_secs(30));
+    }
 }
