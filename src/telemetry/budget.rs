@@ -35,8 +35,10 @@ const CONTENT_KEYS: [&str; 3] = [
 ];
 
 /// A span processor that holds the captured content of the spans it passes to `inner` under a
-/// byte budget (see the [module](self)). Wrap the processor of an exporter whose spans may
-/// carry content:
+/// byte budget ([`DEFAULT_CONTENT_BUDGET`] by default): each captured attribute of an ended span
+/// becomes a shared string it counts until `inner` lets go of it (sent, or dropped from a full
+/// queue), and a span that would go over the budget is passed on with its content replaced by
+/// [`OMITTED`]. Wrap the processor of an exporter whose spans may carry content:
 ///
 /// ```ignore
 /// let batch = BatchSpanProcessor::builder(exporter).build();

@@ -105,7 +105,7 @@ impl<'de> Deserialize<'de> for SecretSource {
 }
 
 impl SecretSource {
-    /// Reads the secret within [`READ_TIMEOUT`]. The error names the source, never a value.
+    /// Reads the secret within 30 s (`READ_TIMEOUT`). The error names the source, never a value.
     pub async fn read(&self) -> Result<Secret, SecretError> {
         self.read_within(READ_TIMEOUT).await
     }

@@ -43,7 +43,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// Another process held the store's lock for longer than [`LOCK_WAIT`].
+    /// Another process held the store's lock for longer than 10 s (`LOCK_WAIT`).
     #[error("token store {path} is being changed by another process; gave up after {} s", LOCK_WAIT.as_secs())]
     Busy {
         /// The lock file.
