@@ -83,8 +83,13 @@ impl Proxy {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        stream.write_all(request.as_bytes()).unwrap();
-        stream.write_all(b"\n").unwrap();
+        // One write: the proxy answers a line and closes, so a newline written after a request
+        // that already ended in one may meet a closed socket.
+        let mut line = request.to_owned();
+        if !line.ends_with('\n') {
+            line.push('\n');
+        }
+        stream.write_all(line.as_bytes()).unwrap();
         let mut answer = String::new();
         BufReader::new(stream).read_line(&mut answer).unwrap();
         serde_json::from_str(&answer).unwrap()
