@@ -300,3 +300,59 @@ fn a_socket_directory_others_can_enter_is_refused_never_used() {
     assert_eq!(sockets, 0, "something was made in the open directory");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A host that lists tools faster than a server that never answers: the proxy notes 1,024
+/// `tools/list` requests waiting (`MAX_LISTINGS`) and answers the next one itself with an error,
+/// never forwarding it: the set of ids it must strip hooks from stays bounded, and no id is
+/// forgotten.
+#[test]
+fn listings_a_silent_server_never_answers_stop_at_1024_and_the_next_is_refused() {
+    let dir = runtime("listings");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut child = Command::new(binary::hookloop())
+        .args(["mcp", "proxy", "--name", "silent", "--", "sleep", "60"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut requests = String::new();
+    for id in 1..=1026 {
+        requests.push_str(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {}}).to_string(),
+        );
+        requests.push('\n');
+    }
+    stdin.write_all(requests.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let mut refused = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(3)) {
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        refused.push(answer);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let ids: Vec<&Value> = refused.iter().map(|a| &a["id"]).collect();
+    assert_eq!(ids, [&json!(1025), &json!(1026)], "{refused:?}");
+    for answer in &refused {
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("too many `tools/list` requests"),
+            "{answer}"
+        );
+    }
+}
