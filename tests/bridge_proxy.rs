@@ -356,3 +356,45 @@ fn listings_a_silent_server_never_answers_stop_at_1024_and_the_next_is_refused()
         );
     }
 }
+
+/// A host line past 64 MiB (`MAX_LINE_BYTES`) ends the relay: the proxy exits instead of
+/// holding a line without end, and takes its server with it.
+#[test]
+fn a_host_line_past_64_mib_ends_the_relay_and_the_proxy_exits() {
+    let dir = runtime("long-line");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut child = Command::new(binary::hookloop())
+        .args(["mcp", "proxy", "--name", "silent", "--", "sleep", "60"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let started = std::time::Instant::now();
+    let chunk = vec![b'x'; 1 << 20];
+    // 65 MiB, no newline; the proxy may stop reading (a broken pipe) once past its cap.
+    for _ in 0..65 {
+        if stdin.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(stdin);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        status.is_some(),
+        "the proxy still runs 20 s after a 65 MiB line"
+    );
+}
