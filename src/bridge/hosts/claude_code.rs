@@ -8,8 +8,9 @@
 //! type only). Its own cap of consecutive Stop blocks (8, `CLAUDE_CODE_STOP_HOOK_BLOCK_CAP`)
 //! stays above hookloop's budget, which ends the loop first.
 
-/// The events `hookloop hooks install claude-code` registers, each with its matcher (`None`:
-/// the event takes none), and the `_` hook it carries.
+/// The events to register for `hookloop hook claude-code` (the README's settings for Claude
+/// Code register them), each with its matcher (`None`: the event takes none), and the `_` hook
+/// it carries.
 pub const EVENTS: [(&str, Option<&str>, &str); 9] = [
     (
         "SessionStart",

@@ -9,8 +9,8 @@
 //! once trusted (`/hooks` in the TUI; `codex exec --dangerously-bypass-hook-trust` for
 //! automation that vetted them).
 
-/// The events `hookloop hooks install codex` registers, each with its matcher (`None`: the
-/// event takes none), and the `_` hook it carries.
+/// The events to register for `hookloop hook codex` (the README's settings for Codex register
+/// them), each with its matcher (`None`: the event takes none), and the `_` hook it carries.
 pub const EVENTS: [(&str, Option<&str>, &str); 8] = [
     (
         "SessionStart",

@@ -48,22 +48,6 @@ pub struct McpContext {
     pub extra: Map<String, Value>,
 }
 
-macro_rules! event_struct {
-    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-        pub struct $name {
-            /// The fields every event carries.
-            #[serde(flatten)]
-            pub base: Base,
-            $($(#[$fdoc])* pub $field: $ty,)*
-            /// Fields this version does not name, kept as they came.
-            #[serde(flatten)]
-            pub extra: Map<String, Value>,
-        }
-    };
-}
-
 event_struct!(
     /// A session starts.
     SessionStart {

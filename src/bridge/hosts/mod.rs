@@ -19,6 +19,26 @@
 //! documentation, `hooks.json` version 1), goose (its hooks guide, after the Open Plugins hooks
 //! specification).
 
+/// An event of a host: `base` (the fields every event of that host carries, the `Base` of the
+/// file that uses it), the event's own fields, and `extra`, the fields this version does not
+/// name, kept as they came so an event read and written again loses nothing. Defined before the
+/// host modules so each of them can use it.
+macro_rules! event_struct {
+    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            /// The fields every event carries.
+            #[serde(flatten)]
+            pub base: Base,
+            $($(#[$fdoc])* pub $field: $ty,)*
+            /// Fields this version does not name, kept as they came.
+            #[serde(flatten)]
+            pub extra: Map<String, Value>,
+        }
+    };
+}
+
 pub mod claude_code;
 pub mod codex;
 pub mod cursor;

@@ -46,22 +46,6 @@ pub struct Base {
     pub agent_type: Option<String>,
 }
 
-macro_rules! event_struct {
-    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-        pub struct $name {
-            /// The fields every event carries.
-            #[serde(flatten)]
-            pub base: Base,
-            $($(#[$fdoc])* pub $field: $ty,)*
-            /// Fields this version does not name, kept as they came.
-            #[serde(flatten)]
-            pub extra: Map<String, Value>,
-        }
-    };
-}
-
 event_struct!(
     /// A session starts, resumes, is cleared or compacted.
     SessionStart {
