@@ -164,6 +164,11 @@ fn the_host_sees_no_hooks_and_the_socket_calls_them_on_the_live_connection() {
     let status = proxy.child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!socket.exists(), "the socket outlived its proxy");
+    // With no session state in it, the host's directory goes with its last proxy.
+    assert!(
+        !socket.parent().unwrap().exists(),
+        "the host's directory outlived its proxy"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

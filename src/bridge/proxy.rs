@@ -190,6 +190,13 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
     up.abort();
     serving.abort();
     let _ = std::fs::remove_file(&path);
+    // The host's directory goes with its last proxy, once no session state is left in it (a
+    // session the host ended removed its own); `remove_dir` takes only empty directories, so a
+    // second proxy's socket or a live session's state keeps it.
+    if let Some(host_dir) = path.parent() {
+        let _ = std::fs::remove_dir(host_dir.join("sessions"));
+        let _ = std::fs::remove_dir(host_dir);
+    }
     // The host closed: the server sees its stdin close and gets a moment to exit on its own.
     drop(relay);
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
