@@ -26,6 +26,20 @@ known=".ci/conformance-known-failures"
 cargo build --quiet --example conformance_client
 client="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/examples/conformance_client"
 
+# The verdict of one checks.json, read as JSON (a list of {status, ...}): "failure" if any
+# check failed, else "warning" if any warned, else "ok" if one succeeded, else "none"; a file
+# that is not such a list exits non-zero.
+checks_verdict() {
+  node -e '
+    const checks = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    if (!Array.isArray(checks) || checks.some((c) => c === null || typeof c.status !== "string")) {
+      process.exit(1);
+    }
+    const has = (s) => checks.some((c) => c.status === s);
+    console.log(has("FAILURE") ? "failure" : has("WARNING") ? "warning" : has("SUCCESS") ? "ok" : "none");
+  ' "$1"
+}
+
 conformance() {
   npx -y -p node@22 -p "$suite" -c "conformance $*"
 }
@@ -111,10 +125,14 @@ EOF
       why=""
       if [ -z "$dir" ]; then
         why="no result"
-      elif grep -q '"status": "FAILURE"' "$dir/checks.json"; then
+      elif ! verdict="$(checks_verdict "$dir/checks.json")"; then
+        why="its checks.json does not read as a list of checks"
+      elif [ "$verdict" = failure ]; then
         why="a check failed"
-      elif grep -q '"status": "WARNING"' "$dir/checks.json"; then
+      elif [ "$verdict" = warning ]; then
         why="a check warned"
+      elif [ "$verdict" = none ]; then
+        why="no check passed"
       elif [ -z "$exit_status" ]; then
         why="the client did not finish (timed out)"
       elif [ "$exit_status" != 0 ]; then
