@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ServerNotification, SubscriptionFilter};
+use rmcp::model::{RequestId, ServerNotification, SubscriptionFilter};
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, Peer, RoleClient, RunningService, Subscription,
     serve_client_with_lifecycle,
@@ -173,6 +173,19 @@ impl Handshake {
             Self::Init(error) => error.to_string(),
         };
         crate::text::without_url_secrets(&reason).into_owned()
+    }
+}
+
+/// Whether `error` is the answer to an earlier request of the handshake arriving while the
+/// client waits for a later one: in rmcp's probing lifecycle, the answer to `server/discover`
+/// (the handshake's first requests) after the probe gave up on it and sent `initialize`.
+pub(super) fn answered_discovery_late(error: &ClientInitializeError) -> bool {
+    match error {
+        ClientInitializeError::ConflictInitResponseId(
+            RequestId::Number(expected),
+            RequestId::Number(got),
+        ) => got < expected,
+        _ => false,
     }
 }
 

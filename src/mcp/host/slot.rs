@@ -381,6 +381,19 @@ impl Slot {
         let (changed, changes) = ListChanged::new();
         let (service, child, transport) = match self.handshake(&changed, lifecycle).await {
             Ok(connected) => connected,
+            // rmcp's probe gives discovery 10 s, then sends `initialize` on the same
+            // connection; a server slow to answer (a cold start, an authorization on the way)
+            // answers the discovery while the client waits for `initialize`. It speaks the
+            // discovery revision: ask it again that way, within the start-up timeout only.
+            Err(Handshake::Init(error)) if connect::answered_discovery_late(&error) => {
+                tracing::debug!(server = %self.name, %error, "discovery answered late; asking again");
+                let discover = ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::LATEST],
+                };
+                self.handshake(&changed, discover)
+                    .await
+                    .map_err(|e| e.into_error(&self.name))?
+            }
             // A server that answers `server/discover` with something other than a discovery
             // result or a "legacy" error is still often a good `initialize` server: try that
             // once. A broken transport (a dead process, an auth refusal) is not retried.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
-    ContentBlock, ErrorData, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool,
+    ContentBlock, ErrorData, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -26,9 +26,26 @@ struct Probe {
     cancelled: Arc<AtomicUsize>,
     metas: Arc<Mutex<Vec<Value>>>,
     lives: Arc<AtomicUsize>,
+    /// Refuses `initialize`, as a server of the discovery revision only does.
+    discovery_only: bool,
 }
 
 impl ServerHandler for Probe {
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if self.discovery_only {
+            return Err(ErrorData::invalid_request(
+                "this server speaks discovery only",
+                None,
+            ));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -113,6 +130,48 @@ fn serve(probe: &Probe) -> MakeDuplex {
     })
 }
 
+/// Like [`serve`], but in the server's first life its first answer (to the discovery) reaches
+/// the client only after `delay`: a server slow to start, or an authorization on the way.
+fn serve_first_answer_late(probe: &Probe, delay: Duration) -> MakeDuplex {
+    let probe = probe.clone();
+    let first_life = Arc::new(AtomicBool::new(true));
+    Box::new(move || {
+        let (client, relay) = tokio::io::duplex(64 * 1024);
+        let (relay_server, server) = tokio::io::duplex(64 * 1024);
+        let late = first_life.swap(false, Ordering::SeqCst);
+        let probe = probe.clone();
+        probe.lives.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            if let Ok(running) = probe.serve(server).await {
+                let _ = running.waiting().await;
+            }
+        });
+        tokio::spawn(async move {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+            let (mut from_client, mut to_client) = tokio::io::split(relay);
+            let (from_server, mut to_server) = tokio::io::split(relay_server);
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+            });
+            let mut lines = tokio::io::BufReader::new(from_server).lines();
+            let mut delayed = late;
+            while let Ok(Some(line)) = lines.next_line().await {
+                if std::mem::take(&mut delayed) {
+                    tokio::time::sleep(delay).await;
+                }
+                if to_client
+                    .write_all(format!("{line}\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        client
+    })
+}
+
 fn options() -> HostOptions {
     HostOptions {
         session_id: "sess".into(),
@@ -158,6 +217,28 @@ async fn the_catalog_keeps_hooks_and_skips_bad_names() {
         .tools
         .iter()
         .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(names, ["echo", "announce", "_Stop"]);
+}
+
+/// rmcp's probe gives discovery 10 s and then sends `initialize` on the same connection; the
+/// late answer to the discovery is a conflict. A server of the discovery revision only (as
+/// the conformance suite's 2026-07-28 servers are) refuses a fallback `initialize`: the host
+/// asks it again by discovery and the server starts.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_answers_discovery_late_is_asked_again_by_discovery() {
+    let probe = Probe {
+        discovery_only: true,
+        ..Probe::default()
+    };
+    let slow = serve_first_answer_late(&probe, Duration::from_secs(11));
+    let (host, failures) = McpHost::duplex(vec![("p", slow)], options()).await.unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(probe.lives.load(Ordering::SeqCst), 2);
+    let names: Vec<_> = host.catalog().servers[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
         .collect();
     assert_eq!(names, ["echo", "announce", "_Stop"]);
 }
