@@ -140,6 +140,11 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
     let (mut child, server_in, mut server_out) = spawn(command, args)?;
     let path = socket_path(std::os::unix::process::parent_id(), name);
     let listener = bind(&path)?;
+    // Hosts that died without ending their sessions left state no one else will remove; the
+    // runtime directory was just checked to be this user's own (`bind`).
+    for gone in super::state::clean_dead_hosts(&runtime_dir()) {
+        tracing::debug!(dir = %gone.display(), "removed the directory of a host that is gone");
+    }
     let (to_host, mut host_lines) = mpsc::unbounded_channel::<Vec<u8>>();
     // One writer of the host's stdout, so that lines from both directions never interleave.
     let writer = tokio::spawn(async move {
