@@ -309,8 +309,8 @@ struct Shared {
     init_params: Option<Value>,
     /// Ids (as JSON text, with the id as JSON) of the host's requests not answered yet.
     in_flight: HashMap<String, Value>,
-    /// Hook calls in a row that timed out.
-    timeouts: u32,
+    /// Hook calls in a row that timed out (the machine's rule says when that restarts it).
+    timeouts: crate::machine::bridge::TimeoutRun,
     /// The server is being restarted: the host's requests are answered with an error until
     /// the new one is initialized.
     restarting: bool,
@@ -385,7 +385,7 @@ impl Relay {
                 shared.handshake = Handshake::Pending;
             }
             shared.restarting = true;
-            shared.timeouts = 0;
+            shared.timeouts.answered();
             shared.listing.clear();
             (
                 std::mem::take(&mut shared.in_flight),
@@ -486,19 +486,11 @@ impl Relay {
             shared.waiting.remove(&id);
             match &answer {
                 Ok(Ok(_)) => {
-                    shared.timeouts = 0;
+                    shared.timeouts.answered();
                     false
                 }
                 Ok(Err(_)) => false,
-                Err(_) => {
-                    shared.timeouts += 1;
-                    if shared.timeouts >= crate::machine::Policy::KILL_AFTER_TIMEOUTS {
-                        shared.timeouts = 0;
-                        true
-                    } else {
-                        false
-                    }
-                }
+                Err(_) => shared.timeouts.timed_out(),
             }
         };
         if restart {
