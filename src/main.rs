@@ -189,9 +189,39 @@ enum Command {
         host: String,
     },
 
+    /// Set another agent host up for `_` hooks: its MCP servers behind `hookloop mcp proxy`,
+    /// `hookloop hook <host>` at its events.
+    #[command(subcommand)]
+    Hooks(HooksCommand),
+
     /// The demo's todo MCP server, over stdio (the demo starts it from this binary).
     #[command(hide = true)]
     TodoServer,
+}
+
+#[derive(Debug, Subcommand)]
+enum HooksCommand {
+    /// Put the host's stdio MCP servers behind `hookloop mcp proxy` and register
+    /// `hookloop hook <host>` at its events, in the host's own files (the project's, or with
+    /// --user the user's). A second install changes nothing.
+    Install(HooksArgs),
+    /// Take it back out: each server's own command, and the host's hooks but hookloop's.
+    Uninstall(HooksArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct HooksArgs {
+    /// The host: claude-code, codex, gemini or cursor (goose: by hand, see the README).
+    host: String,
+    /// The project's files, under the current directory (the default).
+    #[arg(long, conflicts_with = "user")]
+    project: bool,
+    /// The user's files, under the home directory (Codex: CODEX_HOME).
+    #[arg(long)]
+    user: bool,
+    /// Print the change, as a diff, and write nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -289,6 +319,13 @@ fn main() -> ExitCode {
     if let Command::TodoServer = cli.command {
         // It runs its own runtime; its stdout is its protocol stream.
         return todo_server();
+    }
+    if let Command::Hooks(hooks) = &cli.command {
+        let (action, args) = match hooks {
+            HooksCommand::Install(args) => (hookloop::bridge::install::Action::Install, args),
+            HooksCommand::Uninstall(args) => (hookloop::bridge::install::Action::Uninstall, args),
+        };
+        return cli::hooks::run(action, &args.host, args.user, args.dry_run);
     }
     if let Command::Hook { host } = &cli.command {
         // Sync, before logging and the runtime: it runs at every event of the host, and its
@@ -419,7 +456,9 @@ async fn run(command: Command) -> ExitCode {
             cli::mcp::list(mcp_config.as_deref()).await
         }
         // Served above, outside this runtime.
-        Command::TodoServer | Command::Hook { .. } => ExitCode::from(cli::exit::USAGE),
+        Command::TodoServer | Command::Hook { .. } | Command::Hooks(_) => {
+            ExitCode::from(cli::exit::USAGE)
+        }
     }
 }
 

@@ -120,6 +120,14 @@ pub(crate) struct FileLock {
     _file: File,
 }
 
+#[cfg(any(feature = "mcp", feature = "acp"))]
+impl FileLock {
+    /// The locked file, open.
+    pub(crate) fn file(&self) -> &File {
+        &self._file
+    }
+}
+
 /// Takes the exclusive lock of the file at `path` (created mode 0600, its directory 0700, when
 /// missing), waiting at most `wait` for another holder to let go; `Ok(None)` when it did not.
 #[cfg(any(feature = "mcp", feature = "acp"))]

@@ -403,3 +403,42 @@ fn a_host_line_past_64_mib_ends_the_relay_and_the_proxy_exits() {
         "the proxy still runs 20 s after a 65 MiB line"
     );
 }
+
+#[test]
+fn a_starting_proxy_removes_the_state_of_hosts_that_died_without_a_session_end() {
+    let dir = runtime("dead-hosts");
+    let bridge = dir.join("hookloop-bridge");
+    // A host that is gone: a process started and reaped, its pid now nobody's.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let dead_sessions = bridge.join(dead.to_string()).join("sessions");
+    let live_sessions = bridge.join(std::process::id().to_string()).join("sessions");
+    for sessions in [&dead_sessions, &live_sessions] {
+        std::fs::create_dir_all(sessions).unwrap();
+        std::fs::write(sessions.join("s.json"), "{}").unwrap();
+        std::fs::write(sessions.join("s.lock"), "").unwrap();
+    }
+    std::fs::create_dir_all(bridge.join("install")).unwrap();
+    let live = bridge.join(std::process::id().to_string());
+    for d in [&dir, &bridge, &live, &live_sessions] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let mut proxy = Proxy::start(&dir);
+    handshake(&mut proxy);
+    assert!(
+        !bridge.join(dead.to_string()).exists(),
+        "the dead host's directory is gone"
+    );
+    assert!(
+        live_sessions.join("s.json").exists(),
+        "a live host's state stays"
+    );
+    assert!(
+        bridge.join("install").exists(),
+        "what is not a host's stays"
+    );
+    drop(proxy.stdin);
+    proxy.child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -159,3 +159,76 @@ async fn claude_code_stop_hook_objects_with_the_open_todo_until_the_budget_is_sp
         assert_eq!(objected, n >= 2, "request {n}: objection seen {objected}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_hooks_install_claude_code_s_stop_hook_keeps_it_working_within_the_budget() {
+    let Some(bin) = hosts::host_bin("HOOKLOOP_CLAUDE_BIN") else {
+        return;
+    };
+    let scratch = Scratch::new("claude-install");
+    // The person's project as it was: the todo server in .mcp.json, run plainly, and a setting
+    // of their own. `hookloop hooks install claude-code` writes the rest.
+    let hookloop = binary::hookloop();
+    let mcp = json!({"mcpServers": {"todo": {"command": hookloop, "args": ["todo-server"]}}});
+    std::fs::write(scratch.project().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::create_dir_all(scratch.project().join(".claude")).unwrap();
+    let mine = json!({"enableAllProjectMcpServers": true});
+    std::fs::write(
+        scratch.project().join(".claude/settings.json"),
+        mine.to_string(),
+    )
+    .unwrap();
+    hosts::hooks_cli(&scratch, &["install", "claude-code"], &[]);
+    let again = hosts::hooks_cli(&scratch, &["install", "claude-code"], &[]);
+    assert_eq!(again.matches("nothing to change").count(), 2, "{again}");
+
+    let model = Loopback::start([
+        tool_use("toolu_add", ADD, json!({"text": "write tests"})),
+        text("Added."),
+        tool_use("toolu_2", ADD, json!({"text": "and docs"})),
+        text("Still open."),
+        tool_use("toolu_3", ADD, json!({"text": "and a bench"})),
+        text("Still open."),
+        tool_use("toolu_4", ADD, json!({"text": "and a note"})),
+        text("Still open."),
+    ])
+    .await;
+    let outside = Loopback::start([]).await;
+    // No --mcp-config, no --settings, no MCP_HOOK_SERVERS: what the host runs is what the
+    // project's files say.
+    let mut claude =
+        hosts::claude_command(&bin, &scratch, &outside, &model, "Add a todo: write tests.");
+    claude.args(["--allowedTools", ADD]);
+    hosts::run(claude, "claude -p").await;
+    hosts::assert_offline(&outside);
+    let bodies: Vec<Value> = model
+        .requests()
+        .iter()
+        .enumerate()
+        .map(hosts::messages_body)
+        .collect();
+
+    assert_eq!(
+        bodies.len(),
+        8,
+        "the turn, its answer, then a tool call and an end per objection"
+    );
+    assert_eq!(model.remaining(), 0);
+    for (n, body) in bodies.iter().enumerate() {
+        hosts::assert_todo_tools_without_hooks(&body["tools"]);
+        let objected = hosts::mentions(&body["messages"], OBJECTION);
+        assert_eq!(objected, n >= 2, "request {n}: objection seen {objected}");
+    }
+
+    hosts::hooks_cli(&scratch, &["uninstall", "claude-code"], &[]);
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(scratch.project().join(name)).unwrap())
+            .unwrap()
+    };
+    assert_eq!(read(".mcp.json"), mcp, "the server's own command is back");
+    assert_eq!(
+        read(".claude/settings.json"),
+        mine,
+        "the person's setting alone is left"
+    );
+}

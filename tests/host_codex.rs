@@ -53,7 +53,16 @@ fn message(n: u32, text: &str) -> Reply {
 /// Codex's config.toml: the loopback provider, the proxied todo server with its tools approved
 /// (exec never asks), and every switch that keeps Codex to 127.0.0.1.
 fn config(model: &Loopback, scratch: &Scratch, hooks: &str) -> String {
-    let (command, args) = hosts::proxied_todo_server();
+    config_with(model, scratch, hosts::proxied_todo_server(), hooks)
+}
+
+/// [`config`] with the todo server run as `(command, args)`.
+fn config_with(
+    model: &Loopback,
+    scratch: &Scratch,
+    (command, args): (String, Vec<String>),
+    hooks: &str,
+) -> String {
     let args: Vec<Value> = args.into_iter().map(Value::String).collect();
     format!(
         r#"model = "test-model"
@@ -94,15 +103,33 @@ XDG_RUNTIME_DIR = {runtime}
 /// ephemeral, so hook events name its transcript as they do for a user. Returns the request bodies the
 /// model received, each checked.
 async fn run_codex(bin: &Path, scratch: &Scratch, model: &Loopback, config: &str) -> Vec<Value> {
+    let codex_home = codex_home(scratch);
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    run_codex_as_configured(bin, scratch, model, &[("MCP_HOOK_SERVERS", "todo")]).await
+}
+
+/// The scratch tree's CODEX_HOME, made.
+fn codex_home(scratch: &Scratch) -> std::path::PathBuf {
     let codex_home = scratch.root.join("codex-home");
     std::fs::create_dir_all(&codex_home).unwrap();
-    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    codex_home
+}
+
+/// Runs `codex exec` with the config.toml already in the scratch tree's CODEX_HOME, with
+/// `envs` beside the test's own; returns the request bodies the model received, each checked.
+async fn run_codex_as_configured(
+    bin: &Path,
+    scratch: &Scratch,
+    model: &Loopback,
+    envs: &[(&str, &str)],
+) -> Vec<Value> {
+    let codex_home = codex_home(scratch);
     let outside = Loopback::start([]).await;
     let mut codex = hosts::host_command(bin, scratch, &outside);
     codex
         .env("CODEX_HOME", &codex_home)
         .env("HOOKLOOP_TEST_KEY", "sk-test-key")
-        .env("MCP_HOOK_SERVERS", "todo")
+        .envs(envs.iter().copied())
         .args(["exec", "--strict-config", "--skip-git-repo-check"])
         .args(["--color", "never", "--dangerously-bypass-hook-trust"])
         .arg("Add a todo: write tests.");
@@ -219,4 +246,57 @@ async fn codex_stop_hook_objects_with_the_open_todo_until_the_budget_is_spent() 
         let objected = hosts::mentions(&body["input"], OBJECTION);
         assert_eq!(objected, n >= 2, "request {n}: objection seen {objected}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_hooks_install_codex_s_stop_hook_keeps_it_working_within_the_budget() {
+    let Some(bin) = hosts::host_bin("HOOKLOOP_CODEX_BIN") else {
+        return;
+    };
+    let scratch = Scratch::new("codex-install");
+    let model = Loopback::start([
+        add(1, "call_add", "write tests"),
+        message(2, "Added."),
+        add(3, "call_2", "and docs"),
+        message(4, "Still open."),
+        add(5, "call_3", "and a bench"),
+        message(6, "Still open."),
+        add(7, "call_4", "and a note"),
+        message(8, "Still open."),
+    ])
+    .await;
+    // The person's config.toml as it was: the todo server run plainly. `hookloop hooks install
+    // codex --user` (CODEX_HOME) puts it behind the proxy and writes the hooks.
+    let plain = (
+        binary::hookloop().to_owned(),
+        vec!["todo-server".to_owned()],
+    );
+    let original = config_with(&model, &scratch, plain, "");
+    let codex_home = codex_home(&scratch);
+    std::fs::write(codex_home.join("config.toml"), &original).unwrap();
+    let envs = [("CODEX_HOME", codex_home.as_path())];
+    hosts::hooks_cli(&scratch, &["install", "codex", "--user"], &envs);
+    let again = hosts::hooks_cli(&scratch, &["install", "codex", "--user"], &envs);
+    assert!(again.contains("nothing to change"), "{again}");
+
+    // No MCP_HOOK_SERVERS in the host's environment: the hook command's line carries it.
+    let bodies = run_codex_as_configured(&bin, &scratch, &model, &[]).await;
+    assert_eq!(
+        bodies.len(),
+        8,
+        "the turn, its answer, then a tool call and an end per objection"
+    );
+    assert_eq!(model.remaining(), 0);
+    for (n, body) in bodies.iter().enumerate() {
+        hosts::assert_todo_tools_without_hooks(&body["tools"]);
+        let objected = hosts::mentions(&body["input"], OBJECTION);
+        assert_eq!(objected, n >= 2, "request {n}: objection seen {objected}");
+    }
+
+    hosts::hooks_cli(&scratch, &["uninstall", "codex", "--user"], &envs);
+    let back = std::fs::read_to_string(codex_home.join("config.toml")).unwrap();
+    assert_eq!(
+        back, original,
+        "uninstall gives the person's file back byte for byte"
+    );
 }

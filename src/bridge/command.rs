@@ -30,6 +30,7 @@ use super::state::{LOCK_WAIT, SessionState, StateFile};
 use crate::config::{ConfigError, vars};
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::Policy;
+use crate::machine::bridge as bridge_rules;
 
 /// The largest event read from stdin; a larger one is not read and fails open.
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -420,32 +421,27 @@ fn ask(socket: &Path, hook: Hook, arguments: &Value, timeout: Duration) -> Heard
     }
 }
 
-/// What the end of a turn may do before anyone is asked.
+/// What the end of a turn may do before anyone is asked: the machine's rule
+/// ([`crate::machine::bridge::may_object`]) on the session's state.
 fn may_object(state: &mut SessionState, point: &Point, max: u32) -> Result<(), &'static str> {
-    let (continuing, left) = match point {
-        Point::EndOfTurn { continuing } => (*continuing, state.budget_left(max)),
+    let (continuing, objections) = match point {
+        Point::EndOfTurn { continuing } => (*continuing, state.counters.objections),
         Point::SubagentEnded {
             agent, continuing, ..
-        } => (*continuing, state.subagent_budget_left(agent, max)),
+        } => (
+            *continuing,
+            max.saturating_sub(state.subagent_budget_left(agent, max)),
+        ),
         _ => return Ok(()),
     };
-    if max == 0 {
-        return Err("SPROUT_AGENT_STOP_MAX_REJECTIONS is 0: not asked");
-    }
-    // The consecutive rule: an end of turn right after an objection, the model having done
-    // nothing since. The latch says so: an objection sets it, any other event of the session
-    // (a tool the model called, a prompt) clears it. A host's own flag (`stop_hook_active`)
-    // is not enough alone: Claude Code and Codex keep it true for the whole continuation after
-    // a block, tool calls and all, so it can only rule a stop out, never in.
-    let consecutive = state.objected && continuing != Some(false);
-    state.objected = false;
-    if consecutive {
-        return Err("ended again right after an objection: the model heard and declined");
-    }
-    if left == 0 {
-        return Err("the objection budget of this session is spent");
-    }
-    Ok(())
+    let (decision, latched) = bridge_rules::may_object(bridge_rules::EndOfTurn {
+        latched: state.objected,
+        continuing,
+        objections,
+        max,
+    });
+    state.objected = latched;
+    decision.map_err(bridge_rules::NotAsked::why)
 }
 
 /// Asks the servers and combines their answers into the verdict, under the session's rules.

@@ -12,6 +12,9 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod command;
 pub mod hosts;
+#[cfg(feature = "command-hooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "command-hooks")))]
+pub mod install;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod proxy;

@@ -140,6 +140,11 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
     let (mut child, server_in, mut server_out) = spawn(command, args)?;
     let path = socket_path(std::os::unix::process::parent_id(), name);
     let listener = bind(&path)?;
+    // Hosts that died without ending their sessions left state no one else will remove; the
+    // runtime directory was just checked to be this user's own (`bind`).
+    for gone in super::state::clean_dead_hosts(&runtime_dir()) {
+        tracing::debug!(dir = %gone.display(), "removed the directory of a host that is gone");
+    }
     let (to_host, mut host_lines) = mpsc::unbounded_channel::<Vec<u8>>();
     // One writer of the host's stdout, so that lines from both directions never interleave.
     let writer = tokio::spawn(async move {
@@ -304,8 +309,8 @@ struct Shared {
     init_params: Option<Value>,
     /// Ids (as JSON text, with the id as JSON) of the host's requests not answered yet.
     in_flight: HashMap<String, Value>,
-    /// Hook calls in a row that timed out.
-    timeouts: u32,
+    /// Hook calls in a row that timed out (the machine's rule says when that restarts it).
+    timeouts: crate::machine::bridge::TimeoutRun,
     /// The server is being restarted: the host's requests are answered with an error until
     /// the new one is initialized.
     restarting: bool,
@@ -380,7 +385,7 @@ impl Relay {
                 shared.handshake = Handshake::Pending;
             }
             shared.restarting = true;
-            shared.timeouts = 0;
+            shared.timeouts.answered();
             shared.listing.clear();
             (
                 std::mem::take(&mut shared.in_flight),
@@ -481,19 +486,11 @@ impl Relay {
             shared.waiting.remove(&id);
             match &answer {
                 Ok(Ok(_)) => {
-                    shared.timeouts = 0;
+                    shared.timeouts.answered();
                     false
                 }
                 Ok(Err(_)) => false,
-                Err(_) => {
-                    shared.timeouts += 1;
-                    if shared.timeouts >= crate::machine::Policy::KILL_AFTER_TIMEOUTS {
-                        shared.timeouts = 0;
-                        true
-                    } else {
-                        false
-                    }
-                }
+                Err(_) => shared.timeouts.timed_out(),
             }
         };
         if restart {

@@ -118,7 +118,7 @@ impl StateFile {
         warn: &mut dyn FnMut(String),
         change: impl FnOnce(&mut SessionState) -> T,
     ) -> std::io::Result<T> {
-        let Some(_lock) = crate::private::lock_exclusive(&self.lock, LOCK_WAIT)? else {
+        let Some(_lock) = self.lock()? else {
             return Err(std::io::Error::other(format!(
                 "the session's state is locked by another hook command for over {} ms",
                 LOCK_WAIT.as_millis()
@@ -133,10 +133,38 @@ impl StateFile {
         Ok(out)
     }
 
-    /// Forgets the session: its state file and its lock file.
+    /// Forgets the session: its state file and its lock file, both unlinked while the lock is
+    /// held (an invocation waiting on the old lock file sees it gone and takes the new one, see
+    /// [`Self::lock`]). When the lock is not had within [`LOCK_WAIT`] both are left for the
+    /// holder, and for the clean-up of a dead host's directory.
     pub fn remove(&self) {
-        let _ = std::fs::remove_file(&self.path);
-        let _ = std::fs::remove_file(&self.lock);
+        if let Ok(Some(_lock)) = self.lock() {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(&self.lock);
+        }
+    }
+
+    /// The session's lock, waited for at most [`LOCK_WAIT`] in all. A lock taken on a file
+    /// that was unlinked meanwhile (the session removed by its end while this one waited)
+    /// locks nothing anyone else will open: the file at the path is opened and locked again.
+    fn lock(&self) -> std::io::Result<Option<crate::private::FileLock>> {
+        use std::os::unix::fs::MetadataExt;
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            let wait = deadline.saturating_duration_since(std::time::Instant::now());
+            let Some(lock) = crate::private::lock_exclusive(&self.lock, wait)? else {
+                return Ok(None);
+            };
+            let held = lock.file().metadata()?;
+            let same = std::fs::symlink_metadata(&self.lock)
+                .is_ok_and(|now| now.dev() == held.dev() && now.ino() == held.ino());
+            if same {
+                return Ok(Some(lock));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
     }
 
     fn load(&self, warn: &mut dyn FnMut(String)) -> SessionState {
@@ -194,6 +222,40 @@ impl StateFile {
     }
 }
 
+/// Removes the directories under `runtime` (the bridge's, [`super::proxy::runtime_dir`]) of
+/// hosts that are gone: a host killed, or one that never sent its session end, leaves its
+/// sessions' state and locks behind, and nothing else would ever remove them. A directory is a
+/// host's when its name is a pid; it is removed when no process has that pid (`kill(pid, 0)`
+/// says `ESRCH`). A pid taken again by another process keeps its directory, which is harmless:
+/// state is keyed by the host's session id too. Returns the directories removed.
+pub fn clean_dead_hosts(runtime: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(runtime) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+            .filter(|&pid| pid > 0)
+        else {
+            continue;
+        };
+        // Not through a link: the directory itself, or nothing.
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        // SAFETY: signal 0 only checks that the pid exists; no signal is sent.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +282,46 @@ mod tests {
         assert_eq!(state.subagents.len(), MAX_SUBAGENTS);
         state.record_subagent_objection("agent-0127");
         assert_eq!(state.subagent_budget_left("agent-0127", 3), 1);
+    }
+
+    fn scratch_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "hookloop-state-{tag}-{}-{:x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        crate::private::create_dir(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_session_removed_while_an_update_holds_its_lock_never_lets_a_second_holder_in() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = scratch_dir("unlink");
+        let file = StateFile::new(&dir, "s");
+        let inside = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // A holds the lock for a while.
+            scope.spawn(|| {
+                file.update(&mut |_| {}, |s| {
+                    inside.store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(300));
+                    s.objected = true;
+                    inside.store(false, Ordering::SeqCst);
+                })
+                .unwrap();
+            });
+            while !inside.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // The session ends meanwhile (B), and another event of it comes (C): C must not
+            // hold the session's lock while A does.
+            let ender = scope.spawn(|| file.remove());
+            std::thread::sleep(Duration::from_millis(50));
+            let c = file.update(&mut |_| {}, |_| inside.load(Ordering::SeqCst));
+            ender.join().unwrap();
+            assert_eq!(c.ok(), Some(false), "C ran while A held the lock");
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

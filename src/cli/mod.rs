@@ -4,6 +4,7 @@
 pub mod acp;
 mod ask;
 pub mod demo;
+pub mod hooks;
 pub mod mcp;
 pub mod run;
 pub mod script;

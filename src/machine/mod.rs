@@ -51,6 +51,7 @@
 //! tests (`tests.rs`) are named after the rules.
 
 mod agents;
+pub mod bridge;
 mod catalog;
 mod digest;
 mod effect;

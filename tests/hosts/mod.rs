@@ -342,3 +342,23 @@ pub fn tool_result<'a>(body: &'a Value, id: &str) -> Option<&'a Value> {
         .flat_map(|m| m["content"].as_array().into_iter().flatten())
         .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
 }
+
+/// Runs `hookloop hooks <args…>` in `scratch`'s project with its HOME (and `envs`), and
+/// panics unless it succeeds; returns its stdout.
+pub fn hooks_cli(scratch: &Scratch, args: &[&str], envs: &[(&str, &Path)]) -> String {
+    let output = std::process::Command::new(binary::hookloop())
+        .arg("hooks")
+        .args(args)
+        .env("HOME", scratch.home())
+        .env("XDG_RUNTIME_DIR", scratch.runtime())
+        .envs(envs.iter().copied())
+        .current_dir(scratch.project())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "hookloop hooks {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}

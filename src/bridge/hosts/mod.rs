@@ -460,10 +460,29 @@ pub(crate) fn tool_with_mcp_prefix(name: &str) -> String {
 }
 
 /// A tool's response as the text `_PostToolUse` gets: a string as it is, any other JSON as JSON.
+///
+/// An MCP tool's result, as its content blocks (`[{"type": "text", "text"}, …]`, Claude Code's
+/// form) or the whole result (`{"content": [blocks], …}`), is the text the engine gives
+/// `_PostToolUse` of it: the text blocks joined by newlines, other blocks left out
+/// ([`ToolOutput::joined_text`](crate::machine::ToolOutput::joined_text)).
 pub(crate) fn response_text(response: &Value) -> String {
-    match response {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
+    let blocks = match response {
+        Value::String(text) => return text.clone(),
+        Value::Array(blocks) => Some(blocks),
+        Value::Object(result) => result.get("content").and_then(Value::as_array),
+        _ => None,
+    };
+    let typed = |b: &Value| b.get("type").is_some_and(Value::is_string);
+    match blocks {
+        Some(blocks) if !blocks.is_empty() && blocks.iter().all(typed) => {
+            let texts: Vec<&str> = blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect();
+            texts.join("\n")
+        }
+        _ => response.to_string(),
     }
 }
 

@@ -532,6 +532,34 @@ mod tests {
     }
 
     #[test]
+    fn an_mcp_tool_s_content_blocks_reach_post_tool_use_as_the_engine_gives_its_output() {
+        // Claude Code sends an MCP tool's result as its content blocks; the engine's
+        // `_PostToolUse` gets the text blocks joined by newlines, other blocks left out.
+        let e = event(json!({
+            "session_id": "s1", "transcript_path": "/t.jsonl", "cwd": "/w",
+            "hook_event_name": "PostToolUse", "tool_name": "mcp__todo__add",
+            "tool_input": {"text": "write tests"}, "tool_use_id": "toolu_1",
+            "tool_response": [
+                {"type": "text", "text": "added #1"},
+                {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+                {"type": "text", "text": "1 open"}
+            ]
+        }));
+        let arguments = point(Host::ClaudeCode, &e).arguments();
+        assert_eq!(arguments["tool"], "todo__add");
+        assert_eq!(arguments["output"], "added #1\n1 open");
+        // A built-in tool's structured response stays JSON text, as before.
+        let e = event(json!({
+            "session_id": "s1", "hook_event_name": "PostToolUse", "tool_name": "Bash",
+            "tool_input": {"command": "ls"},
+            "tool_response": {"stdout": "a", "stderr": "", "interrupted": false}
+        }));
+        let output = point(Host::ClaudeCode, &e).arguments()["output"].clone();
+        let back: Value = serde_json::from_str(output.as_str().unwrap()).unwrap();
+        assert_eq!(back["stdout"], "a");
+    }
+
+    #[test]
     fn a_stop_event_reads_every_documented_field_and_keeps_unknown_ones() {
         let e = event(json!({
             "session_id": "s1", "transcript_path": null, "cwd": "/w", "model": "gpt-5",
