@@ -159,7 +159,7 @@ impl ConfigBuilder {
 
     /// Per hook call. Default: 2.5 s. At least 1 ms.
     pub fn hook_timeout(mut self, timeout: Duration) -> Self {
-        self.config.policy.hook_timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.config.policy.hook_timeout_ms = crate::millis::of(timeout);
         self
     }
 

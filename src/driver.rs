@@ -5,28 +5,25 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 
 use crate::config::Config;
-use crate::hooks::{Hook, ServerName};
 use crate::machine::{
-    CallId, Counters, Effect, FinishReason, HookContext, HookReply, Input, Machine, MachineError,
-    Message, PermissionDecision, Phase, Purpose, ToolCall,
+    CallId, Counters, Effect, FinishReason, Input, Machine, MachineError, Message,
+    PermissionDecision, Phase, Purpose, ToolCall,
 };
-use crate::ports::{Delta, HookCall, LlmClient, LlmError, Observer, PermissionAsker, ToolHost};
+use crate::ports::{Delta, LlmClient, LlmError, Observer, PermissionAsker, ToolHost};
 use crate::telemetry::{self, SessionTrace};
 
 mod agents;
 mod floor;
+mod hooks;
 
-/// How long past the hook timeout the driver waits for a host that failed to enforce it.
-const HOOK_GRACE: Duration = Duration::from_millis(250);
+pub(crate) use hooks::{HookOrder, HookTimer, Round};
 
 /// The asker of a session that has no way to ask: every call is allowed, once.
 #[derive(Clone, Copy, Debug, Default)]
@@ -122,6 +119,7 @@ pub struct Session<L, H> {
     tool_concurrency: usize,
     cancel_tx: Arc<watch::Sender<u64>>,
     cancel_rx: watch::Receiver<u64>,
+    hook_timer: HookTimer,
     span: tracing::Span,
     trace: SessionTrace,
 }
@@ -161,6 +159,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
             tool_concurrency: config.tool_concurrency(),
             cancel_tx: Arc::new(tx),
             cancel_rx,
+            hook_timer: HookTimer::default(),
             span: tracing::info_span!("session", id = next_session_id()),
             trace,
         }
@@ -450,154 +449,108 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
                 output,
             }
         };
-        let queue = calls
+        // Collected, not iterated: a queue whose item names the closure's future trips the
+        // compiler's proof that the prompt's future is `Send`. The futures start when polled.
+        let queue: Vec<_> = calls
             .into_iter()
-            .map(|(call, child)| (Some(call.id.clone()), run(call, child)));
+            .map(|(call, child)| (call.id.clone(), run(call, child)))
+            .collect();
+        let calls = ToolCalls {
+            queue: queue.into_iter(),
+            running: FuturesUnordered::new(),
+            limit: self.tool_concurrency.max(1),
+        };
         fan_out(
             &mut self.boundary,
             &mut self.cancel_rx,
             host,
-            self.tool_concurrency,
-            queue,
+            calls,
             Some(&mut agent_events),
         )
         .await
     }
 
-    async fn perform_hooks(&mut self, hooks: HookWork) -> Result<Option<Next>, SessionError> {
+    async fn perform_hooks(&mut self, order: HookOrder) -> Result<Option<Next>, SessionError> {
         let host = &self.host;
-        let HookWork {
-            hook,
-            servers,
-            timeout,
-            context,
-            subjects,
-        } = hooks;
-        let round = telemetry::hook_round(hook, servers.len(), &context);
-        let calls = hook_calls(hook, &servers, timeout, context, &subjects)
-            .map(|(subject, call)| (None, answer_hook(host, &round, subject, call)))
-            // Collected so that every answer's span is made before the round is moved into
-            // the fan-out's instrument.
-            .collect::<Vec<_>>();
-        // Every server of a round is asked at once.
-        fan_out(
-            &mut self.boundary,
-            &mut self.cancel_rx,
-            host,
-            usize::MAX,
-            calls.into_iter(),
-            None,
-        )
-        .instrument(round)
-        .await
+        let span = order.span();
+        let round = Round::start(host, &order, &span, &mut self.hook_timer);
+        fan_out(&mut self.boundary, &mut self.cancel_rx, host, round, None)
+            .instrument(span)
+            .await
     }
 }
 
-/// The calls a [`Effect::CallHooks`] orders, each with the subject it answers: every server
-/// once per subject, or once with `{}` when there are none.
-pub(crate) fn hook_calls<'a>(
-    hook: Hook,
-    servers: &'a [ServerName],
-    timeout: Duration,
-    context: HookContext,
-    subjects: &'a [Value],
-) -> impl Iterator<Item = (Option<u32>, HookCall)> + 'a {
-    let per_subject: Vec<(Option<u32>, serde_json::Map<String, Value>)> = if subjects.is_empty() {
-        vec![(None, serde_json::Map::new())]
-    } else {
-        subjects
-            .iter()
-            .enumerate()
-            .map(|(i, subject)| {
-                let arguments = subject.as_object().cloned().unwrap_or_default();
-                (Some(u32::try_from(i).unwrap_or(u32::MAX)), arguments)
-            })
-            .collect()
-    };
-    per_subject
-        .into_iter()
-        .flat_map(move |(subject, arguments)| {
-            let context = context.clone();
-            servers.iter().map(move |server| {
-                (
-                    subject,
-                    HookCall {
-                        server: server.clone(),
-                        hook,
-                        timeout,
-                        context: context.clone(),
-                        arguments: arguments.clone(),
-                    },
-                )
-            })
-        })
+/// Calls in flight whose answers are facts for the machine: one reply's tool calls, or one
+/// hook round.
+trait InFlight {
+    /// Starts the calls that may start now, telling the observers of each tool call.
+    fn start(&mut self, boundary: &mut Boundary);
+
+    /// The next answer; `None` once every call is answered. Cancel-safe.
+    fn next(&mut self) -> impl Future<Output = Option<Input>>;
+
+    /// Whether nothing is left to start or to wait for.
+    fn is_done(&self) -> bool;
 }
 
-/// Asks one server of a hook round, in that server's answer span under `round`, and comes to
-/// the fact that answers the machine for `subject`. The span is made here, not when the future
-/// is first polled, so that its parent is the round whichever span polls it.
-pub(crate) fn answer_hook<'h>(
-    host: &'h impl ToolHost,
-    round: &Span,
-    subject: Option<u32>,
-    call: HookCall,
-) -> impl Future<Output = Input> + Send + 'h {
-    let span = round.in_scope(|| telemetry::hook_answer(call.hook, &call.server));
-    async move {
-        let reply = call_hook_bounded(host, &call)
-            .instrument(span.clone())
-            .await;
-        telemetry::hook_answered(&span, &reply);
-        Input::HookAnswered {
-            server: call.server,
-            hook: call.hook,
-            reply,
-            subject,
+/// One reply's tool calls: `limit` at a time, the next started each time one ends.
+struct ToolCalls<F> {
+    queue: std::vec::IntoIter<(CallId, F)>,
+    running: FuturesUnordered<F>,
+    limit: usize,
+}
+
+impl<F: Future<Output = Input>> InFlight for ToolCalls<F> {
+    fn start(&mut self, boundary: &mut Boundary) {
+        while self.running.len() < self.limit {
+            let Some((id, call)) = self.queue.next() else {
+                break;
+            };
+            boundary.observe_call_started(&id);
+            self.running.push(call);
         }
     }
+
+    async fn next(&mut self) -> Option<Input> {
+        self.running.next().await
+    }
+
+    fn is_done(&self) -> bool {
+        self.running.is_empty() && self.queue.len() == 0
+    }
 }
 
-/// Calls one hook. The host enforces the hook's timeout; this also bounds a host that does not,
-/// `HOOK_GRACE` past it.
-pub(crate) async fn call_hook_bounded(host: &impl ToolHost, call: &HookCall) -> HookReply {
-    // Boxed for the reason `perform_tools` boxes a tool call: a large future moved several times.
-    tokio::time::timeout(call.timeout + HOOK_GRACE, Box::pin(host.call_hook(call)))
-        .await
-        .unwrap_or(HookReply::TimedOut)
+impl InFlight for Round<'_, '_> {
+    // Every call of a round is sent when it starts.
+    fn start(&mut self, _boundary: &mut Boundary) {}
+
+    async fn next(&mut self) -> Option<Input> {
+        Round::next(self).await
+    }
+
+    fn is_done(&self) -> bool {
+        Round::is_done(self)
+    }
 }
 
-/// Runs the calls of `queue`, `limit` at a time, starting the next each time one ends (telling
-/// the observers when a tool call starts), and feeds each outcome to the machine as it
-/// arrives, until the machine gives its next order or the prompt is cancelled (the calls still
-/// running are dropped, which cancels them). What subagents among the calls saw reaches the
-/// observers through `agent_events`, each before the result of the call it belongs to.
-async fn fan_out<F: Future<Output = Input>>(
+/// Runs the calls of `flight` and feeds each outcome to the machine as it arrives, until the
+/// machine gives its next order or the prompt is cancelled (the calls still running are
+/// dropped, which cancels them). What subagents among the calls saw reaches the observers
+/// through `agent_events`, each before the result of the call it belongs to.
+async fn fan_out(
     boundary: &mut Boundary,
     cancel_rx: &mut watch::Receiver<u64>,
     host: &impl ToolHost,
-    limit: usize,
-    queue: impl Iterator<Item = (Option<CallId>, F)>,
+    mut flight: impl InFlight,
     mut agent_events: Option<&mut tokio::sync::mpsc::UnboundedReceiver<agents::Stamped>>,
 ) -> Result<Option<Next>, SessionError> {
-    let mut queue = queue.peekable();
-    let mut running = FuturesUnordered::new();
-    let start = |boundary: &mut Boundary, running: &mut FuturesUnordered<F>, next| {
-        if let Some((id, call)) = next {
-            if let Some(id) = id {
-                boundary.observe_call_started(&id);
-            }
-            running.push(call);
-        }
-    };
-    while running.len() < limit.max(1) && queue.peek().is_some() {
-        start(boundary, &mut running, queue.next());
-    }
+    flight.start(boundary);
     loop {
         tokio::select! {
             biased;
             () = cancelled(cancel_rx) => {
                 // Dropping a subagent's run cancels it, and it says so before the parent hears.
-                drop(running);
+                drop(flight);
                 boundary.observe_agents(&mut agent_events);
                 boundary.feed(Input::Cancelled)?;
                 return boundary.drain(host).await;
@@ -605,10 +558,10 @@ async fn fan_out<F: Future<Output = Input>>(
             Some(stamped) = next_agent_event(&mut agent_events) => {
                 boundary.observe_agent(stamped);
             }
-            ended = running.next() => {
+            ended = flight.next() => {
                 // Every call answered and no order came: the caller decides if that is a stall.
                 let Some(fact) = ended else { return Ok(None) };
-                if running.is_empty() && queue.peek().is_none() {
+                if flight.is_done() {
                     // The catalog may have changed meanwhile; the machine must know before it
                     // plans the next request.
                     boundary.sync_catalog(host)?;
@@ -619,7 +572,7 @@ async fn fan_out<F: Future<Output = Input>>(
                     return Ok(Some(next));
                 }
                 // After the fact, so observers see a call end before the next one starts.
-                start(boundary, &mut running, queue.next());
+                flight.start(boundary);
             }
         }
     }
@@ -635,17 +588,8 @@ enum Next {
 enum Work {
     Llm(Purpose),
     Tools(Vec<ToolCall>),
-    Hooks(HookWork),
+    Hooks(HookOrder),
     Permission(ToolCall),
-}
-
-/// A round of hook calls to perform.
-struct HookWork {
-    hook: Hook,
-    servers: Vec<ServerName>,
-    timeout: Duration,
-    context: HookContext,
-    subjects: Vec<Value>,
 }
 
 /// The machine and everything that watches its boundary. Kept apart from the injected traits
@@ -786,13 +730,13 @@ impl Boundary {
                 Effect::CallHooks {
                     hook,
                     servers,
-                    timeout_ms,
+                    timeout,
                     context,
                     subjects,
-                } => Next::Work(Work::Hooks(HookWork {
+                } => Next::Work(Work::Hooks(HookOrder {
                     hook,
                     servers,
-                    timeout: Duration::from_millis(timeout_ms),
+                    timeout,
                     context,
                     subjects,
                 })),

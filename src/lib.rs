@@ -321,6 +321,7 @@ pub mod machine;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
+mod millis;
 #[cfg(any(feature = "providers", feature = "mcp", feature = "otel"))]
 mod net;
 pub mod ports;

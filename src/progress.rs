@@ -539,7 +539,7 @@ impl Track {
                             name,
                             is_error: true,
                             output: CANCELLED_OUTPUT.into(),
-                            duration_ms: millis(at.saturating_sub(started)),
+                            duration_ms: crate::millis::of(at.saturating_sub(started)),
                         },
                     );
                 }
@@ -577,7 +577,7 @@ impl Track {
                     name,
                     is_error: output.is_error,
                     output: output.joined_text(),
-                    duration_ms: millis(at.saturating_sub(started)),
+                    duration_ms: crate::millis::of(at.saturating_sub(started)),
                 }
             }
             Input::Prompted { .. }
@@ -653,10 +653,6 @@ fn notice_event(notice: &Notice) -> Event {
             standing: *standing,
         },
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(all(test, feature = "testing"))]

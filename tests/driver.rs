@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hookloop::machine::{Effect, Input, Message, ToolOutput};
+use hookloop::machine::{Catalog, Effect, HookReply, Input, Message, ToolCall, ToolOutput};
 use hookloop::testing::{HookStep, HostEvent, InProcessHost, ScriptedLlm, Step, echo};
 use hookloop::{
-    Config, Hook, HookServers, LlmError, Observer, PromptStop, ServerName, Session, SessionError,
+    Config, Hook, HookCall, HookServers, LlmError, Observer, PromptStop, ServerName, Session,
+    SessionError, ToolHost,
 };
 use serde_json::json;
 
@@ -90,7 +91,7 @@ async fn a_hanging_hook_times_out_and_a_second_timeout_kills_its_server() {
     assert_eq!(
         started.elapsed(),
         Duration::from_millis(2_500),
-        "the timeout is the host's, to the ms"
+        "the timeout holds to the ms"
     );
     assert!(
         !host
@@ -101,6 +102,64 @@ async fn a_hanging_hook_times_out_and_a_second_timeout_kills_its_server() {
     session.prompt("two").await.unwrap();
     assert_eq!(
         host.log().last(),
+        Some(&HostEvent::Kill {
+            server: ServerName::new("slow").unwrap()
+        })
+    );
+    assert_clean(&llm);
+}
+
+/// A host that leaves the hook timeout to the driver: its hook calls wait as long as the server
+/// takes, and the rest is the in-process host's.
+struct Unbounded(InProcessHost);
+
+impl ToolHost for Unbounded {
+    fn catalog_generation(&self) -> u64 {
+        self.0.catalog_generation()
+    }
+
+    fn catalog(&self) -> Catalog {
+        self.0.catalog()
+    }
+
+    async fn call_tool(&self, call: &ToolCall) -> ToolOutput {
+        self.0.call_tool(call).await
+    }
+
+    async fn call_hook(&self, call: &HookCall) -> HookReply {
+        let unbounded = HookCall {
+            timeout: Duration::MAX,
+            ..call.clone()
+        };
+        self.0.call_hook(&unbounded).await
+    }
+
+    async fn kill_server(&self, server: &ServerName) {
+        self.0.kill_server(server).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_that_never_answers_a_hook_holds_the_round_no_longer_than_the_timeout() {
+    let llm = ScriptedLlm::new([Step::text("a"), Step::text("b")]);
+    let inner = InProcessHost::new().hook("slow", Hook::Stop, [HookStep::Hang, HookStep::Hang]);
+    let config = Config::builder()
+        .hook_servers(HookServers::All)
+        .hook_timeout(Duration::from_millis(2_500))
+        .build()
+        .unwrap();
+    let mut session = Session::new(config, llm.clone(), Unbounded(inner.clone()));
+    let started = tokio::time::Instant::now();
+    assert_eq!(session.prompt("one").await.unwrap(), PromptStop::EndTurn);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(2_500),
+        "the driver keeps the round's deadline, to the ms"
+    );
+    // The driver's timeout is a timeout like any: the second in a row kills the server.
+    session.prompt("two").await.unwrap();
+    assert_eq!(
+        inner.log().last(),
         Some(&HostEvent::Kill {
             server: ServerName::new("slow").unwrap()
         })

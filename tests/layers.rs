@@ -32,7 +32,14 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "the core",
-        &["text", "private", "hooks", "machine", "supervisor"],
+        &[
+            "text",
+            "private",
+            "millis",
+            "hooks",
+            "machine",
+            "supervisor",
+        ],
     ),
     ("the seams and the shared plumbing", &["ports", "net"]),
     ("settings and traces", &["config", "telemetry"]),

@@ -220,13 +220,13 @@ fn a_divergence_inside_a_subagent_names_it() {
         )
     });
     let Event::AgentEffect {
-        effect: Effect::CallHooks { timeout_ms, .. },
+        effect: Effect::CallHooks { timeout, .. },
         ..
     } = &mut transcript.records[index].event
     else {
         unreachable!("picked above");
     };
-    *timeout_ms += 1;
+    *timeout += std::time::Duration::from_millis(1);
     let divergence = transcript.replay().expect_err("a changed order diverges");
     assert_eq!(divergence.agent, Some(AgentId("agent-1".into())));
     assert_eq!(divergence.index, index);

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use super::{PermissionAsker, answer_hook, hook_calls};
+use super::{HookOrder, HookTimer, PermissionAsker, Round};
 use crate::machine::{
     AgentId, CallId, Effect, Input, Machine, MachineError, Purpose, ToolCall, ToolOutput,
 };
@@ -68,6 +68,7 @@ impl<'a, L: LlmClient, H: ToolHost> Family<'a, L, H> {
                 catalog_generation: None,
                 finished: false,
                 round: None,
+                hook_timer: HookTimer::default(),
             };
             let output = match lane.drive().instrument(span.clone()).await {
                 Ok(output) => output,
@@ -92,13 +93,14 @@ struct Lane<'f, 'a, L, H> {
     finished: bool,
     /// The span of the hook round just run, for the notices its answers bring.
     round: Option<Span>,
+    hook_timer: HookTimer,
 }
 
 /// What the child waits on next.
 enum Step {
     Llm(Purpose),
     Tools(Vec<ToolCall>),
-    Hooks(Effect),
+    Hooks(HookOrder),
     Permission(ToolCall),
     Finished,
 }
@@ -222,30 +224,23 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
         }
     }
 
-    async fn run_hooks(&mut self, order: Effect) -> Result<(), MachineError> {
-        let Effect::CallHooks {
-            hook,
-            servers,
-            timeout_ms,
-            context,
-            subjects,
-        } = order
-        else {
-            return Ok(());
-        };
-        let host = self.family.host;
-        let timeout = Duration::from_millis(timeout_ms);
-        let round = telemetry::hook_round(hook, servers.len(), &context);
-        let mut running: FuturesUnordered<_> =
-            hook_calls(hook, &servers, timeout, context, &subjects)
-                .map(|(subject, call)| answer_hook(host, &round, subject, call))
-                .collect();
-        while let Some(fact) = running.next().await {
-            self.feed(fact)?;
+    async fn run_hooks(&mut self, order: HookOrder) -> Result<(), MachineError> {
+        let span = order.span();
+        // Lent to the round, which the lane's feeding must not borrow.
+        let mut timer = std::mem::take(&mut self.hook_timer);
+        let mut round = Round::start(self.family.host, &order, &span, &mut timer);
+        let mut fed = Ok(());
+        while let Some(fact) = round.next().await {
+            fed = self.feed(fact);
+            if fed.is_err() {
+                break;
+            }
         }
+        drop(round);
+        self.hook_timer = timer;
         // The round's objection or denial comes with the notices that follow its answers.
-        self.round = Some(round);
-        Ok(())
+        self.round = Some(span);
+        fed
     }
 
     /// Performs the orders that expect no answer and returns the one that does, or the finish.
@@ -265,7 +260,19 @@ impl<L: LlmClient, H: ToolHost> Lane<'_, '_, L, H> {
                 Effect::CallLlm { purpose, .. } => Step::Llm(purpose),
                 Effect::CallTools { calls } => Step::Tools(calls),
                 Effect::AskPermission { call } => Step::Permission(call),
-                order @ Effect::CallHooks { .. } => Step::Hooks(order),
+                Effect::CallHooks {
+                    hook,
+                    servers,
+                    timeout,
+                    context,
+                    subjects,
+                } => Step::Hooks(HookOrder {
+                    hook,
+                    servers,
+                    timeout,
+                    context,
+                    subjects,
+                }),
                 Effect::Finish { .. } => Step::Finished,
             });
         }

@@ -35,8 +35,10 @@ pub enum Effect {
         /// The calls, in the model's order.
         calls: Vec<ToolCall>,
     },
-    /// Call `hook` on each server at once, each bounded by `timeout_ms`, and answer each with
-    /// [`Input::HookAnswered`](crate::machine::Input::HookAnswered). Each server gets one call
+    /// Call `hook` on each server at once, and answer each with
+    /// [`Input::HookAnswered`](crate::machine::Input::HookAnswered): the order's `timeout` is the
+    /// round's one deadline, and a call still unanswered when it passes is answered
+    /// [`HookReply::TimedOut`](crate::machine::HookReply::TimedOut) (and dropped, which cancels it). Each server gets one call
     /// per entry of `subjects`, whose arguments are that entry, answered with its index as
     /// `subject`; with no subjects, one call with arguments `{}` and no `subject`.
     CallHooks {
@@ -44,8 +46,10 @@ pub enum Effect {
         hook: Hook,
         /// The servers to call it on, in configuration order.
         servers: Vec<ServerName>,
-        /// How long each call may take, in ms.
-        timeout_ms: u64,
+        /// How long the round's calls may take, from the moment they are sent; written as
+        /// `timeout_ms`.
+        #[serde(rename = "timeout_ms", with = "crate::millis")]
+        timeout: std::time::Duration,
         /// Session facts the servers may use.
         context: HookContext,
         /// What each call is about; empty for one call with arguments `{}`.

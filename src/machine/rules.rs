@@ -29,7 +29,7 @@ impl Core {
         context.emit(Effect::CallHooks {
             hook,
             servers,
-            timeout_ms: self.policy.hook_timeout_ms,
+            timeout: self.policy.hook_timeout(),
             context: self.hook_context(),
             subjects,
         });

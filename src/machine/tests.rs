@@ -1219,14 +1219,12 @@ fn hook_context_reports_the_session_counters() {
     );
     let effects = feed(&mut m, end_turn());
     let Some(Effect::CallHooks {
-        context,
-        timeout_ms,
-        ..
+        context, timeout, ..
     }) = effects.last()
     else {
         panic!("{effects:?}")
     };
-    assert_eq!(*timeout_ms, 2_500);
+    assert_eq!(*timeout, std::time::Duration::from_millis(2_500));
     assert_eq!(
         *context,
         HookContext {

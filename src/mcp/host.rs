@@ -338,13 +338,13 @@ impl ToolHost for McpHost {
             .with_arguments(call.arguments.clone());
         params.meta = Some(hook_meta(&self.session_id(), call));
         let max = self.shared.options.max_output_bytes;
-        // The timeout starts as the request is sent.
-        match tokio::time::timeout(call.timeout, slot.call(&conn, params, CallKind::Hook)).await {
-            Err(_) => HookReply::TimedOut,
-            Ok(Err(error)) => HookReply::Failed {
+        // The hook's timeout is the driver's: it drops this call at the round's deadline,
+        // which makes rmcp send `notifications/cancelled` for it.
+        match slot.call(&conn, params, CallKind::Hook).await {
+            Err(error) => HookReply::Failed {
                 error: error.to_string(),
             },
-            Ok(Ok(result)) => convert::hook_reply(&call.server, call.hook, result, max),
+            Ok(result) => convert::hook_reply(&call.server, call.hook, result, max),
         }
     }
 
@@ -377,7 +377,7 @@ impl ToolHost for McpHost {
 
 /// The supervisor's policy from the host's options.
 fn supervisor_policy(options: &HostOptions) -> SupervisorPolicy {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let ms = crate::millis::of;
     SupervisorPolicy {
         restart_budget: options.restart_budget,
         restart_backoff_ms: ms(options.restart_backoff),

@@ -40,7 +40,10 @@ pub struct HookCall {
     pub server: ServerName,
     /// The hook to call.
     pub hook: Hook,
-    /// Answer [`HookReply::TimedOut`] past this; the driver also stops waiting shortly after.
+    /// The round's timeout, which the driver enforces: at the deadline it drops the call
+    /// (see [`ToolHost`] on dropped calls) and answers [`HookReply::TimedOut`] for it. A host
+    /// need not enforce it; one that passes the call on (a shell command, a proxy) may pass it
+    /// on too.
     pub timeout: Duration,
     /// Session facts the host may pass to the server (as `_meta`).
     pub context: HookContext,

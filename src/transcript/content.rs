@@ -102,13 +102,13 @@ pub(crate) fn redact_effect(effect: &Effect) -> Effect {
         Effect::CallHooks {
             hook,
             servers,
-            timeout_ms,
+            timeout,
             context,
             subjects,
         } => Effect::CallHooks {
             hook: *hook,
             servers: servers.clone(),
-            timeout_ms: *timeout_ms,
+            timeout: *timeout,
             context: context.clone(),
             subjects: subjects.iter().map(json_strings).collect(),
         },
@@ -126,7 +126,7 @@ pub(crate) fn canonical_effect(effect: &Effect) -> Option<Effect> {
     let Effect::CallHooks {
         hook,
         servers,
-        timeout_ms,
+        timeout,
         context,
         subjects,
     } = effect
@@ -136,7 +136,7 @@ pub(crate) fn canonical_effect(effect: &Effect) -> Option<Effect> {
     Some(Effect::CallHooks {
         hook: *hook,
         servers: servers.clone(),
-        timeout_ms: *timeout_ms,
+        timeout: *timeout,
         context: context.clone(),
         subjects: subjects.iter().map(sorted_keys).collect(),
     })

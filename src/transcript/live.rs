@@ -3,16 +3,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::driver::{call_hook_bounded, hook_calls};
+use crate::driver::{HookOrder, HookTimer, Round};
 use crate::hooks::ServerName;
 use crate::machine::{
     AGENT_TOOL, AgentId, CallId, Effect, HookReply, Input, Machine, Notice, ToolOutput,
 };
-use crate::ports::{HookCall, ToolHost};
+use crate::ports::ToolHost;
 use crate::transcript::replay::is_child_of;
 use crate::transcript::{Divergence, DivergenceKind};
 use crate::transcript::{Event, Transcript, Truncation};
@@ -34,6 +33,7 @@ pub async fn replay_live<H: ToolHost>(transcript: &Transcript, host: &H) -> Live
         )),
         agents: BTreeMap::new(),
         drifts: Vec::new(),
+        hook_timer: HookTimer::default(),
     };
     for (index, record) in transcript.records.iter().enumerate() {
         let line = transcript.line_of(index);
@@ -230,6 +230,8 @@ struct Live {
     /// Every subagent started so far, by id.
     agents: BTreeMap<AgentId, Lane>,
     drifts: Vec<Drift>,
+    /// The one timer of the live hook rounds.
+    hook_timer: HookTimer,
 }
 
 /// One agent's machine and the live answers to its last order.
@@ -323,20 +325,30 @@ impl Live {
             Effect::CallHooks {
                 hook,
                 servers,
-                timeout_ms,
+                timeout,
                 context,
                 subjects,
             } => {
-                let timeout = Duration::from_millis(timeout_ms);
-                let calls: Vec<(Option<u32>, HookCall)> =
-                    hook_calls(hook, &servers, timeout, context, &subjects).collect();
-                let answers =
-                    join_all(calls.iter().map(|(_, call)| call_hook_bounded(host, call))).await;
-                lane.hooks = calls
-                    .into_iter()
-                    .zip(answers)
-                    .map(|((subject, call), answer)| ((call.server, subject), answer))
-                    .collect();
+                let order = HookOrder {
+                    hook,
+                    servers,
+                    timeout,
+                    context,
+                    subjects,
+                };
+                let mut round = Round::start(host, &order, &order.span(), &mut self.hook_timer);
+                lane.hooks.clear();
+                while let Some(fact) = round.next().await {
+                    if let Input::HookAnswered {
+                        server,
+                        reply,
+                        subject,
+                        ..
+                    } = fact
+                    {
+                        lane.hooks.insert((server, subject), reply);
+                    }
+                }
             }
             Effect::KillServer { server } => host.kill_server(&server).await,
             // The user's decision is replayed as recorded: nobody is asked again.

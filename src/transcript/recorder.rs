@@ -240,7 +240,7 @@ impl Recorder {
     }
 
     fn record(&self, at: Duration, event: RecordRef<'_>) {
-        let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+        let at_ms = crate::millis::of(at);
         let (redacted_effect, redacted_fact, canonical);
         let (effect, fact) = if self.shared.content_redacted {
             redacted_effect = event.effect.map(redact_effect);

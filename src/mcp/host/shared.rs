@@ -48,7 +48,7 @@ impl Shared {
     }
 
     pub(super) fn now_ms(&self) -> u64 {
-        u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+        crate::millis::of(self.clock.elapsed())
     }
 
     pub(super) fn record(&self, event: supervisor::Event) {

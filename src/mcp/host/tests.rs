@@ -270,7 +270,24 @@ async fn a_timed_out_hook_is_cancelled_on_the_server() {
     let (host, _) = McpHost::duplex(vec![("p", serve(&probe))], options())
         .await
         .unwrap();
-    assert_eq!(host.call_hook(&stop_call(100)).await, HookReply::TimedOut);
+    // The timeout is the driver's round's: at the deadline it drops the host's call.
+    let order = crate::driver::HookOrder {
+        hook: Hook::Stop,
+        servers: vec![ServerName::new("p").unwrap()],
+        timeout: Duration::from_millis(100),
+        context: HookContext::default(),
+        subjects: Vec::new(),
+    };
+    let mut timer = crate::driver::HookTimer::default();
+    let span = tracing::Span::none();
+    let mut round = crate::driver::Round::start(&host, &order, &span, &mut timer);
+    assert!(matches!(
+        round.next().await,
+        Some(crate::machine::Input::HookAnswered {
+            reply: HookReply::TimedOut,
+            ..
+        })
+    ));
     assert!(eventually(|| probe.cancelled.load(Ordering::SeqCst) == 1).await);
 }
 

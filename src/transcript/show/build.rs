@@ -169,7 +169,7 @@ impl Builder {
             Effect::CallHooks {
                 hook,
                 servers,
-                timeout_ms,
+                timeout,
                 context,
                 subjects,
             } => {
@@ -186,7 +186,7 @@ impl Builder {
                 EntryKind::HookRound {
                     hook: *hook,
                     number: *count,
-                    timeout_ms: *timeout_ms,
+                    timeout_ms: crate::millis::of(*timeout),
                     context: context.clone(),
                     subjects: subjects.clone(),
                     answers: servers
