@@ -42,7 +42,10 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         | Bug::HookCallRun
         | Bug::SummaryDropsPrompt
         | Bug::SummaryAfterPrompt
-        | Bug::CancelledUnanswered => (Family::single_server_classes, |_| true),
+        | Bug::CancelledUnanswered
+        | Bug::NeverCompacts
+        | Bug::CompactedFlagKept
+        | Bug::UsageKeptAcrossCompaction => (Family::single_server_classes, |_| true),
         Bug::HookOnDisallowedServer => (Family::two_servers, |s| s.allow == Allow::One),
         Bug::TimeoutSpeaks
         | Bug::HookUnencoded
@@ -53,6 +56,12 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         // Two timeouts in a row within one prompt.
         Bug::NeverKilled => (Family::every_hook, |_| true),
         Bug::StopBudgetOffByOne => (Family::budgets, |s| s.budget >= 1),
+        Bug::ObjectionsResetByCompaction
+        | Bug::ObjectionsResetByCatalog
+        | Bug::ObjectedSkipsCalls => (Family::budgets, |s| s.budget == 1),
+        Bug::InjectionDroppedAfterCompaction => (Family::each_hook_alone, |s| {
+            allowed(s) && has(s, 0, &[Hook::PostToolUse])
+        }),
         Bug::DeclinedObjectionAsksAgain => (Family::budgets, |s| s.budget >= 2),
         Bug::PreCompactInjected => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreCompact])
@@ -67,7 +76,9 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         | Bug::RejectedCallRuns
         | Bug::StandingForgotten
         | Bug::WithdrawnToolRuns
-        | Bug::StandingAllowSkips => (Family::permission, |_| true),
+        | Bug::StandingAllowSkips
+        | Bug::DestructiveHintsKept
+        | Bug::RejectOnceStands => (Family::permission, |_| true),
         Bug::RoundCapOffByOne | Bug::RoundsCarriedOver => (Family::round_cap, |_| true),
         Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
             unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
@@ -75,13 +86,46 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
     }
 }
 
-/// The rule that must catch a bug, for the bugs whose rule is named: a bug caught by another
-/// rule than the one written for it shows that rule is not doing its job.
-fn caught_by(bug: Bug) -> Option<&'static str> {
+/// The rule that must catch each bug: a bug caught by another rule than the one written for it
+/// shows that rule is not doing its job (or that the bug is not the one its name says).
+fn caught_by(bug: Bug) -> &'static str {
+    use hookloop::testing::{compaction, consent, liveness, rounds, runs, words};
+    const STOP: &str = "_Stop is asked at a genuine end of turn exactly when the rules allow";
+    const KILL: &str = "a server is killed exactly on its second consecutive timeout";
+    const COMPACTED: &str = "a compacted context keeps the running prompt and nothing new";
     match bug {
-        Bug::WithdrawnToolRuns => Some("only offered tools run"),
-        Bug::DenialSpreads | Bug::StandingAllowSkips => Some(hookloop::testing::runs::RUNS),
-        _ => None,
+        Bug::HookOffered => "hooks are never offered to the model",
+        Bug::HookCallRun => "hooks are never run by the model",
+        Bug::HookOnDisallowedServer | Bug::SessionStartEveryPrompt => liveness::RULE,
+        Bug::TimeoutSpeaks | Bug::HookUnencoded => words::RULE,
+        Bug::KillOnFirstTimeout | Bug::NeverKilled => KILL,
+        Bug::StopBudgetOffByOne
+        | Bug::DeclinedObjectionAsksAgain
+        | Bug::ObjectionsResetByCompaction
+        | Bug::ObjectionsResetByCatalog => STOP,
+        Bug::PreCompactInjected => "injections only at their points",
+        Bug::SummaryDropsPrompt | Bug::SummaryAfterPrompt => COMPACTED,
+        Bug::PostCompactBeforeSummary => "the history only grows between compactions",
+        Bug::DeniedCallRuns => "a denied call never runs",
+        Bug::PermissionNotAsked | Bug::RejectedCallRuns | Bug::DestructiveHintsKept => {
+            consent::RUNS
+        }
+        Bug::StandingForgotten => consent::STANDING,
+        Bug::CancelledUnanswered => "once a batch is over, every call is answered exactly once",
+        Bug::WithdrawnToolRuns => "only offered tools run",
+        Bug::DenialSpreads
+        | Bug::StandingAllowSkips
+        | Bug::RejectOnceStands
+        | Bug::ObjectedSkipsCalls => runs::RUNS,
+        Bug::RoundCapOffByOne => rounds::BOUND,
+        Bug::RoundsCarriedOver => rounds::ENDS_AT_CAP,
+        Bug::NeverCompacts | Bug::CompactedFlagKept | Bug::UsageKeptAcrossCompaction => {
+            compaction::RULE
+        }
+        Bug::InjectionDroppedAfterCompaction => words::INJECTED,
+        Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
+            unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
+        }
     }
 }
 
@@ -187,16 +231,25 @@ fn every_planted_bug_is_found_by_the_ci_exploration_with_a_replayable_counterexa
     }
     eprintln!("{table}");
     assert!(missed.is_empty(), "not found:\n{}", missed.join("\n"));
+    let wrong: Vec<String> = found
+        .iter()
+        .filter(|one| one.counterexample.violation.rule != caught_by(one.bug))
+        .map(|one| {
+            format!(
+                "{:?}: caught by {:?}, written for {:?}: {}",
+                one.bug,
+                one.counterexample.violation.rule,
+                caught_by(one.bug),
+                one.counterexample
+            )
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "caught by the wrong rule:\n{}",
+        wrong.join("\n")
+    );
     readme_table_is(&found);
-    for one in &found {
-        if let Some(rule) = caught_by(one.bug) {
-            assert_eq!(
-                one.counterexample.violation.rule, rule,
-                "{:?}: {}",
-                one.bug, one.counterexample
-            );
-        }
-    }
     for one in &found {
         let c = &one.counterexample;
         let path = out_dir().join(format!("{:?}.jsonl", one.bug));

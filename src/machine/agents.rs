@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::catalog::Tools;
 use super::identity::{AgentId, AgentRef};
+use super::planted::{self, Bug};
 use super::{Catalog, Core, FinishReason, Machine, ToolCall, ToolOutput, ToolSpec};
 use crate::hooks::Hook;
 
@@ -134,7 +135,11 @@ impl Core {
     /// subagents.
     pub(super) fn tools_of(&self, catalog: &Catalog) -> Arc<Tools> {
         let agent = self.offers_agent().then(agent_spec);
-        Arc::new(Tools::new(catalog, &self.policy.hook_servers, agent))
+        let mut tools = Tools::new(catalog, &self.policy.hook_servers, agent);
+        if planted::on(Bug::DestructiveHintsKept) && !self.tools.destructive.is_empty() {
+            tools.destructive.clone_from(&self.tools.destructive);
+        }
+        Arc::new(tools)
     }
 
     /// Whether the model is offered `agent`: subagents are on and this agent is above the

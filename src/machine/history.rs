@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use crate::machine::digest::Digest;
 use crate::machine::fresh_lineage;
 use crate::machine::message::{CallId, Message};
+use crate::machine::planted::{self, Bug};
 // Re-exported for the machine's other rooms, which count tokens as the history does.
 pub(super) use crate::machine::policy::BYTES_PER_TOKEN;
 use crate::machine::policy::Media;
@@ -91,9 +92,13 @@ impl History {
 
     /// Replaces the whole history (compaction). Usage reported before no longer applies.
     pub fn replace(&mut self, messages: Vec<Message>) {
+        let anchor = self.anchor;
         *self = Self::new(std::mem::take(&mut self.media));
         for message in messages {
             self.push(message);
+        }
+        if planted::on(Bug::UsageKeptAcrossCompaction) {
+            self.anchor = anchor;
         }
     }
 

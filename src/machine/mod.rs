@@ -415,6 +415,9 @@ impl Core {
             }
             Input::CatalogChanged { catalog } => {
                 self.tools = self.tools_of(catalog);
+                if planted::on(Bug::ObjectionsResetByCatalog) {
+                    self.counters.objections = 0;
+                }
                 Handled
             }
             Input::PermissionSettingChanged { ask } => {
@@ -502,6 +505,9 @@ impl Core {
                 };
                 if decision.is_standing() && !planted::on(Bug::StandingForgotten) {
                     self.standing.insert(call.name.clone(), decision.allows());
+                }
+                if planted::on(Bug::RejectOnceStands) && !decision.allows() {
+                    self.standing.insert(call.name.clone(), false);
                 }
                 let mut batch = std::mem::take(batch);
                 let mut from = *at;
@@ -664,6 +670,9 @@ impl Core {
             }
             Input::CatalogChanged { catalog } => {
                 self.tools = self.tools_of(catalog);
+                if planted::on(Bug::ObjectionsResetByCatalog) {
+                    self.counters.objections = 0;
+                }
                 Handled
             }
             Input::Prompted { .. }

@@ -65,6 +65,28 @@ pub enum Bug {
     RoundCapOffByOne,
     /// Round cap: a new prompt inherits the last one's request count, so it ends early.
     RoundsCarriedOver,
+    /// Compaction: the context is never compacted, however far over the line it is.
+    NeverCompacts,
+    /// Compaction: the flag that forbids two compactions without a reply between is not reset
+    /// by the reply, so a prompt compacts once at most.
+    CompactedFlagKept,
+    /// Compaction: the usage the provider reported survives the compaction that made it stale,
+    /// so the fresh context counts as over the line and is compacted again.
+    UsageKeptAcrossCompaction,
+    /// `_Stop`: a compaction resets the objections spent, so the budget is spent again.
+    ObjectionsResetByCompaction,
+    /// Permission: a catalog change keeps the destructive hints of the catalog before it.
+    DestructiveHintsKept,
+    /// Injection: after a compaction, `_PostToolUse` words are announced but never enter the
+    /// history.
+    InjectionDroppedAfterCompaction,
+    /// Permission: a "reject once" is kept as if it were "reject always".
+    RejectOnceStands,
+    /// `_Stop`: a catalog change resets the objections spent, so the budget is spent again.
+    ObjectionsResetByCatalog,
+    /// Tools: once an objection came in a prompt, the model's later calls in it are answered
+    /// unrun.
+    ObjectedSkipsCalls,
     /// Restart budget: a server is restarted once more than its budget allows.
     RestartPastBudget,
     /// Backoff: the wait before a restart stays at the base instead of doubling per bad end.
@@ -76,7 +98,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 24] = [
+    pub const MACHINE: [Self; 33] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -101,6 +123,15 @@ impl Bug {
         Self::StandingAllowSkips,
         Self::RoundCapOffByOne,
         Self::RoundsCarriedOver,
+        Self::NeverCompacts,
+        Self::CompactedFlagKept,
+        Self::UsageKeptAcrossCompaction,
+        Self::ObjectionsResetByCompaction,
+        Self::DestructiveHintsKept,
+        Self::InjectionDroppedAfterCompaction,
+        Self::RejectOnceStands,
+        Self::ObjectedSkipsCalls,
+        Self::ObjectionsResetByCatalog,
     ];
 
     /// The bugs in the supervisor, which sits outside the explorer: its property tests find

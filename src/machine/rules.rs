@@ -303,7 +303,12 @@ impl Core {
     pub(super) fn inject_context(&mut self, context: &mut Outbox, round: HookRound) {
         let hook = round.hook;
         for (_, server, text) in round.said() {
-            self.inject_hook_pair(hook, &server, &text);
+            let dropped = planted::on(Bug::InjectionDroppedAfterCompaction)
+                && hook == Hook::PostToolUse
+                && self.counters.compactions > 0;
+            if !dropped {
+                self.inject_hook_pair(hook, &server, &text);
+            }
             context.notify(Notice::HookInjected { hook, server, text });
         }
     }

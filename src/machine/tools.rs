@@ -34,6 +34,8 @@ impl Core {
                     name: call.name.clone(),
                 });
                 Some(ToolOutput::error(unknown_tool_text(&call.name)))
+            } else if planted::on(Bug::ObjectedSkipsCalls) && self.turn.objected {
+                Some(ToolOutput::error("cancelled"))
             } else if !call.arguments.is_object() {
                 Some(ToolOutput::error(invalid_arguments_text(
                     &call.name,

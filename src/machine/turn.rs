@@ -59,7 +59,9 @@ impl Core {
         reply: &LlmReply,
         resume: Resume,
     ) -> Outcome<State> {
-        self.turn.compacted = false;
+        if !planted::on(Bug::CompactedFlagKept) {
+            self.turn.compacted = false;
+        }
         self.note_reply_text(&reply.text);
         // A usage block without input tokens (0, or left out and defaulted) measures nothing:
         // anchoring on it would zero the context estimate and put off compaction.
@@ -155,6 +157,9 @@ impl Core {
         resume: Resume,
     ) -> Outcome<State> {
         let before = self.history.len();
+        if planted::on(Bug::ObjectionsResetByCompaction) {
+            self.counters.objections = 0;
+        }
         match summary {
             Some(summary) => {
                 let mut fresh = vec![

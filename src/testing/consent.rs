@@ -2,10 +2,15 @@
 //! destructive tool runs only once the user allowed it (that call, or the tool "always"); a
 //! call the user rejected never runs; and an "always" decision answers every later call of
 //! the tool in the session, so the user is never asked about it again.
+//!
+//! Which tools are destructive is read from the catalogs fed (a tool its server marks
+//! `destructiveHint`), and whether the policy asks from the policy the session started under
+//! and the `PermissionSettingChanged` facts since: never from the machine's own sets.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::machine::{CallId, Canon, Effect, Input, PermissionDecision};
+use crate::hooks;
+use crate::machine::{CallId, Canon, Catalog, Effect, Input, PermissionDecision, Policy};
 
 use super::transition::{Transition, Violation, ensure};
 
@@ -17,6 +22,10 @@ pub const STANDING: &str = "an \"always\" decision answers every later call of i
 /// What the rules remember between facts.
 #[derive(Clone, Debug, Default)]
 pub struct Consent {
+    /// The policy asks before a destructive call runs, as the facts last set it.
+    ask: bool,
+    /// The model-facing names the last catalog fed marks destructive.
+    destructive: BTreeSet<String>,
     /// The call the user is being asked about, and its tool.
     asked: Option<(CallId, String)>,
     /// Calls the user allowed once, not yet run.
@@ -25,9 +34,43 @@ pub struct Consent {
     standing: BTreeMap<String, bool>,
 }
 
+/// The model-facing names of the tools a catalog marks destructive.
+pub fn destructive_in(catalog: &Catalog) -> BTreeSet<String> {
+    catalog
+        .servers
+        .iter()
+        .flat_map(|entry| {
+            entry
+                .tools
+                .iter()
+                .filter(|tool| !hooks::is_hook(&tool.name) && tool.hints.destructive == Some(true))
+                .map(|tool| hooks::qualify(entry.server.as_str(), &tool.name))
+        })
+        .collect()
+}
+
 impl Consent {
+    /// The rules of a session under `policy`, before any catalog.
+    pub fn new(policy: &Policy) -> Self {
+        Self {
+            ask: policy.ask_permission,
+            ..Self::default()
+        }
+    }
+
+    /// The same rules, knowing the catalog fed before the first fact they see.
+    pub fn knowing(mut self, catalog: &Catalog) -> Self {
+        self.destructive = destructive_in(catalog);
+        self
+    }
+
     /// Appends what the rules remember to `e`, for an explorer's fingerprint.
     pub fn fingerprint(&self, e: &mut Canon) {
+        e.bool(self.ask);
+        e.num(self.destructive.len() as u64);
+        for name in &self.destructive {
+            e.str(name);
+        }
         match &self.asked {
             None => e.tag(0),
             Some((id, tool)) => {
@@ -46,6 +89,11 @@ impl Consent {
 
     /// Checks the orders a fact led to.
     pub fn check(&mut self, step: &Transition<'_>) -> Result<(), Violation> {
+        match step.fact {
+            Input::CatalogChanged { catalog } => self.destructive = destructive_in(catalog),
+            Input::PermissionSettingChanged { ask } => self.ask = *ask,
+            _ => {}
+        }
         if let Input::PermissionDecided { id, decision } = step.fact
             && let Some((asked, tool)) = self.asked.take()
             && asked == *id
@@ -71,7 +119,8 @@ impl Consent {
                 }
                 Effect::CallTools { calls } => {
                     for call in calls {
-                        let consented = !step.machine.asks_permission_for(&call.name)
+                        let asks = self.ask && self.destructive.contains(&call.name);
+                        let consented = !asks
                             || self.allowed.remove(&call.id)
                             || self.standing.get(&call.name) == Some(&true);
                         ensure(consented, RUNS, || {

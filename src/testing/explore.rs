@@ -116,8 +116,8 @@ use std::mem::{Discriminant, discriminant};
 use serde_json::json;
 
 use super::invariants::Invariants;
-use super::runs;
 use super::transition::Violation;
+use super::{liveness, runs};
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
     AGENT_TOOL, CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply,
@@ -680,6 +680,15 @@ pub fn explore_at<S: Subject>(
         == offered;
     if starts_with {
         invariants = invariants.knowing(&catalog);
+    }
+    // Whether `_Stop` is owed is judged from the first catalog's hooks when they are the ones
+    // the start was given.
+    let hooks_as_given = [Hook::Stop].iter().all(|hook| {
+        liveness::servers_of(&catalog, &start.machine().policy().hook_servers, *hook)
+            == start.machine().hook_servers(*hook)
+    });
+    if hooks_as_given {
+        invariants = invariants.knowing_hooks(&catalog);
     }
     if grain == Grain::Abstract {
         let budget = i64::from(start.machine().policy().stop_max_rejections);

@@ -6,6 +6,10 @@
 //! last work, the objection latch, consecutive timeouts per server, the slack of the bound on
 //! model requests, the calls a `_PreToolUse` round denied) and nothing else, so an explorer can
 //! put it in its state's fingerprint.
+//!
+//! Whether `_Stop` must be asked at a genuine end of turn is judged from the facts: an allowed
+//! server has it in the last catalog fed ([`Invariants::knowing`] names the first), and the
+//! objections spent are the `_Stop` rounds whose answers said words, counted here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,8 +20,9 @@ use crate::machine::{
 };
 
 use super::check_pairing;
+use super::compaction::CompactionDue;
 use super::consent::Consent;
-use super::liveness::{HookLiveness, stop_hook};
+use super::liveness::{HookLiveness, servers_of, stop_hook};
 use super::rounds::RoundCap;
 use super::runs::{Runnable, in_batch};
 use super::transition::{Transition, Violation, broken, ensure};
@@ -63,6 +68,17 @@ pub struct Invariants {
     rounds: RoundCap,
     /// The reply's runnable calls, owed a run.
     runs: Runnable,
+    /// When a compaction is due.
+    compaction: CompactionDue,
+    /// The `_Stop` rounds that objected, counted from the answers fed.
+    objections: u32,
+    /// The open `_Stop` (or `_SubagentStop`) round: answers still awaited, and whether one
+    /// said words.
+    stop_round: Option<(usize, bool)>,
+    /// Whether an allowed server has `_Stop` in the last catalog fed; `None` until a catalog
+    /// is known. A subagent's `_SubagentStop` is judged from the servers the machine asks:
+    /// the explorer's child subject gives the child a catalog of its own, not the fact fed.
+    stop_servers: Option<bool>,
 }
 
 impl Invariants {
@@ -85,10 +101,19 @@ impl Invariants {
             prompt: String::new(),
             liveness: HookLiveness::new(policy.hook_servers.clone()),
             words: HookWords::default(),
-            consent: Consent::default(),
+            consent: Consent::new(policy),
             rounds: RoundCap::new(policy),
             runs: Runnable::default(),
+            compaction: CompactionDue::default(),
+            objections: 0,
+            stop_round: None,
+            stop_servers: None,
         }
+    }
+
+    /// Whether an allowed server has `_Stop` in `catalog`.
+    fn stop_servers_of(&self, catalog: &Catalog) -> bool {
+        !servers_of(catalog, &self.allow, Hook::Stop).is_empty()
     }
 
     /// The same invariants, knowing the catalog fed before the first fact they see: the rule
@@ -96,6 +121,15 @@ impl Invariants {
     /// `CatalogChanged` fact.
     pub fn knowing(mut self, catalog: &Catalog) -> Self {
         self.runs = Runnable::knowing(catalog);
+        self.consent = std::mem::take(&mut self.consent).knowing(catalog);
+        self
+    }
+
+    /// The same invariants, knowing that the hooks of the catalog fed before the first fact
+    /// are `catalog`'s: whether `_Stop` is owed is judged from it until a `CatalogChanged`
+    /// comes (before, from the servers the machine was started with).
+    pub fn knowing_hooks(mut self, catalog: &Catalog) -> Self {
+        self.stop_servers = Some(self.stop_servers_of(catalog));
         self
     }
 
@@ -146,7 +180,7 @@ impl Invariants {
             effects,
             history_before,
         };
-        self.liveness.check(&step)?;
+        self.liveness.check(&step, self.runs.post_tool_owed())?;
         self.check_kills(fact, effects)?;
         self.check_stop(before, fact, m, effects)?;
         self.check_injections(fact, m, effects, history_before)?;
@@ -156,6 +190,7 @@ impl Invariants {
         self.consent.check(&step)?;
         self.rounds.check(&step)?;
         self.runs.check(&step)?;
+        self.compaction.check(&step)?;
 
         // Work and prompts move the slack of the bound up; every model request moves it down.
         match fact {
@@ -236,6 +271,23 @@ impl Invariants {
         self.consent.fingerprint(e);
         self.rounds.fingerprint(e);
         self.runs.fingerprint(e);
+        self.compaction.fingerprint(e);
+        e.num(self.objections.into());
+        match self.stop_round {
+            None => e.tag(0),
+            Some((left, said)) => {
+                e.tag(1);
+                e.num(left as u64);
+                e.bool(said);
+            }
+        }
+        match self.stop_servers {
+            None => e.tag(0),
+            Some(stop) => {
+                e.tag(1);
+                e.bool(stop);
+            }
+        }
     }
 
     /// At most one awaited order per fact, last; each in the phase that waits for it; requests
@@ -423,9 +475,39 @@ impl Invariants {
     ) -> Result<(), Violation> {
         let turn_phase = matches!(before, Phase::Prompting | Phase::Objected);
         let stop = stop_hook(m);
-        let asked = effects
-            .iter()
-            .any(|e| matches!(e, Effect::CallHooks { hook, .. } if *hook == stop));
+        if let Input::CatalogChanged { catalog } = fact {
+            self.stop_servers = Some(self.stop_servers_of(catalog));
+        }
+        // The objections, counted from the answers: a round of the end-of-turn hook in which a
+        // server said words.
+        if let Input::HookAnswered { hook, reply, .. } = fact
+            && *hook == stop
+            && before == Phase::of_hook(stop)
+            && let Some((left, said)) = &mut self.stop_round
+        {
+            *said |= matches!(reply, HookReply::Text { text } if !text.trim().is_empty());
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.objections += u32::from(*said);
+                self.stop_round = None;
+            }
+        }
+        if matches!(
+            fact,
+            Input::Cancelled | Input::Closed | Input::PromptInterrupted
+        ) {
+            self.stop_round = None;
+        }
+        let round = effects.iter().find_map(|e| match e {
+            Effect::CallHooks {
+                hook,
+                servers,
+                subjects,
+                ..
+            } if *hook == stop => Some(servers.len() * subjects.len().max(1)),
+            _ => None,
+        });
+        let asked = round.is_some();
         match fact {
             Input::Prompted { .. } => {
                 self.stop_since_work = false;
@@ -436,21 +518,24 @@ impl Invariants {
                     self.stop_since_work = false;
                     self.latch = false;
                 } else if matches!(reply.stop, StopReason::EndTurn | StopReason::StopSequence) {
-                    let objections = m.counters().objections;
-                    let expected = !m.hook_servers(stop).is_empty()
-                        && self.budget > 0
-                        && objections < self.budget
-                        && !self.latch;
+                    let objections = self.objections;
+                    let has = match self.stop_servers {
+                        Some(servers) if stop == Hook::Stop => servers,
+                        // No catalog known yet (the servers the machine was started with), or
+                        // a subagent (see `stop_servers`).
+                        _ => !m.hook_servers(stop).is_empty(),
+                    };
+                    let expected =
+                        has && self.budget > 0 && objections < self.budget && !self.latch;
                     ensure(
                         asked == expected,
                         "_Stop is asked at a genuine end of turn exactly when the rules allow",
                         || {
                             format!(
-                                "asked: {asked}; servers {:?}, budget {}, objections {objections}, \
-                                 right after an objection: {}",
-                                m.hook_servers(stop),
-                                self.budget,
-                                self.latch
+                                "asked: {asked}; an allowed server has {stop} in the catalog fed: \
+                                 {has}, budget {}, objections answered {objections}, right after \
+                                 an objection: {}",
+                                self.budget, self.latch
                             )
                         },
                     )?;
@@ -458,13 +543,14 @@ impl Invariants {
             }
             _ => {}
         }
-        if asked {
+        if let Some(left) = round {
             ensure(self.budget > 0, "no _Stop with budget 0", String::new)?;
             ensure(
-                m.counters().objections < self.budget,
+                self.objections < self.budget,
                 "no _Stop with the budget spent",
-                || format!("{} objections", m.counters().objections),
+                || format!("{} objections answered", self.objections),
             )?;
+            self.stop_round = Some((left, false));
             ensure(
                 !self.stop_since_work,
                 "never two _Stop rounds without work or a prompt between",

@@ -10,7 +10,7 @@
 //! | `_SessionStart` | the session's first prompt |
 //! | `_UserPromptSubmit` | every prompt, right after `_SessionStart`'s round if there is one |
 //! | `_PreToolUse` | a reply with calls that can run (offered tools, object arguments), before any runs |
-//! | `_PostToolUse` | the last result of a batch in which at least one call ran |
+//! | `_PostToolUse` | the last result of a batch in which at least one call ran; one subject per call the facts allowed (`Runnable::post_tool_owed`) |
 //! | `_Stop` | a genuine end of turn the budget rules allow (checked by `Invariants::check_stop`) |
 //! | `_PreCompact` | the start of a compaction, before the summary is asked for |
 //! | `_PostCompact` | the compaction itself; and a prompt after one whose round a cancel cut short |
@@ -86,8 +86,15 @@ impl HookLiveness {
         e.num(self.ran as u64);
     }
 
-    /// Checks the hook rounds a fact opened against the rules.
-    pub fn check(&mut self, step: &Transition<'_>) -> Result<(), Violation> {
+    /// Checks the hook rounds a fact opened against the rules. `post_tool_owed` is how many
+    /// subjects a `_PostToolUse` round this fact opens is owed, as the facts say (the calls of
+    /// the batch they allow: `Runnable::post_tool_owed`); `None` leaves it to the calls that
+    /// ran.
+    pub fn check(
+        &mut self,
+        step: &Transition<'_>,
+        post_tool_owed: Option<usize>,
+    ) -> Result<(), Violation> {
         let Transition {
             before,
             fact,
@@ -136,7 +143,7 @@ impl HookLiveness {
             })?;
             let owed = match hook {
                 Hook::PreToolUse => runnable(fact, m),
-                Hook::PostToolUse => self.ran,
+                Hook::PostToolUse => post_tool_owed.unwrap_or(self.ran),
                 Hook::UserPromptSubmit | Hook::SubagentStart | Hook::SubagentStop => 1,
                 Hook::SessionStart
                 | Hook::Stop

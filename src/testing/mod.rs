@@ -20,6 +20,7 @@ use crate::machine::{
 };
 use crate::ports::{HookCall, LlmClient, LlmError, ToolHost};
 
+pub mod compaction;
 pub mod consent;
 pub mod explore;
 pub mod families;

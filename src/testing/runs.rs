@@ -40,6 +40,17 @@ pub struct Runnable {
     asked: Option<(CallId, String)>,
     /// Tools the user rejected "always".
     rejected: BTreeSet<String>,
+    /// Owed calls whose tool the last catalog fed does not offer, while the batch has not
+    /// launched: the tool may come back before it does, and then the call runs.
+    withdrawn: Vec<Owed>,
+    /// The batch's calls were sent to run: a tool taken away now excuses nothing more.
+    launched: bool,
+    /// The batch's owed calls that ran: with those still owed, the calls the facts allow,
+    /// each owed a subject of `_PostToolUse`.
+    ran_owed: usize,
+    /// The batch's `agent` calls that ran, which the subagent rules judge: each is a subject
+    /// of `_PostToolUse` too.
+    agents_ran: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -113,6 +124,41 @@ impl Runnable {
         for tool in &self.rejected {
             e.str(tool);
         }
+        e.num(self.withdrawn.len() as u64);
+        for owed in &self.withdrawn {
+            e.id(&owed.id);
+            e.str(&owed.tool);
+        }
+        e.bool(self.launched);
+        e.num(self.ran_owed as u64);
+        e.num(self.agents_ran as u64);
+    }
+
+    /// The subjects the batch's `_PostToolUse` round is owed, from the facts: one for each
+    /// call they allow (an offered tool, object arguments, neither denied nor rejected nor
+    /// withdrawn), and one for each `agent` call that ran. `None` while no catalog is known.
+    pub fn post_tool_owed(&self) -> Option<usize> {
+        self.offered.as_ref()?;
+        let unrun = self
+            .owed
+            .iter()
+            .filter(|owed| !self.rejected.contains(&owed.tool))
+            .count();
+        Some(self.ran_owed + unrun + self.agents_ran)
+    }
+
+    /// Takes `id` out of the calls owed a run: the facts excuse it.
+    fn excuse(&mut self, id: &CallId) {
+        self.owed.retain(|owed| owed.id != *id);
+        self.withdrawn.retain(|owed| owed.id != *id);
+    }
+
+    /// Forgets what the rule knew of the last batch but the calls still owed.
+    fn new_batch(&mut self) {
+        self.withdrawn.clear();
+        self.launched = false;
+        self.ran_owed = 0;
+        self.agents_ran = 0;
     }
 
     /// Checks one accepted fact and its orders.
@@ -120,12 +166,21 @@ impl Runnable {
         match step.fact {
             Input::CatalogChanged { catalog } => {
                 let offered = offered_by(catalog);
-                // A tool taken away excuses its calls: only offered tools run.
-                self.owed.retain(|owed| offered.contains(&owed.tool));
+                // A tool taken away excuses its calls unless it is back by the time the batch
+                // launches: only offered tools run, as offered then.
+                if !self.launched {
+                    let (kept, gone): (Vec<Owed>, Vec<Owed>) = std::mem::take(&mut self.owed)
+                        .into_iter()
+                        .chain(std::mem::take(&mut self.withdrawn))
+                        .partition(|owed| offered.contains(&owed.tool));
+                    self.owed = kept;
+                    self.withdrawn = gone;
+                }
                 self.offered = Some(offered);
             }
             Input::Cancelled | Input::Closed | Input::PromptInterrupted => {
                 self.owed.clear();
+                self.new_batch();
                 self.subjects.clear();
                 self.asked = None;
             }
@@ -150,7 +205,7 @@ impl Runnable {
                     self.rejected.insert(tool);
                 }
                 if !decision.allows() {
-                    self.owed.retain(|owed| owed.id != *id);
+                    self.excuse(id);
                 }
             }
             Input::HookAnswered {
@@ -162,8 +217,8 @@ impl Runnable {
                 && !text.trim().is_empty() =>
             {
                 let denied = self.subjects.get(subject.map_or(0, |s| s as usize));
-                if let Some(Some(denied)) = denied {
-                    self.owed.retain(|owed| owed.id != *denied);
+                if let Some(Some(denied)) = denied.cloned() {
+                    self.excuse(&denied);
                 }
             }
             _ => {}
@@ -190,8 +245,13 @@ impl Runnable {
                         .collect();
                 }
                 Effect::CallTools { calls } => {
+                    let before = self.owed.len();
                     self.owed
                         .retain(|owed| !calls.iter().any(|call| call.id == owed.id));
+                    self.ran_owed += before - self.owed.len();
+                    self.launched = true;
+                    self.withdrawn.clear();
+                    self.agents_ran += calls.iter().filter(|c| c.name == AGENT_TOOL).count();
                 }
                 Effect::AskPermission { call } => {
                     self.asked = Some((call.id.clone(), call.name.clone()));
@@ -203,6 +263,7 @@ impl Runnable {
             return Ok(());
         }
         self.subjects.clear();
+        self.new_batch();
         let unrun: Vec<String> = std::mem::take(&mut self.owed)
             .into_iter()
             .filter(|owed| !self.rejected.contains(&owed.tool))
@@ -245,6 +306,7 @@ impl Runnable {
                 arguments: call.arguments.clone(),
             })
             .collect();
+        self.new_batch();
     }
 }
 
