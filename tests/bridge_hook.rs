@@ -100,6 +100,8 @@ struct Proxy {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    /// The proxy's answer to the host's `initialize`.
+    init: Value,
 }
 
 impl Proxy {
@@ -119,6 +121,7 @@ impl Proxy {
             child,
             stdin,
             stdout,
+            init: Value::Null,
         };
         let init = proxy.request(
             1,
@@ -127,6 +130,7 @@ impl Proxy {
                    "clientInfo": {"name": "test-host", "version": "0"}}),
         );
         assert!(init["result"].is_object(), "{init}");
+        proxy.init = init;
         proxy.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         proxy
     }
@@ -816,6 +820,39 @@ fn a_server_whose_hook_times_out_twice_in_a_row_is_restarted_and_re_initialized(
         .collect();
     assert_eq!(inits.len(), 2, "{lines}");
     assert!(inits[1].contains("test-host"), "{}", inits[1]);
+    // The host was told its tool list may have changed, which the proxy declared it would.
+    assert_eq!(
+        proxy.init["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{}",
+        proxy.init
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (done, pid) = (done.clone(), proxy.child.id());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(10) {
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        })
+    };
+    loop {
+        let mut line = String::new();
+        assert!(
+            proxy.stdout.read_line(&mut line).unwrap() > 0,
+            "the proxy never said the tool list changed"
+        );
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    watchdog.join().unwrap();
     // Hook calls reach the new server (it hangs too: a timeout, not a refusal).
     let out = hook_with("claude-code", &stop_event("claude-code"), &dir, &env);
     assert!(

@@ -307,6 +307,9 @@ struct Shared {
     handshake: Handshake,
     /// The params of the host's `initialize`, to initialize a restarted server with.
     init_params: Option<Value>,
+    /// The id (as JSON text) of the host's `initialize`, whose answer is told the tool list
+    /// may change.
+    init_id: Option<String>,
     /// Ids (as JSON text, with the id as JSON) of the host's requests not answered yet.
     in_flight: HashMap<String, Value>,
     /// Hook calls in a row that timed out (the machine's rule says when that restarts it).
@@ -429,9 +432,17 @@ impl Relay {
         match tokio::time::timeout(INITIALIZE_WAIT, rx).await {
             Ok(Ok(answer)) if answer.get("result").is_some() => {
                 self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-                let mut shared = self.shared();
-                shared.handshake = Handshake::Initialized;
-                shared.restarting = false;
+                {
+                    let mut shared = self.shared();
+                    shared.handshake = Handshake::Initialized;
+                    shared.restarting = false;
+                }
+                // The host lists again: whatever the new server offers, hooks taken out.
+                let changed =
+                    json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+                let mut line = changed.to_string().into_bytes();
+                line.push(b'\n');
+                let _ = self.to_host.send(line);
             }
             _ => {
                 let mut shared = self.shared();
@@ -641,6 +652,7 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
                 let mut shared = relay.shared();
                 if method == "initialize" {
                     shared.init_params = message.get("params").cloned();
+                    shared.init_id = Some(id.to_string());
                 }
                 if shared.in_flight.len() < MAX_IN_FLIGHT {
                     shared.in_flight.insert(id.to_string(), id.clone());
@@ -667,6 +679,15 @@ async fn server_to_host(server: impl AsyncRead + Unpin, relay: Relay) -> std::io
                 continue;
             }
             relay.shared().in_flight.remove(&id.to_string());
+            // A restart may change the tool list (the new server's is read afresh), so the
+            // proxy says it can tell, and does after each restart (`reinitialize`).
+            if relay.shared().init_id.as_deref() == Some(&id.to_string())
+                && let Some(tools) = message["result"]["capabilities"]["tools"].as_object_mut()
+            {
+                tools.insert("listChanged".into(), Value::Bool(true));
+                line = message.to_string().into_bytes();
+                line.push(b'\n');
+            }
             if relay.shared().listing.remove(&id.to_string())
                 && let Some(tools) = message["result"]["tools"].as_array_mut()
             {
