@@ -781,6 +781,52 @@ fn the_fingerprint_tells_apart_catalogs_that_differ_only_in_a_subagent_hook() {
 }
 
 #[test]
+fn the_fingerprint_tells_apart_children_that_differ_only_in_a_subagent_hook() {
+    // Two children of one parent, fed catalogs that differ only in one subagent hook: the one
+    // with `_SubagentStop` asks it at its end of turn, the other ends; the one with
+    // `_SubagentStart` asks it at its start. Both are reachable through `Subject` and `Family`.
+    let setup = Setup {
+        servers: vec![bits(&[Hook::PreToolUse])],
+        allow: Allow::All,
+        budget: 1,
+        permission: false,
+    };
+    let policy = hookloop::machine::Policy {
+        subagents: Some(hookloop::machine::Subagents::new(1)),
+        ..setup.policy()
+    };
+    let parent = Machine::new(policy, Some("system".into()));
+    let call = hookloop::machine::ToolCall {
+        id: hookloop::machine::CallId("agent-1".into()),
+        name: hookloop::machine::AGENT_TOOL.into(),
+        arguments: serde_json::json!({"description": "d", "prompt": "p"}),
+    };
+    for hook in Hook::SUBAGENT {
+        let mut without = parent.spawn_child(&call).expect("a child");
+        let mut with = without.clone();
+        without
+            .handle(Input::CatalogChanged {
+                catalog: setup.catalog(),
+            })
+            .unwrap();
+        let mut catalog = setup.catalog();
+        let mut extra = catalog.servers[0].tools[0].clone();
+        extra.name = hook.tool_name().to_owned();
+        catalog.servers[0].tools.push(extra);
+        with.handle(Input::CatalogChanged { catalog }).unwrap();
+        while with.poll_effect().is_some() || without.poll_effect().is_some() {}
+        assert_eq!(with.hook_servers(hook).len(), 1, "{hook}");
+        assert!(without.hook_servers(hook).is_empty(), "{hook}");
+        for grain in [Grain::Exact, Grain::Coarse, Grain::Abstract] {
+            let (mut a, mut b) = (Canon::new(grain), Canon::new(grain));
+            fingerprint(&with, &mut a);
+            fingerprint(&without, &mut b);
+            assert_ne!(a.bytes(), b.bytes(), "a child with {hook} at {grain:?}");
+        }
+    }
+}
+
+#[test]
 fn answering_a_round_in_one_order_misses_states_a_cancel_reaches() {
     // Why the explorer does not reduce a round's answers to one order (`families` module
     // docs): the answers of two servers commute with each other, but not with a cancel. After
@@ -1043,4 +1089,55 @@ fn the_round_cap_family_holds_every_invariant_and_reaches_its_cap_to_depth_6() {
             "{setup}: never reached the round cap"
         );
     }
+}
+
+#[test]
+fn a_parent_and_its_child_explored_together_hold_every_invariant_to_depth_6() {
+    // The debug bound of the `parent_and_child` family: the child's start and stop rounds, its
+    // gated call and its permission question, interleaved with the parent's cancel, close and
+    // catalog changes; every machine under its own invariants, the tree under the inheritance
+    // rule.
+    let family = Family::parent_and_child().at_depth(6);
+    let report = family.explore().unwrap_or_else(|c| panic!("{c}"));
+    eprintln!("{report}");
+    for one in &report.reports {
+        eprintln!("  {one}");
+        assert!(one.depth == 6 || one.exhausted, "{one}");
+    }
+    let orders: BTreeSet<&String> = report.reports.iter().flat_map(|r| &r.orders).collect();
+    for order in [
+        "CallHooks _SessionStart",
+        "CallHooks _SubagentStart",
+        "CallHooks _SubagentStop",
+        "CallHooks _PreToolUse",
+        "AskPermission",
+        "Finish Cancelled",
+    ] {
+        assert!(
+            orders.iter().any(|o| o.as_str() == order),
+            "{order} never given: {orders:?}"
+        );
+    }
+}
+
+#[test]
+fn the_families_module_table_gives_each_family_its_depth_in_the_code() {
+    // The table of `testing::families`'s module docs names every family CI explores and the
+    // depth it is explored to; a family whose depth changes without the table fails here.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/testing/families.rs");
+    let source = std::fs::read_to_string(path).expect("families.rs is readable");
+    let rows: BTreeMap<String, usize> = source
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! | [`"))
+        .filter_map(|row| {
+            let name = row.split('`').next()?.to_owned();
+            let depth = row.split(" | ").nth(2)?.trim().parse().ok()?;
+            Some((name, depth))
+        })
+        .collect();
+    let families: BTreeMap<String, usize> = Family::release()
+        .into_iter()
+        .map(|family| (family.name.to_owned(), family.depth))
+        .collect();
+    assert_eq!(rows, families);
 }

@@ -3,11 +3,13 @@
 //! answers. Checked on every run: the bound on model requests the crate docs state, every call
 //! (an `agent` call included) answered exactly once, no hook answer injected outside the agent
 //! it was asked for, `_SubagentStop` never asked of the top-level agent and `_Stop` (or a
-//! session's hooks) never of a child, and every hook call of a child naming it.
+//! session's hooks) never of a child, and every hook call of a child naming it; and every
+//! machine, each child's as well as the top-level agent's, under the shared invariants
+//! (`hookloop::testing::Invariants`) on every fact it is fed.
 //!
 //! `PROPTEST_CASES` sets the number of cases.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use hookloop::Hook;
 use hookloop::hooks::{HookServers, ServerName};
@@ -16,6 +18,7 @@ use hookloop::machine::{
     Machine, Message, Policy, ServerTools, StopReason, Subagents, ToolCall, ToolHints, ToolInfo,
     ToolOutput,
 };
+use hookloop::testing::Invariants;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -135,18 +138,55 @@ fn marker(agent: Option<&AgentRef>) -> String {
     }
 }
 
-fn feed(machine: &mut Machine, fact: Input) {
-    if let Err(error) = machine.handle(fact) {
-        panic!("the machine refused a fact of a well-behaved driver: {error}");
+/// One agent's machine under the shared invariants: each fact it is fed is checked with every
+/// order it gave, which then wait to be performed.
+struct Checked {
+    machine: Machine,
+    invariants: Invariants,
+    orders: VecDeque<Effect>,
+}
+
+impl Checked {
+    fn new(machine: Machine) -> Self {
+        Self {
+            invariants: Invariants::new(machine.policy()),
+            machine,
+            orders: VecDeque::new(),
+        }
+    }
+
+    fn agent(&self) -> Option<&AgentRef> {
+        self.machine.agent()
     }
 }
 
+fn feed(agent: &mut Checked, fact: Input) {
+    let before = agent.machine.phase();
+    let history = agent.machine.history().to_vec();
+    if let Err(error) = agent.machine.handle(fact.clone()) {
+        panic!("the machine refused a fact of a well-behaved driver: {error}");
+    }
+    let effects: Vec<Effect> = std::iter::from_fn(|| agent.machine.poll_effect()).collect();
+    if let Err(violation) =
+        agent
+            .invariants
+            .check(before, &fact, &agent.machine, &effects, &history)
+    {
+        panic!(
+            "{} broke a rule on {}: {violation}",
+            marker(agent.agent()),
+            fact.kind()
+        );
+    }
+    agent.orders.extend(effects);
+}
+
 /// Drives `machine`'s prompt to its finish, children included; returns how it finished.
-fn drive(machine: &mut Machine, world: &mut World) -> FinishReason {
+fn drive(machine: &mut Checked, world: &mut World) -> FinishReason {
     let me = machine.agent().cloned();
     let top = me.is_none();
     loop {
-        let Some(effect) = machine.poll_effect() else {
+        let Some(effect) = machine.orders.pop_front() else {
             panic!("the machine stalled");
         };
         match effect {
@@ -229,15 +269,18 @@ fn drive(machine: &mut Machine, world: &mut World) -> FinishReason {
                     world.tool_replies += 1;
                 }
                 for call in calls {
-                    let output = match machine.spawn_child(&call) {
-                        Some(mut child) => {
+                    let output = match machine.machine.spawn_child(&call) {
+                        Some(child) => {
+                            let mut child = Checked::new(child);
                             world.children += 1;
                             feed(&mut child, Input::CatalogChanged { catalog: catalog() });
-                            let task = child.agent_task().unwrap().to_owned();
+                            let task = child.machine.agent_task().unwrap().to_owned();
                             feed(&mut child, Input::Prompted { text: task });
                             let reason = drive(&mut child, world);
-                            check_history(&child);
-                            let output = child.agent_result().unwrap().clone();
+                            check_history(&child.machine);
+                            let output = child.machine.agent_result().unwrap().clone();
+                            // A subagent's end is its session's end.
+                            feed(&mut child, Input::Closed);
                             assert_eq!(
                                 output.is_error,
                                 reason != FinishReason::EndTurn,
@@ -317,7 +360,7 @@ proptest! {
             subagents: Some(Subagents::new(case.concurrency)),
             ..Policy::default()
         };
-        let mut top = Machine::new(policy, None);
+        let mut top = Checked::new(Machine::new(policy, None));
         feed(&mut top, Input::CatalogChanged { catalog: catalog() });
         feed(&mut top, Input::Prompted { text: "go".into() });
         let mut world = World {
@@ -331,7 +374,7 @@ proptest! {
             next_call: 0,
         };
         drive(&mut top, &mut world);
-        check_history(&top);
+        check_history(&top.machine);
         // The bound of the crate docs at depth 1 (no compaction in this context): each agent
         // makes at most R requests, and a prompt starts at most N children per reply with
         // tool calls.

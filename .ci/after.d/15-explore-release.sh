@@ -19,8 +19,9 @@ stage "build the explorer in release" cargo build --release --manifest-path expl
 # The explorer runs on one thread: the families go in two processes side by side, one per core,
 # split so that each takes about half the time (the two largest apart).
 explore_in_two() {
-  local run=(cargo run --release --quiet --manifest-path explore/Cargo.toml --)
-  "${run[@]}" each_hook_alone every_hook two_servers permission with_child &
+  # HOOKLOOP_EXPLORE_ROWS: each family's README row too (`scripts/explore_table.sh` reads them).
+  local run=(cargo run --release --quiet --manifest-path explore/Cargo.toml -- ${HOOKLOOP_EXPLORE_ROWS:+--rows})
+  "${run[@]}" each_hook_alone every_hook two_servers permission with_child parent_and_child &
   local first=$!
   "${run[@]}" budgets stop_with_each_hook single_server_classes round_cap &
   local second=$!

@@ -10,6 +10,13 @@
 //! the child's end only as the `agent` call's result, one [`Input::ToolFinished`], built by
 //! [`Machine::agent_result`].
 //!
+//! **Permission inheritance.** A child starts with the "always" decisions (allow or reject) its
+//! parent holds when the `agent` call runs, and is never asked about their tools; the decisions
+//! the child makes stay in it and its own children, and never flow back: the parent, and every
+//! later child it starts from decisions of its own, asks again about a tool only a child
+//! decided. `testing::explore::INHERITANCE` checks it on a parent and its child explored
+//! together (`testing::families::Family::parent_and_child`).
+//!
 //! [`Input::ToolFinished`]: super::Input::ToolFinished
 
 use std::sync::Arc;
@@ -97,7 +104,11 @@ impl Machine {
         }
         let task = Task::parse(&call.arguments).ok()?;
         let mut child = Core::new(core.policy.clone(), core.system_prompt.clone());
-        child.standing = core.standing.clone();
+        // Permission inheritance: the parent's "always" decisions flow to the child; none of
+        // the child's flows back (the parent sees the child only as the call's result).
+        if !planted::on(Bug::StandingNotInherited) {
+            child.standing = core.standing.clone();
+        }
         child.child = Some(Box::new(Child {
             me: AgentRef {
                 id: AgentId(call.id.0.clone()),

@@ -46,6 +46,8 @@ impl Tools {
                     // servers are ever called.
                     if (allow.allows(server.as_str()) || planted::on(Bug::HookOnDisallowedServer))
                         && let Some(hook) = Hook::from_tool_name(&tool.name)
+                        && !(Hook::SUBAGENT.contains(&hook)
+                            && planted::on(Bug::SubagentServersDropped))
                     {
                         let list = tools.hooks.entry(hook).or_default();
                         if !list.contains(server) {

@@ -573,6 +573,9 @@ impl Core {
                 let then = std::mem::replace(then, Then::SessionEnd);
                 self.conclude_round(context, round, then)
             }
+            Input::Cancelled if self.child.is_some() && planted::on(Bug::ChildOpenAfterCancel) => {
+                Handled
+            }
             Input::Cancelled | Input::PromptInterrupted if matches!(then, Then::SessionEnd) => {
                 Transition(State::done())
             }

@@ -61,6 +61,15 @@ pub enum Bug {
     DenialSpreads,
     /// Permission: a call an earlier "always allow" answers is answered `cancelled`, unrun.
     StandingAllowSkips,
+    /// Subagents: a child starts without its parent's "always" decisions, so it asks again.
+    StandingNotInherited,
+    /// Subagents: a child in a hook round stays in it when its parent's cancel reaches it.
+    ChildOpenAfterCancel,
+    /// Subagents: a child's genuine end of turn skips its `_SubagentStop` round.
+    SubagentStopSkipped,
+    /// Subagents: the catalog's `_SubagentStart` and `_SubagentStop` servers are dropped, so
+    /// no child asks either.
+    SubagentServersDropped,
     /// Round cap: a prompt makes one model request more than the cap allows.
     RoundCapOffByOne,
     /// Round cap: a new prompt inherits the last one's request count, so it ends early.
@@ -98,7 +107,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 33] = [
+    pub const MACHINE: [Self; 36] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -132,7 +141,14 @@ impl Bug {
         Self::RejectOnceStands,
         Self::ObjectedSkipsCalls,
         Self::ObjectionsResetByCatalog,
+        Self::StandingNotInherited,
+        Self::ChildOpenAfterCancel,
+        Self::SubagentStopSkipped,
     ];
+
+    /// The bugs the explorer finds in the machine's state before any order shows them, so no
+    /// replay of the counterexample diverges: `tests/planted.rs` checks each apart.
+    pub const SILENT: [Self; 1] = [Self::SubagentServersDropped];
 
     /// The bugs in the supervisor, which sits outside the explorer: its property tests find
     /// them.

@@ -125,7 +125,10 @@ impl Core {
     /// a budget of its own), unless a sovereignty rule says not to.
     pub(super) fn on_end_turn(&mut self, context: &mut Outbox, resume: Resume) -> Outcome<State> {
         let hook = self.stop_hook();
-        if self.tools.servers(hook).is_empty() || self.policy.stop_max_rejections == 0 {
+        if self.tools.servers(hook).is_empty()
+            || self.policy.stop_max_rejections == 0
+            || (hook == Hook::SubagentStop && planted::on(Bug::SubagentStopSkipped))
+        {
             return self.finish(context, FinishReason::EndTurn);
         }
         // Consecutive end_turn: the model heard the objection and declined.

@@ -64,6 +64,16 @@ impl Consent {
         self
     }
 
+    /// The rules of a subagent that starts holding its parent's "always" decisions.
+    pub fn inheriting(mut self, standing: &BTreeMap<String, bool>) -> Self {
+        self.standing.extend(
+            standing
+                .iter()
+                .map(|(tool, allows)| (tool.clone(), *allows)),
+        );
+        self
+    }
+
     /// Appends what the rules remember to `e`, for an explorer's fingerprint.
     pub fn fingerprint(&self, e: &mut Canon) {
         e.bool(self.ask);

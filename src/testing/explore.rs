@@ -48,15 +48,14 @@
 //! region"). At the abstract grain the slack of the bound on model requests is clamped at the
 //! `_Stop` budget + 2 ([`Invariants::capping_slack`]: only stricter). `tests/explore.rs` checks
 //! that every grain reaches the same phases, kinds of order and [projections](Projection), and
-//! finds the planted bugs at the same depth.
+//! finds its two planted wrapper bugs (a kill on the third timeout, a latch kept across a tool
+//! call) at the same depth; the machine's planted bugs are hunted at the abstract grain alone.
 //!
 //! # What is verified, and what is not
 //!
-//! The configurations are explored in families (`testing::families`), each to the depth its
-//! rules' interactions need: in CI in a release build (each hook alone to depth 12, `_Stop`
-//! with each other hook to 10, `_Stop` budgets 1 to 3 to 14, every hook to 8, two servers to 6,
-//! the 1,025 one-server classes to 6, permission to 8, a round cap of 2 to 10, a subagent to
-//! 8), and on every `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
+//! The configurations are explored in families (`testing::families`, whose table gives each
+//! family's depth; a test holds the table to the code), each to the depth its rules'
+//! interactions need: in CI in a release build, and on every `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
 //! search runs **to exhaustion** (depth 20 and 22, 5,137 and 23,251 states): every state
 //! reachable by any sequence of facts that stays in the size region is visited; the region
 //! holds for every sequence of at most 36 facts (15 with permission, whose two-call replies are
@@ -77,9 +76,11 @@
 //! grow about 1.5 times per fact and have not been seen to exhaust (every 32nd one-server class
 //! to depth 12 is 3,876,527 states in 302 s of CPU in a release build, so the 1,025 classes
 //! alone hold about 120 million states at depth 12). Most two-server hook subsets (65,536
-//! pairs) are not explored, nor permission with two servers, nor a parent and its child
-//! interleaved (the subagent family explores the child's machine alone, from its parent's
-//! `agent` call; tests/subagent_props.rs checks the two together). The alphabet has one text per
+//! pairs) are not explored, nor permission with two servers. A parent and its child are
+//! explored together ([`explore_tree`], the `parent_and_child` family) with one child at a time
+//! and one `agent` call per reply, to a smaller depth than a machine alone; several children
+//! at once and a child's own children are left to `tests/subagent_props.rs`, which drives them
+//! under the same invariants. The alphabet has one text per
 //! kind, so no rule that reads words (the hook body cap, trimming) is covered here; neither are
 //! a hook call that fails or is skipped, `content_filter`, media, nor the supervisor. A
 //! [`Setup`] sets no round cap; a family may (`Family::rounds`),
@@ -120,11 +121,18 @@ use super::transition::Violation;
 use super::{liveness, runs};
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
-    AGENT_TOOL, CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply,
-    Machine, MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools,
-    SizeRegion, SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
+    AGENT_TOOL, AgentId, CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input,
+    LlmReply, Machine, MachineError, Notice, PermissionDecision, Phase, Policy, Purpose,
+    ServerTools, SizeRegion, SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
+    Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
+
+pub(crate) mod tree;
+
+pub use self::tree::{
+    CANCEL_ENDS_CHILD, INHERITANCE, explore_tree, explore_tree_at, tree_transcript,
+};
 
 /// What the explorer drives: the machine, or a wrapper around it (a planted bug, a policy
 /// extension). Cloned at every branch.
@@ -570,6 +578,9 @@ pub struct Counterexample {
     pub violation: Violation,
     /// The facts after the first catalog, in order; the last one broke the rule.
     pub facts: Vec<Input>,
+    /// For each fact, the subagent it was fed to; `None` for the explored machine (the
+    /// top-level agent of [`explore_tree`]).
+    pub agents: Vec<Option<AgentId>>,
     /// The whole sequence as a transcript: the first catalog, each fact and the orders it got.
     pub transcript: Transcript,
 }
@@ -580,7 +591,10 @@ impl fmt::Display for Counterexample {
         writeln!(f, "violated: {}", self.violation)?;
         writeln!(f, "after {} facts:", self.facts.len())?;
         for (i, fact) in self.facts.iter().enumerate() {
-            writeln!(f, "  {:>2}. {}", i + 1, fact_line(fact))?;
+            match self.agents.get(i).and_then(Option::as_ref) {
+                Some(agent) => writeln!(f, "  {:>2}. [{agent}] {}", i + 1, fact_line(fact))?,
+                None => writeln!(f, "  {:>2}. {}", i + 1, fact_line(fact))?,
+            }
         }
         writeln!(f, "transcript (hookloop replay reads it):")?;
         f.write_str(&self.transcript.to_jsonl())
@@ -1033,6 +1047,7 @@ fn counterexample<S: Subject>(
         setup: setup.clone(),
         violation,
         transcript: transcript_of(setup, start.clone(), &facts),
+        agents: vec![None; facts.len()],
         facts,
     })
 }

@@ -7,16 +7,19 @@
 //! | [`each_hook_alone`](Family::each_hook_alone) | each of the eight hooks alone | 12 | a hook's rule across prompts, compactions and closes |
 //! | [`stop_with_each_hook`](Family::stop_with_each_hook) | `_Stop` with each other hook, budget 2 | 10 | a `_Stop` rule that shows after another hook's round (a `_PostToolUse` injection, then `_Stop`, is 7 facts) |
 //! | [`budgets`](Family::budgets) | `_Stop` alone, budgets 1, 2, 3 | 14 | the budget spent: each objection costs 4 facts (an end of turn, the objection, work, a result), the skip 2 more |
-//! | [`every_hook`](Family::every_hook) | all eight hooks on one server, budgets 1 and 3 | 8 | every round met in one prompt |
-//! | [`two_servers`](Family::two_servers) | two servers (each hook on both, every hook on both, every hook on one), every allowlist and budget | 6 | rounds answered by two servers in configuration order |
+//! | [`every_hook`](Family::every_hook) | all eight hooks on one server, budgets 1 and 3 | 12 | every round met in one prompt |
+//! | [`two_servers`](Family::two_servers) | two servers (each hook on both, every hook on both, every hook on one), every allowlist and budget | 8 | rounds answered by two servers in configuration order |
 //! | [`single_server_classes`](Family::single_server_classes) | the 1,025 one-server classes | 6 | every hook subset |
 //! | [`permission`](Family::permission) | asking permission: no hook, each hook alone, every hook | 8 | decisions that stand across calls |
 //! | [`round_cap`](Family::round_cap) | a round cap of 2 requests per prompt: no hook, `_Stop` alone (budget 2), every hook (budget 1) | 10 | the cap reached by tool calls and by an objection's continuation, and the prompt after it |
-//! | [`with_child`](Family::with_child) | a subagent ([`Subagent`]): `_SubagentStart`, `_SubagentStop` and `_PreToolUse`, budget 2; every hook, budget 1 | 8 | the child's start round, an objection that continues it, a call gated inside it |
+//! | [`with_child`](Family::with_child) | a subagent alone ([`Subagent`]): `_SubagentStart`, `_SubagentStop` and `_PreToolUse`, budget 2; every hook, budget 1 | 10 | the child's start round, an objection that continues it, a call gated inside it |
+//! | [`parent_and_child`](Family::parent_and_child) | a parent offered `agent` and its child together ([`explore_tree`]), asking permission: no hook; `_SubagentStart`, `_SubagentStop`, `_PreToolUse` beside `_SessionStart`, `_Stop` (budget 1) | 9 | an "always" decision of the parent, its `agent` call and the child's question about the same tool; a cancel or close in the middle of the child's hook round or question |
 //!
 //! CI explores [`Family::release`] in a release build (`.ci/after.d/15-explore-release.sh`); the
-//! debug `cargo test` explores the same families to smaller depths (`tests/explore.rs`). The
-//! README's "Exhaustive exploration" section lists each family's states, transitions and time.
+//! debug `cargo test` explores the same families to smaller depths (`tests/explore.rs`, which
+//! also holds the depths of this table to the code). The README's "Exhaustive exploration"
+//! section lists each family's states, transitions and time, written by
+//! `scripts/explore_table.sh`.
 //!
 //! # Reductions
 //!
@@ -53,11 +56,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::explore::{Allow, Counterexample, Report, SYSTEM, Setup, Subject, explore};
+use super::explore::tree::with_subagent_hooks;
+use super::explore::{
+    Allow, Counterexample, Report, SYSTEM, Setup, Subject, explore, explore_tree,
+};
 use crate::hooks::Hook;
 use crate::machine::{
-    AGENT_TOOL, CallId, Catalog, Effect, Input, Machine, MachineError, Policy, Subagents, ToolCall,
-    ToolInfo,
+    AGENT_TOOL, CallId, Effect, Input, Machine, MachineError, Policy, Subagents, ToolCall,
 };
 
 /// Every hook of [`Hook::ALL`], as a server's bits.
@@ -91,6 +96,9 @@ pub enum Agent {
     TopLevel,
     /// A subagent its `agent` call started ([`Subagent::spawn`]).
     Subagent,
+    /// The top-level agent, offered `agent`, and the subagents its calls start, explored
+    /// together ([`explore_tree`]).
+    Tree,
 }
 
 /// A subagent as the explorer drives it: the child the top-level agent's `agent` call starts
@@ -152,27 +160,6 @@ impl Subject for Subagent {
     fn poll_effect(&mut self) -> Option<Effect> {
         self.machine.poll_effect()
     }
-}
-
-/// `catalog`, where a server with `_SessionStart` also has `_SubagentStart` and one with
-/// `_Stop` also has `_SubagentStop`.
-fn with_subagent_hooks(mut catalog: Catalog) -> Catalog {
-    for server in &mut catalog.servers {
-        let mut added = Vec::new();
-        for tool in &server.tools {
-            let twin = match Hook::from_tool_name(&tool.name) {
-                Some(Hook::SessionStart) => Hook::SubagentStart,
-                Some(Hook::Stop) => Hook::SubagentStop,
-                _ => continue,
-            };
-            added.push(ToolInfo {
-                name: twin.tool_name().to_owned(),
-                ..tool.clone()
-            });
-        }
-        server.tools.extend(added);
-    }
-    catalog
 }
 
 /// What exploring a family found: each setup's report, in the family's order, and the totals.
@@ -381,6 +368,28 @@ impl Family {
         }
     }
 
+    /// A parent offered `agent` and the child its call starts, explored together
+    /// ([`explore_tree`]), both asking permission before `s0__rm` runs: with no hook, and with
+    /// `_SubagentStart`, `_SubagentStop` and `_PreToolUse` beside `_SessionStart` and `_Stop`
+    /// (budget 1). To depth 9: an "always" decision of the parent before its `agent` call (the
+    /// question, its answer, the call's result, the `agent` reply) and the child's question
+    /// about the same tool after its start; a cancel or close in the middle of the child's
+    /// hook round or question.
+    pub fn parent_and_child() -> Self {
+        let start_stop_gate = bits(&[Hook::SessionStart, Hook::Stop, Hook::PreToolUse]);
+        let setups = [
+            setup(vec![0], Allow::Off, 0, true),
+            setup(vec![start_stop_gate], Allow::All, 1, true),
+        ];
+        Self {
+            name: "parent_and_child",
+            setups: setups.to_vec(),
+            depth: 9,
+            agent: Agent::Tree,
+            rounds: 0,
+        }
+    }
+
     /// Every family CI explores in a release build, at its depth.
     pub fn release() -> Vec<Self> {
         vec![
@@ -393,6 +402,7 @@ impl Family {
             Self::permission(),
             Self::round_cap(),
             Self::with_child(),
+            Self::parent_and_child(),
         ]
     }
 
@@ -408,6 +418,20 @@ impl Family {
         match self.agent {
             Agent::TopLevel => self.explore_with(|setup| setup.machine_capped(self.rounds)),
             Agent::Subagent => self.explore_with(Subagent::spawn),
+            Agent::Tree => self.explore_each(|setup| explore_tree(setup, self.depth)),
+        }
+    }
+
+    /// Explores one setup as the family explores each of its own, to `depth`.
+    pub fn explore_setup(
+        &self,
+        setup: &Setup,
+        depth: usize,
+    ) -> Result<Report, Box<Counterexample>> {
+        match self.agent {
+            Agent::TopLevel => explore(setup, setup.machine_capped(self.rounds), depth),
+            Agent::Subagent => explore(setup, Subagent::spawn(setup), depth),
+            Agent::Tree => explore_tree(setup, depth),
         }
     }
 
@@ -419,6 +443,14 @@ impl Family {
     where
         S: Subject,
         F: Fn(&Setup) -> S + Sync,
+    {
+        self.explore_each(|setup| explore(setup, start(setup), self.depth))
+    }
+
+    /// Explores every setup with `one`, the setups shared out over the cores.
+    fn explore_each<F>(&self, one: F) -> Result<FamilyReport, Box<Counterexample>>
+    where
+        F: Fn(&Setup) -> Result<Report, Box<Counterexample>> + Sync,
     {
         let started = Instant::now();
         let threads = std::thread::available_parallelism()
@@ -436,7 +468,7 @@ impl Family {
                         let Some(setup) = self.setups.get(i) else {
                             return;
                         };
-                        match explore(setup, start(setup), self.depth) {
+                        match one(setup) {
                             Ok(report) => {
                                 if let Ok(mut done) = done.lock() {
                                     done.push((i, report));

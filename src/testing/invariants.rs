@@ -133,6 +133,14 @@ impl Invariants {
         self
     }
 
+    /// The same invariants, for a subagent that starts holding its parent's "always" decisions
+    /// (`standing`, by tool: true allows): the consent rules count them as the child's own.
+    pub fn inheriting(mut self, standing: &BTreeMap<String, bool>) -> Self {
+        self.consent = self.consent.inheriting(standing);
+        self.runs = self.runs.inheriting(standing);
+        self
+    }
+
     /// Clamps the slack of the bound on model requests at `cap` after every fact, so that an
     /// explorer's states stay finite: a session of tool calls cut short by cancels piles up
     /// slack without end. Clamping only lowers the slack, so the check gets stricter, never

@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 
 use crate::hooks::{self, Hook, ServerName};
-use crate::machine::{Effect, Input, Machine, Notice, Phase, Purpose, StopReason};
+use crate::machine::{AGENT_TOOL, Effect, Input, Machine, Notice, Phase, Purpose, StopReason};
 
 use super::transition::{Transition, Violation, ensure};
 
@@ -46,6 +46,9 @@ pub struct HookLiveness {
     ran: usize,
     /// Compactions seen so far (the machine's counter, to see one start).
     compactions: u32,
+    /// The `agent` calls the session's replies started, counted from the facts as the policy's
+    /// limits count them.
+    agents_run: u32,
 }
 
 /// Where the start of a prompt is, as [`HookLiveness::prompt_start`] walks it.
@@ -67,7 +70,49 @@ impl HookLiveness {
             open: None,
             ran: 0,
             compactions: 0,
+            agents_run: 0,
         }
+    }
+
+    /// How many calls of a turn reply (`fact`, in `before`) run or reach `_PreToolUse`: those
+    /// of an offered tool with object arguments, and of them an `agent` call only with a
+    /// well-formed task, within the policy's calls per reply and subagents per session (which
+    /// it counts toward, as the machine does).
+    fn runnable(&mut self, before: Phase, fact: &Input, m: &Machine) -> usize {
+        let Input::LlmReplied { reply } = fact else {
+            return 0;
+        };
+        let starts = matches!(
+            reply.stop,
+            StopReason::ToolUse
+                | StopReason::EndTurn
+                | StopReason::StopSequence
+                | StopReason::PauseTurn
+        );
+        if !matches!(before, Phase::Prompting | Phase::Objected) || !starts {
+            return 0;
+        }
+        let offered: BTreeSet<&str> = m.model_tools().iter().map(|t| t.name.as_str()).collect();
+        let limits = m.policy().subagents;
+        let (mut count, mut agents) = (0, 0);
+        for call in &reply.tool_calls {
+            if !offered.contains(call.name.as_str()) || !call.arguments.is_object() {
+                continue;
+            }
+            if call.name == AGENT_TOOL {
+                let Some(limits) = limits else { continue };
+                if !well_formed_task(&call.arguments)
+                    || self.agents_run >= limits.max_total
+                    || agents >= limits.concurrency
+                {
+                    continue;
+                }
+                agents += 1;
+                self.agents_run += 1;
+            }
+            count += 1;
+        }
+        count
     }
 
     /// Appends what the rules remember to `e`, for an explorer's fingerprint.
@@ -84,6 +129,7 @@ impl HookLiveness {
             }
         }
         e.num(self.ran as u64);
+        e.num(self.agents_run.into());
     }
 
     /// Checks the hook rounds a fact opened against the rules. `post_tool_owed` is how many
@@ -104,7 +150,8 @@ impl HookLiveness {
         } = *step;
         let compaction_started = m.counters().compactions > self.compactions;
         self.compactions = m.counters().compactions;
-        let expected = self.expected(before, fact, m, effects, compaction_started);
+        let runnable = self.runnable(before, fact, m);
+        let expected = self.expected(before, fact, m, effects, compaction_started, runnable);
         let asked: Vec<(Hook, &[ServerName], usize)> = effects
             .iter()
             .filter_map(|e| match e {
@@ -142,7 +189,7 @@ impl HookLiveness {
                 )
             })?;
             let owed = match hook {
-                Hook::PreToolUse => runnable(fact, m),
+                Hook::PreToolUse => runnable,
                 Hook::PostToolUse => post_tool_owed.unwrap_or(self.ran),
                 Hook::UserPromptSubmit | Hook::SubagentStart | Hook::SubagentStop => 1,
                 Hook::SessionStart
@@ -161,7 +208,9 @@ impl HookLiveness {
         }
         self.check_summary(before, fact, effects, compaction_started)?;
         if let Input::CatalogChanged { catalog } = fact {
-            for hook in Hook::ALL {
+            // Every hook, the subagent ones too: a child's `_SubagentStart` and `_SubagentStop`
+            // rounds go to the servers the catalog gives them.
+            for hook in Hook::EVERY {
                 let servers = servers_of(catalog, &self.allow, hook);
                 ensure(servers == m.hook_servers(hook), RULE, || {
                     format!(
@@ -204,6 +253,7 @@ impl HookLiveness {
         m: &Machine,
         effects: &[Effect],
         compaction_started: bool,
+        runnable: usize,
     ) -> Expect {
         let has = |hook: Hook| !m.hook_servers(hook).is_empty();
         // What a model request the rules make next leads to: a compaction's `_PreCompact`.
@@ -254,11 +304,7 @@ impl HookLiveness {
                         | StopReason::StopSequence
                         | StopReason::PauseTurn
                 );
-                if !reply.tool_calls.is_empty()
-                    && runs
-                    && runnable(fact, m) > 0
-                    && has(Hook::PreToolUse)
-                {
+                if !reply.tool_calls.is_empty() && runs && runnable > 0 && has(Hook::PreToolUse) {
                     Expect::Round(Some(Hook::PreToolUse))
                 } else if reply.tool_calls.is_empty()
                     && matches!(reply.stop, StopReason::EndTurn | StopReason::StopSequence)
@@ -409,17 +455,11 @@ fn name(hook: Option<Hook>) -> String {
     hook.map_or_else(|| "no round".to_owned(), |h| h.to_string())
 }
 
-/// The calls of a reply that can run: offered tools, with object arguments.
-fn runnable(fact: &Input, m: &Machine) -> usize {
-    let Input::LlmReplied { reply } = fact else {
-        return 0;
-    };
-    let offered: BTreeSet<&str> = m.model_tools().iter().map(|t| t.name.as_str()).collect();
-    reply
-        .tool_calls
-        .iter()
-        .filter(|call| offered.contains(call.name.as_str()) && call.arguments.is_object())
-        .count()
+/// Whether an `agent` call's arguments are a task it can run: a description and a prompt, both
+/// strings, the prompt not blank.
+fn well_formed_task(arguments: &serde_json::Value) -> bool {
+    let text = |name: &str| arguments.get(name).and_then(serde_json::Value::as_str);
+    text("description").is_some() && text("prompt").is_some_and(|p| !p.trim().is_empty())
 }
 
 /// The allowed servers that have each hook, computed from a catalog as the spec says: a

@@ -10,7 +10,7 @@
 //! [`Runnable::knowing`] names the first catalog) nothing is judged. `agent` calls are left to
 //! the subagent rules (their own limits refuse them).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -83,6 +83,14 @@ impl Runnable {
             offered: Some(offered_by(catalog)),
             ..Self::default()
         }
+    }
+
+    /// The rule for a subagent that starts holding its parent's "always" decisions
+    /// (`standing`, by tool: true allows): the tools rejected for good stay unrun in it too.
+    pub fn inheriting(mut self, standing: &BTreeMap<String, bool>) -> Self {
+        let rejected = standing.iter().filter(|(_, allows)| !**allows);
+        self.rejected.extend(rejected.map(|(tool, _)| tool.clone()));
+        self
     }
 
     /// Appends what the rule remembers to `e`, for an explorer's fingerprint.
