@@ -514,11 +514,19 @@ pub(crate) fn hook_calls<'a>(
             })
             .collect()
     };
+    let last = servers.len().saturating_sub(1);
     per_subject
         .into_iter()
         .flat_map(move |(subject, arguments)| {
             let context = context.clone();
-            servers.iter().map(move |server| {
+            // The last server's call takes the subject's arguments; the others get copies.
+            let mut arguments = Some(arguments);
+            servers.iter().enumerate().map(move |(i, server)| {
+                let arguments = if i == last {
+                    arguments.take()
+                } else {
+                    arguments.clone()
+                };
                 (
                     subject,
                     HookCall {
@@ -526,7 +534,7 @@ pub(crate) fn hook_calls<'a>(
                         hook,
                         timeout,
                         context: context.clone(),
-                        arguments: arguments.clone(),
+                        arguments: arguments.unwrap_or_default(),
                     },
                 )
             })
