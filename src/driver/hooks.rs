@@ -51,10 +51,18 @@ impl HookOrder {
                     })
                     .collect()
             };
+        let last = self.servers.len().saturating_sub(1);
         per_subject
             .into_iter()
             .flat_map(|(subject, arguments)| {
-                self.servers.iter().map(move |server| {
+                // The last server's call takes the subject's arguments; the others get copies.
+                let mut arguments = Some(arguments);
+                self.servers.iter().enumerate().map(move |(i, server)| {
+                    let arguments = if i == last {
+                        arguments.take()
+                    } else {
+                        arguments.clone()
+                    };
                     (
                         subject,
                         HookCall {
@@ -62,7 +70,7 @@ impl HookOrder {
                             hook: self.hook,
                             timeout: self.timeout,
                             context: self.context.clone(),
-                            arguments: arguments.clone(),
+                            arguments: arguments.unwrap_or_default(),
                         },
                     )
                 })

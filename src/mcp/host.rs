@@ -206,7 +206,7 @@ impl McpHost {
     pub fn protocol_version(&self, server: &str) -> Option<String> {
         let slot = self.slot(server)?;
         match &slot.lock().life {
-            Life::Live(conn) => conn.protocol_version(),
+            Life::Live(conn) => conn.protocol_version().map(str::to_owned),
             Life::Down | Life::Retired => None,
         }
     }

@@ -82,13 +82,15 @@ pub(super) struct Conn {
     pub(super) transport: TransportKind,
     /// Whether any call of this life got an answer.
     answered: AtomicBool,
+    /// The protocol version negotiated for this life, read once when it starts (every traced
+    /// call names it).
+    protocol_version: Option<String>,
 }
 
 impl Conn {
     /// The protocol version negotiated for this life.
-    pub(super) fn protocol_version(&self) -> Option<String> {
-        let info = self.service.peer().peer_info()?;
-        Some(info.protocol_version.to_string())
+    pub(super) fn protocol_version(&self) -> Option<&str> {
+        self.protocol_version.as_deref()
     }
 
     /// Which life of its server this is.
@@ -227,10 +229,13 @@ impl Slot {
         conn: &Conn,
         params: &mut CallToolRequestParams,
     ) -> (tracing::Span, Option<Expected>) {
-        let version = conn.protocol_version();
         let pipe = matches!(conn.transport, TransportKind::Stdio);
-        let span =
-            crate::telemetry::mcp_call(self.name.as_str(), &params.name, version.as_deref(), pipe);
+        let span = crate::telemetry::mcp_call(
+            self.name.as_str(),
+            &params.name,
+            conn.protocol_version(),
+            pipe,
+        );
         let mut expected = None;
         for (key, value) in crate::telemetry::trace_context(&span) {
             if key == crate::telemetry::names::META_TRACEPARENT {
@@ -405,12 +410,17 @@ impl Slot {
             }
             Err(error) => return Err(error.into_error(&self.name)),
         };
+        let protocol_version = service
+            .peer()
+            .peer_info()
+            .map(|info| info.protocol_version.to_string());
         let conn = Arc::new(Conn {
             life,
             service,
             child,
             transport,
             answered: AtomicBool::new(false),
+            protocol_version,
         });
         let peer = conn.peer();
         // rmcp keeps list pages a server marks cacheable, one per cursor: a server that pages
@@ -428,7 +438,7 @@ impl Slot {
                 return Err(error);
             }
         };
-        let version = peer.peer_info().map(|i| i.protocol_version.to_string());
+        let version = conn.protocol_version();
         tracing::debug!(server = %self.name, life, tools = tools.len(), ?version, %transport, "server started");
         if let Some(subscription) = subscribe_tool_list(&peer).await {
             tokio::spawn(watch_tool_list(subscription, changed));
