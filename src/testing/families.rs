@@ -148,13 +148,18 @@ impl Subject for Subagent {
     }
 
     fn handle(&mut self, fact: Input) -> Result<(), MachineError> {
-        let fact = match fact {
-            Input::CatalogChanged { catalog } => Input::CatalogChanged {
-                catalog: with_subagent_hooks(catalog),
-            },
-            fact => fact,
-        };
+        let fact = self.rewritten(&fact).unwrap_or(fact);
         self.machine.handle(fact)
+    }
+
+    /// A catalog reaches the child with its hooks' subagent twins.
+    fn rewritten(&self, fact: &Input) -> Option<Input> {
+        match fact {
+            Input::CatalogChanged { catalog } => Some(Input::CatalogChanged {
+                catalog: with_subagent_hooks(catalog.clone()),
+            }),
+            _ => None,
+        }
     }
 
     fn poll_effect(&mut self) -> Option<Effect> {
