@@ -1,6 +1,7 @@
 //! Arbitrary sequences of facts applied to the pure machine, valid or not. The machine must
-//! never panic, must refuse what it does not expect without changing, and must keep every
-//! invariant on every request it emits.
+//! never panic, must refuse what it does not expect without changing, must keep every
+//! invariant the explorer checks (`hookloop::testing::Invariants`, judged from the facts fed)
+//! on every fact it accepts, and must send well-paired requests without hook tools.
 
 #![no_main]
 
@@ -10,7 +11,7 @@ use hookloop::machine::{
     CallId, Catalog, Effect, HookReply, Input, LlmReply, Machine, PermissionDecision, Policy,
     ServerTools, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
-use hookloop::testing::check_pairing;
+use hookloop::testing::{Invariants, check_pairing};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 
@@ -96,12 +97,14 @@ fuzz_target!(|s: Session| {
             .collect(),
     };
     let budget = policy.stop_max_rejections;
+    let mut invariants = Invariants::new(&policy);
     let mut m = Machine::new(policy, None);
-    let _ = m.handle(Input::CatalogChanged { catalog: catalog.clone() });
     let mut outstanding: Vec<CallId> = Vec::new();
     let mut asked: Option<CallId> = None;
     let mut next = 0u32;
-    for op in s.ops.into_iter().take(256) {
+    // The first fact is the catalog, then the fuzzer's.
+    let ops = std::iter::once(Op::Catalog).chain(s.ops.into_iter().take(256));
+    for op in ops {
         let input = match op {
             Op::Prompt(n) => Input::Prompted { text: format!("p{n}") },
             Op::Reply { text, calls, stop: st, input_tokens } => Input::LlmReplied {
@@ -157,13 +160,19 @@ fuzz_target!(|s: Session| {
                 },
             },
         };
-        let before = m.history().len();
-        if m.handle(input).is_err() {
-            assert_eq!(m.history().len(), before, "a refused fact changed the history");
+        let phase = m.phase();
+        let history_before = m.history().to_vec();
+        if m.handle(input.clone()).is_err() {
+            assert_eq!(m.history().len(), history_before.len(), "a refused fact changed the history");
             assert_eq!(m.pending_effects(), 0, "a refused fact emitted orders");
+            continue;
         }
-        while let Some(effect) = m.poll_effect() {
-            match &effect {
+        let effects: Vec<Effect> = std::iter::from_fn(|| m.poll_effect()).collect();
+        if let Err(violation) = invariants.check(phase, &input, &m, &effects, &history_before) {
+            panic!("{} after {}: {}", violation.rule, input.kind(), violation.detail);
+        }
+        for effect in &effects {
+            match effect {
                 Effect::CallLlm { purpose, messages, .. } => {
                     assert_eq!(*messages, m.history().len());
                     let request = m.request(*purpose);
