@@ -135,7 +135,7 @@ impl StateFile {
 
     /// Forgets the session: its state file and its lock file, both unlinked while the lock is
     /// held (an invocation waiting on the old lock file sees it gone and takes the new one, see
-    /// [`Self::lock`]). When the lock is not had within [`LOCK_WAIT`] both are left for the
+    /// `lock`). When the lock is not had within [`LOCK_WAIT`] both are left for the
     /// holder, and for the clean-up of a dead host's directory.
     pub fn remove(&self) {
         if let Ok(Some(_lock)) = self.lock() {
