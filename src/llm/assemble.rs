@@ -58,7 +58,8 @@ impl Assembler {
         }
     }
 
-    /// Takes the next chunk of the body.
+    /// Takes the next chunk of the body. Events after the one that completes the reply are
+    /// dropped unread.
     pub(crate) fn feed(
         &mut self,
         chunk: &[u8],
@@ -68,6 +69,11 @@ impl Assembler {
             .push(chunk, &mut self.events)
             .map_err(|e| LlmError::InvalidResponse(e.to_string()))?;
         for event in self.events.drain(..) {
+            // What follows the stream's end in the same chunk is not the reply's: a reply must
+            // not depend on where the network cut the bytes.
+            if self.decoder.complete() {
+                break;
+            }
             self.decoded += 1;
             refuse_past(self.decoded, self.max_events, "stream events")?;
             self.decoder.event(&event.event, &event.data, on_delta)?;

@@ -86,4 +86,61 @@ mod tests {
             }
         }
     }
+
+    /// Found by the fuzzer: a chunk after `[DONE]` (or `message_stop`) that arrived in the same
+    /// network read as the end changed the reply's usage, so a reply depended on where the
+    /// bytes were cut. Whatever follows the end is not the reply's.
+    #[test]
+    fn events_after_the_end_of_the_stream_change_nothing_however_the_bytes_arrive() {
+        let streams = [
+            (
+                Provider::OpenAi,
+                concat!(
+                    "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"hi\"}, ",
+                    "\"finish_reason\": \"stop\"}]}\n\n",
+                    "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 6, ",
+                    "\"completion_tokens\": 2}}\n\n",
+                    "data: [DONE]\n\n",
+                ),
+                concat!(
+                    "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 3, ",
+                    "\"completion_tokens\": 1}}\n\n",
+                    "data: not json\n\n",
+                ),
+            ),
+            (
+                Provider::Anthropic,
+                concat!(
+                    "event: message_start\ndata: {\"type\": \"message_start\", \"message\": ",
+                    "{\"usage\": {\"input_tokens\": 6, \"output_tokens\": 0}}}\n\n",
+                    "event: content_block_start\ndata: {\"type\": \"content_block_start\", ",
+                    "\"index\": 0, \"content_block\": {\"type\": \"text\", \"text\": \"\"}}\n\n",
+                    "event: content_block_delta\ndata: {\"type\": \"content_block_delta\", ",
+                    "\"index\": 0, \"delta\": {\"type\": \"text_delta\", \"text\": \"hi\"}}\n\n",
+                    "event: content_block_stop\ndata: {\"type\": \"content_block_stop\", ",
+                    "\"index\": 0}\n\n",
+                    "event: message_delta\ndata: {\"type\": \"message_delta\", \"delta\": ",
+                    "{\"stop_reason\": \"end_turn\"}, \"usage\": {\"output_tokens\": 2}}\n\n",
+                    "event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n",
+                ),
+                concat!(
+                    "event: message_delta\ndata: {\"type\": \"message_delta\", \"delta\": ",
+                    "{\"stop_reason\": \"tool_use\"}, \"usage\": {\"output_tokens\": 9}}\n\n",
+                    "event: error\ndata: not json\n\n",
+                ),
+            ),
+        ];
+        for (provider, stream, after) in streams {
+            let alone = parse_stream(provider, [stream.as_bytes()]).unwrap();
+            assert_eq!(alone.text, "hi");
+            assert_eq!(alone.stop, StopReason::EndTurn);
+            let bytes = format!("{stream}{after}");
+            // In one read, and in reads of every size: the same reply as the stream alone.
+            assert_eq!(parse_stream(provider, [bytes.as_bytes()]).unwrap(), alone);
+            for size in 1..=32 {
+                let chunked = parse_stream(provider, bytes.as_bytes().chunks(size));
+                assert_eq!(chunked.unwrap(), alone, "{provider:?} in reads of {size}");
+            }
+        }
+    }
 }
