@@ -58,16 +58,15 @@ impl Assembler {
         }
     }
 
-    /// Takes the next chunk of the body. Events after the one that completes the reply are
-    /// dropped unread.
+    /// Takes the next chunk of the body. What follows the event that completes the reply
+    /// (events, or bytes that are no event at all) is dropped unread.
     pub(crate) fn feed(
         &mut self,
         chunk: &[u8],
         on_delta: &mut OnDelta<'_>,
     ) -> Result<(), LlmError> {
-        self.parser
-            .push(chunk, &mut self.events)
-            .map_err(|e| LlmError::InvalidResponse(e.to_string()))?;
+        // The events before a broken line are decoded first: the reply may end among them.
+        let parsed = self.parser.push(chunk, &mut self.events);
         for event in self.events.drain(..) {
             // What follows the stream's end in the same chunk is not the reply's: a reply must
             // not depend on where the network cut the bytes.
@@ -78,7 +77,10 @@ impl Assembler {
             refuse_past(self.decoded, self.max_events, "stream events")?;
             self.decoder.event(&event.event, &event.data, on_delta)?;
         }
-        Ok(())
+        if self.decoder.complete() {
+            return Ok(());
+        }
+        parsed.map_err(|e| LlmError::InvalidResponse(e.to_string()))
     }
 
     /// See [`Decoder::complete`].

@@ -130,6 +130,10 @@ mod tests {
                 ),
             ),
         ];
+        // Past the end, a line longer than the parser takes is not the reply's either.
+        let endless = format!("data: {}", "x".repeat(crate::net::sse::MAX_LINE_BYTES + 1));
+        let streams = streams
+            .map(|(provider, stream, after)| (provider, stream, format!("{after}{endless}")));
         for (provider, stream, after) in streams {
             let alone = parse_stream(provider, [stream.as_bytes()]).unwrap();
             assert_eq!(alone.text, "hi");
