@@ -8,6 +8,7 @@ mod loopback;
 #[path = "support/peak_memory.rs"]
 mod peak_memory;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
@@ -42,9 +43,12 @@ impl Measured {
 /// `evil__poke` once and answering the call's result `settle` after it arrived: what the
 /// server does after its answer has that long to cost the agent.
 fn run_against(behaviour: &str, vars: &[(&str, &str)], settle: Duration) -> Measured {
+    // Two tests may run one behaviour at once: each run has a directory (and a log) of its own.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "hookloop-hostile-run-{}-{}",
+        "hookloop-hostile-run-{}-{}-{}",
         std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed),
         behaviour.replace(':', "-")
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -116,23 +120,34 @@ fn a_giant_line_is_dropped_and_costs_little_memory() {
     assert_small(&measured);
 }
 
-/// One test per kind of message a server can flood the agent with during a call.
+/// One test per kind of message a server can flood the agent with during a call: the server
+/// reads at the pace `vars` set.
 macro_rules! flood_tests {
-    ($($name:ident: $kind:literal,)*) => {$(
+    ($vars:expr, $max_growth_kib:expr; $($name:ident: $kind:literal,)*) => {$(
         #[test]
         fn $name() {
-            let measured = run_against(
-                concat!("flood:", $kind),
-                &[("TS_FLOOD_MS", "1500")],
-                Duration::ZERO,
-            );
-            assert_small(&measured);
+            let measured = run_against(concat!("flood:", $kind), $vars, Duration::ZERO);
+            measured.run.assert_below($max_growth_kib);
             assert!(measured.sent() > 100, "only {} sent", measured.sent());
         }
     )*};
 }
 
+/// A flood for 1.5 s.
+const FLOOD: &[(&str, &str)] = &[("TS_FLOOD_MS", "1500")];
+
+/// A flood of requests for 2 s by a server that reads a line of its stdin every 300 µs at
+/// most: the agent's answers come faster than they are read, and must wait in a bounded number
+/// (the pipe full, the agent reads no more requests) rather than pile up in the agent.
+const FLOOD_READ_SLOWLY: &[(&str, &str)] = &[("TS_FLOOD_MS", "2000"), ("TS_READ_DELAY_US", "300")];
+
+/// What the slow reader's flood may cost: the agent holds at most 64 answers and the requests
+/// they answer (it grows by about 1 MiB); a few KiB per answer the server has not read would
+/// pass the wide bound of the other floods, but not this one.
+const MAX_GROWTH_SLOW_READER_KIB: u64 = 8 * 1024;
+
 flood_tests! {
+    FLOOD, MAX_GROWTH_KIB;
     a_resources_list_changed_flood_costs_little_memory: "resources_list_changed",
     a_prompts_list_changed_flood_costs_little_memory: "prompts_list_changed",
     a_progress_flood_costs_little_memory: "progress",
@@ -145,6 +160,15 @@ flood_tests! {
     a_roots_request_flood_costs_little_memory: "roots",
     an_elicitation_flood_costs_little_memory: "elicitation",
     an_unknown_request_flood_costs_little_memory: "unknown_request",
+}
+
+flood_tests! {
+    FLOOD_READ_SLOWLY, MAX_GROWTH_SLOW_READER_KIB;
+    a_ping_flood_by_a_slow_reader_costs_little_memory: "ping",
+    a_sampling_request_flood_by_a_slow_reader_costs_little_memory: "sampling",
+    a_roots_request_flood_by_a_slow_reader_costs_little_memory: "roots",
+    an_elicitation_flood_by_a_slow_reader_costs_little_memory: "elicitation",
+    an_unknown_request_flood_by_a_slow_reader_costs_little_memory: "unknown_request",
 }
 
 /// A server whose result is 200,000 empty images: the model is sent 256 blocks and one line

@@ -18,6 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -44,12 +45,15 @@ pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
 /// answers cannot grow this map.
 const MAX_EXPECTED: usize = 1024;
 
-/// The server's requests handed to the client and not yet answered, at most. While this many
-/// wait, the transport reads nothing more from the server: a server that asks faster than it
-/// reads the answers (a `roots/list` flood) would otherwise have the client hold every request,
-/// its handler and its answer at once. Every answer the client sends frees a place, and a
-/// question that waits on a person is one of few (`MAX_OPEN_QUESTIONS`), so this never waits
-/// on anything but the server itself.
+/// The server's requests handed to the client and not yet answered, or answered and the answer
+/// not yet written, at most. While this many wait, the transport reads nothing more from the
+/// server: a server that asks faster than it reads the answers (a `roots/list` flood) would
+/// otherwise have the client hold every request, its handler and its answer at once. An answer
+/// frees its place once it is written (or its write fails or is dropped), not when it is handed
+/// to the transport: a server that stops reading its stdin would otherwise have the client keep
+/// every answer, and the task that waits to write it, for as long as it goes on asking. A
+/// question that waits on a person is one of few (`MAX_OPEN_QUESTIONS`), so this never waits on
+/// anything but the server itself.
 const MAX_SERVING: usize = 64;
 
 /// How much is read from the stream at a time.
@@ -71,8 +75,8 @@ pub(crate) struct LineTransport<R, W> {
     max_line: usize,
     /// The result type each unanswered request expects, by id.
     expected: Expected,
-    /// The ids of the server's requests handed on and not yet answered (at most
-    /// [`MAX_SERVING`]).
+    /// The ids of the server's requests handed on and not yet answered (with the answers not
+    /// yet written, at most [`MAX_SERVING`]).
     serving: HashSet<RequestId>,
     out: Arc<Outbox<W>>,
 }
@@ -95,6 +99,8 @@ where
             serving: HashSet::new(),
             out: Arc::new(Outbox {
                 queue: Mutex::new(Queue::default()),
+                answers: AtomicUsize::new(0),
+                answer_written: tokio::sync::Notify::new(),
                 writer: tokio::sync::Mutex::new(Writer {
                     stream: Some(writer),
                     written: 0,
@@ -290,17 +296,28 @@ where
                 }
             }
         }
+        // An answer keeps a place until it is written.
+        let place = matches!(item, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_))
+            .then(|| Unwritten::new(&self.out));
         let queued = self.out.push(&item);
         let out = Arc::clone(&self.out);
-        async move { out.flush(queued?).await }
+        async move {
+            let _place = place;
+            out.flush(queued?).await
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            if self.serving.len() >= MAX_SERVING {
-                // The service drops this future for its next event, the answer that frees a
-                // place among them (`send`), and calls again.
-                std::future::pending::<()>().await;
+            // Every place is taken: wait for an answer's write to end. (An answer handed to
+            // `send` frees a place too, but the service drops this future to send it and calls
+            // again.) Cancel-safe: nothing is read while waiting.
+            loop {
+                let written = self.out.answer_written.notified();
+                if self.serving.len() + self.out.answers.load(Ordering::Acquire) < MAX_SERVING {
+                    break;
+                }
+                written.await;
             }
             let line = self.next_line().await?;
             match self.decode(line) {
@@ -336,10 +353,13 @@ where
                         None,
                     );
                     // Written by a task of its own: a write inside `receive` could be cut
-                    // short when the service drops this future for another event.
+                    // short when the service drops this future for another event. It keeps a
+                    // place until written, so a flood of them waits as answers do.
+                    let place = Unwritten::new(&self.out);
                     if let Ok(queued) = self.out.push(&reply) {
                         let out = Arc::clone(&self.out);
                         tokio::spawn(async move {
+                            let _place = place;
                             if let Err(error) = out.flush(queued).await {
                                 tracing::debug!(%error, "could not tell the server its message was invalid");
                             }
@@ -365,6 +385,27 @@ where
 struct Outbox<W> {
     queue: Mutex<Queue>,
     writer: tokio::sync::Mutex<Writer<W>>,
+    /// Answers to the server handed over and not yet written (each an [`Unwritten`]).
+    answers: AtomicUsize,
+    /// Told when one of them is written, its write fails, or its send is dropped.
+    answer_written: tokio::sync::Notify,
+}
+
+/// The place an answer to the server holds among [`MAX_SERVING`] until its write ends.
+struct Unwritten<W>(Arc<Outbox<W>>);
+
+impl<W> Unwritten<W> {
+    fn new(out: &Arc<Outbox<W>>) -> Self {
+        out.answers.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(out))
+    }
+}
+
+impl<W> Drop for Unwritten<W> {
+    fn drop(&mut self) {
+        self.0.answers.fetch_sub(1, Ordering::AcqRel);
+        self.0.answer_written.notify_waiters();
+    }
 }
 
 #[derive(Default)]

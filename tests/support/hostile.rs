@@ -14,6 +14,9 @@
 //! | `giant` | on a call, sends one notification line of `TS_GIANT_MB` (default 64) MiB first |
 //! | `elicit_idle` | half a second after it is listed, asks `TS_FLOOD_COUNT` (default 50) questions outside any call; a call of `poke` asks one form question (`TS_SCHEMA`, JSON) and answers with the client's whole answer |
 //!
+//! `TS_READ_DELAY_US` makes any behaviour read its stdin slowly: it waits that long after each
+//! line, so the client's answers to a flood of requests outpace what it reads.
+//!
 //! Flood kinds: `tools_list_changed`, `resources_list_changed`, `prompts_list_changed`,
 //! `progress`, `logging`, `cancelled`, `unknown_notification`, `unknown_response` (answers to
 //! ids the client never used), and the requests `ping`, `sampling`, `roots`, `elicitation`,
@@ -46,11 +49,15 @@ pub fn run(behaviour: &str) {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut line = String::new();
+    let read_delay = Duration::from_micros(number("TS_READ_DELAY_US", 0));
     loop {
         line.clear();
         match input.read_line(&mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
+        }
+        if !read_delay.is_zero() {
+            std::thread::sleep(read_delay);
         }
         let Ok(message) = serde_json::from_str::<Value>(line.trim()) else {
             continue;

@@ -427,3 +427,59 @@ async fn a_request_the_server_cancels_frees_its_place() {
     let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
     assert!(held.is_err(), "read past {MAX_SERVING} unanswered requests");
 }
+
+#[tokio::test]
+async fn answers_a_server_does_not_read_keep_their_places_until_written() {
+    let (mut transport, mut server) = connect();
+    // A request larger than the pipe holds: its write waits until the server reads, and every
+    // answer queued after it waits with it.
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("pad".into(), "p".repeat(1024 * 1024).into());
+    let params = CallToolRequestParams::new("big").with_arguments(arguments);
+    let big = TxJsonRpcMessage::<RoleClient>::request(
+        ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+        RequestId::Number(1),
+    );
+    let mut writes = tokio::task::JoinSet::new();
+    writes.spawn(transport.send(big));
+    let flood: String = (0..MAX_SERVING as u64 + 8).map(roots_request).collect();
+    server.write(flood.as_bytes()).await;
+    // Each request is answered at once, as rmcp's client does, by a task that writes it.
+    for n in 0..MAX_SERVING {
+        let message = receive(&mut transport).await.expect("a request");
+        let JsonRpcMessage::Request(request) = message else {
+            panic!("{message:?}");
+        };
+        assert_eq!(request.id, RequestId::String(format!("h{n}").into()));
+        writes.spawn(transport.send(TxJsonRpcMessage::<RoleClient>::response(
+            rmcp::model::ClientResult::empty(()),
+            request.id,
+        )));
+    }
+    // Answered, but none written: the places are still taken.
+    let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+    assert!(
+        held.is_err(),
+        "read past {MAX_SERVING} answers that were not written"
+    );
+
+    // The server reads: the writes end, and the next request is read.
+    let reader = tokio::spawn(async move {
+        for _ in 0..=MAX_SERVING {
+            server.read_line().await;
+        }
+        server
+    });
+    while let Some(written) = writes.join_next().await {
+        written.expect("join").expect("written");
+    }
+    let next = receive(&mut transport).await.expect("the next request");
+    let JsonRpcMessage::Request(request) = next else {
+        panic!("{next:?}");
+    };
+    assert_eq!(
+        request.id,
+        RequestId::String(format!("h{MAX_SERVING}").into())
+    );
+    drop(reader.await.expect("reader"));
+}
