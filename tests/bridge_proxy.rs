@@ -19,22 +19,22 @@ struct Proxy {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     runtime: PathBuf,
+    name: String,
 }
 
 impl Proxy {
     fn start(runtime: &Path) -> Self {
+        Self::start_with(runtime, "todo", &[binary::hookloop(), "todo-server"], &[])
+    }
+
+    /// A proxy named `name` in front of `server` (its command and arguments), `env` set for both.
+    fn start_with(runtime: &Path, name: &str, server: &[&str], env: &[(&str, &str)]) -> Self {
         std::fs::create_dir_all(runtime).unwrap();
         std::fs::set_permissions(runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
         let mut child = Command::new(binary::hookloop())
-            .args([
-                "mcp",
-                "proxy",
-                "--name",
-                "todo",
-                "--",
-                binary::hookloop(),
-                "todo-server",
-            ])
+            .args(["mcp", "proxy", "--name", name, "--"])
+            .args(server)
+            .envs(env.iter().copied())
             .env("XDG_RUNTIME_DIR", runtime)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -48,6 +48,7 @@ impl Proxy {
             stdin,
             stdout,
             runtime: runtime.to_owned(),
+            name: name.to_owned(),
         }
     }
 
@@ -75,25 +76,30 @@ impl Proxy {
         self.runtime
             .join("hookloop-bridge")
             .join(std::process::id().to_string())
-            .join("todo.sock")
+            .join(format!("{}.sock", self.name))
     }
 
     fn hook(&self, request: &str) -> Value {
-        let mut stream = UnixStream::connect(self.socket()).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        // One write: the proxy answers a line and closes, so a newline written after a request
-        // that already ended in one may meet a closed socket.
-        let mut line = request.to_owned();
-        if !line.ends_with('\n') {
-            line.push('\n');
-        }
-        stream.write_all(line.as_bytes()).unwrap();
-        let mut answer = String::new();
-        BufReader::new(stream).read_line(&mut answer).unwrap();
-        serde_json::from_str(&answer).unwrap()
+        hook_at(&self.socket(), request)
     }
+}
+
+/// Sends one request line to the hook socket at `socket`; its answer.
+fn hook_at(socket: &Path, request: &str) -> Value {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // One write: the proxy answers a line and closes, so a newline written after a request
+    // that already ended in one may meet a closed socket.
+    let mut line = request.to_owned();
+    if !line.ends_with('\n') {
+        line.push('\n');
+    }
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    serde_json::from_str(&answer).unwrap()
 }
 
 fn runtime(tag: &str) -> PathBuf {
@@ -441,4 +447,125 @@ fn a_starting_proxy_removes_the_state_of_hosts_that_died_without_a_session_end()
     drop(proxy.stdin);
     proxy.child.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The hostile MCP server of the hostile-peer tests (`tests/support/hostile.rs`).
+const TEST_SERVER: &str = env!("CARGO_BIN_EXE_hookloop-test-server");
+
+/// What the proxy may grow by while one side does not read: the lines it holds for that side
+/// (4 MiB, `MAX_QUEUED_BYTES`) and the buffers around them. Queuing all the other side sends
+/// takes far more (a flood of 1 KiB log lines is tens of MiB a second).
+const MAX_GROWTH_KIB: u64 = 16 * 1024;
+
+/// Kills the proxy and the server it started, which leads a process group of its own and
+/// outlives a killed proxy (a server that reads nothing never sees its stdin close).
+fn kill_with_server(proxy: &mut Child) {
+    let pid = proxy.id();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+        {
+            // SAFETY: a signal to the process group the proxy's server leads.
+            unsafe {
+                libc::kill(-child, libc::SIGKILL);
+            }
+        }
+    }
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}
+
+/// A field of `/proc/<pid>/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// A server that floods its host with log lines while the host reads nothing: the proxy stops
+/// reading the server once the lines it holds for the host fill its room, so its memory stays
+/// put; once the host reads again, the flood's end and the call's answer arrive.
+#[test]
+fn a_server_flooding_a_host_that_does_not_read_costs_the_proxy_little_memory() {
+    let dir = runtime("flood-host");
+    let mut proxy = Proxy::start_with(
+        &dir,
+        "evil",
+        &[TEST_SERVER],
+        &[("TS_HOSTILE", "flood:logging"), ("TS_FLOOD_MS", "3000")],
+    );
+    handshake(&mut proxy);
+    let pid = proxy.child.id();
+    let before = status_kib(pid, "VmRSS:");
+    proxy.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "poke", "arguments": {}}}));
+    // The flood runs for 3 s while the host reads nothing.
+    std::thread::sleep(Duration::from_secs(3));
+    let peak = status_kib(pid, "VmHWM:");
+    // The host reads again: the relay goes on to the call's answer.
+    let answer = loop {
+        let mut line = String::new();
+        assert!(
+            proxy.stdout.read_line(&mut line).unwrap() > 0,
+            "proxy closed"
+        );
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 7 {
+            break message;
+        }
+    };
+    assert!(answer["result"].is_object(), "{answer}");
+    kill_with_server(&mut proxy.child);
+    let _ = std::fs::remove_dir_all(&dir);
+    let growth = peak.saturating_sub(before);
+    eprintln!("proxy: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth {growth} KiB");
+    assert!(growth < MAX_GROWTH_KIB, "the proxy grew by {growth} KiB");
+}
+
+/// A host that writes on and on to a server that reads nothing: the proxy stops reading the
+/// host once the lines it holds for the server fill its room, and a hook call, which finds no
+/// room either, times out as a call the server never answers does.
+#[test]
+fn a_host_writing_to_a_server_that_does_not_read_costs_the_proxy_little_memory() {
+    let dir = runtime("deaf-server");
+    let mut proxy = Proxy::start_with(&dir, "deaf", &[TEST_SERVER], &[("TS_HOSTILE", "deaf")]);
+    handshake(&mut proxy);
+    // The server answers this listing, then reads its stdin no more.
+    let listed = proxy.request(2, "tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let pid = proxy.child.id();
+    let socket = proxy.socket();
+    let before = status_kib(pid, "VmRSS:");
+    // 64 MiB of pings, written by a thread the full pipes will block.
+    let mut stdin = proxy.stdin;
+    let writer = std::thread::spawn(move || {
+        let padding = "p".repeat(1024);
+        for id in 0..64 * 1024 {
+            let ping = json!({"jsonrpc": "2.0", "id": 1000 + id, "method": "ping",
+                              "params": {"_meta": {"padding": padding}}});
+            if writeln!(stdin, "{ping}").is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let peak = status_kib(pid, "VmHWM:");
+    let timed_out = hook_at(
+        &socket,
+        r#"{"hook":"_Stop","arguments":{},"timeout_ms":500}"#,
+    );
+    kill_with_server(&mut proxy.child);
+    writer.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(timed_out["timedOut"], true, "{timed_out}");
+    let growth = peak.saturating_sub(before);
+    eprintln!("proxy: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth {growth} KiB");
+    assert!(growth < MAX_GROWTH_KIB, "the proxy grew by {growth} KiB");
 }

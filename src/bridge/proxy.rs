@@ -16,6 +16,10 @@
 //! at [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_WAIT`]; at most
 //! [`MAX_CONNECTIONS`] are served at once (the rest wait in the kernel's backlog).
 //!
+//! Each direction holds at most [`MAX_QUEUED_BYTES`] of lines not yet written: past it the proxy
+//! reads no more from the side that sends, so a host that reads slowly, or a server that does
+//! not read, is held back by its own pipe and costs the proxy nothing more.
+//!
 //! Hook calls wait for the host: until its `notifications/initialized`, or, from a host of a
 //! stateless revision (2026-07-28 on, which makes no handshake), its first request naming its
 //! protocol in `_meta`; the proxy's calls then carry the host's latest protocol fields, which
@@ -44,7 +48,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::hooks;
 
@@ -67,6 +71,11 @@ const OWN_ID: &str = "hookloop-proxy-";
 pub const MAX_IN_FLIGHT: usize = 4096;
 /// How long a restarted server may take to answer its `initialize`.
 pub const INITIALIZE_WAIT: Duration = Duration::from_secs(10);
+/// The bytes of lines relayed one way and not yet written, at most (a longer line is one at a
+/// time). Past it the proxy reads no more from that side: a server flooding a host that reads
+/// slowly, or a host writing to a server that does not read, is held back by its own pipe
+/// rather than queued in the proxy.
+pub const MAX_QUEUED_BYTES: usize = 4 * 1024 * 1024;
 
 /// The wait before the `n`th restart (from 1): none for the first, then 1 s doubling to 30 s, so
 /// a server that hangs at once on every start does not take a core.
@@ -145,16 +154,8 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
     for gone in super::state::clean_dead_hosts(&runtime_dir()) {
         tracing::debug!(dir = %gone.display(), "removed the directory of a host that is gone");
     }
-    let (to_host, mut host_lines) = mpsc::unbounded_channel::<Vec<u8>>();
     // One writer of the host's stdout, so that lines from both directions never interleave.
-    let writer = tokio::spawn(async move {
-        let mut out = tokio::io::stdout();
-        while let Some(line) = host_lines.recv().await {
-            if out.write_all(&line).await.is_err() || out.flush().await.is_err() {
-                break;
-            }
-        }
-    });
+    let (to_host, writer) = Lines::writer(tokio::io::stdout());
     let (restart_tx, mut restart_rx) = mpsc::unbounded_channel::<()>();
     let relay = Relay::new(server_in, to_host, restart_tx);
     let serving = tokio::spawn(serve(listener, relay.clone()));
@@ -179,9 +180,11 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
         let _ = child.start_kill();
         kill_group(&child);
         let _ = child.wait().await;
-        relay.server_gone(
-            "the server was restarted after a second hook timeout in a row; call again",
-        );
+        relay
+            .server_gone(
+                "the server was restarted after a second hook timeout in a row; call again",
+            )
+            .await;
         tokio::time::sleep(restart_delay(restarts)).await;
         let (new_child, new_in, new_out) = spawn(command, args)?;
         child = new_child;
@@ -286,12 +289,62 @@ fn bind(path: &Path) -> Result<UnixListener, ProxyError> {
     Ok(listener)
 }
 
+/// Lines on their way to one side, written by a task of their own (a line is never cut short
+/// by a reader that stops), at most [`MAX_QUEUED_BYTES`] of them waiting.
+#[derive(Clone)]
+struct Lines {
+    queue: mpsc::UnboundedSender<(Vec<u8>, OwnedSemaphorePermit)>,
+    /// One permit per byte queued; closed once the writer has stopped.
+    room: Arc<Semaphore>,
+}
+
+impl Lines {
+    /// A task writing lines to `out` until a write fails or every sender is gone.
+    fn writer<W>(mut out: W) -> (Self, tokio::task::JoinHandle<()>)
+    where
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let (queue, mut lines) = mpsc::unbounded_channel::<(Vec<u8>, OwnedSemaphorePermit)>();
+        let room = Arc::new(Semaphore::new(MAX_QUEUED_BYTES));
+        let closing = Arc::clone(&room);
+        let task = tokio::spawn(async move {
+            while let Some((line, _room)) = lines.recv().await {
+                if out.write_all(&line).await.is_err() || out.flush().await.is_err() {
+                    break;
+                }
+            }
+            // Whoever waits for room learns that nothing more is written.
+            closing.close();
+        });
+        (Self { queue, room }, task)
+    }
+
+    /// Queues `line` once there is room for it; false once the writer has stopped.
+    async fn send(&self, line: Vec<u8>) -> bool {
+        match self.room_for(line.len()).await {
+            Some(room) => self.push(line, room),
+            None => false,
+        }
+    }
+
+    /// Waits for room for a line of `len` bytes; `None` once the writer has stopped.
+    async fn room_for(&self, len: usize) -> Option<OwnedSemaphorePermit> {
+        let cost = u32::try_from(len.clamp(1, MAX_QUEUED_BYTES)).unwrap_or(u32::MAX);
+        Arc::clone(&self.room).acquire_many_owned(cost).await.ok()
+    }
+
+    /// Queues `line` in the `room` waited for; false once the writer has stopped.
+    fn push(&self, line: Vec<u8>, room: OwnedSemaphorePermit) -> bool {
+        self.queue.send((line, room)).is_ok()
+    }
+}
+
 /// What both directions of the relay share.
 #[derive(Clone)]
 struct Relay {
     /// The current server's writer; replaced at a restart.
-    to_server: Arc<Mutex<mpsc::UnboundedSender<Vec<u8>>>>,
-    to_host: mpsc::UnboundedSender<Vec<u8>>,
+    to_server: Arc<Mutex<Lines>>,
+    to_host: Lines,
     state: Arc<Mutex<Shared>>,
     restart: mpsc::UnboundedSender<()>,
 }
@@ -353,11 +406,11 @@ fn stateless_meta(message: &Value) -> Option<serde_json::Map<String, Value>> {
 impl Relay {
     fn new(
         server_in: tokio::process::ChildStdin,
-        to_host: mpsc::UnboundedSender<Vec<u8>>,
+        to_host: Lines,
         restart: mpsc::UnboundedSender<()>,
     ) -> Self {
         Self {
-            to_server: Arc::new(Mutex::new(writer(server_in))),
+            to_server: Arc::new(Mutex::new(Lines::writer(server_in).0)),
             to_host,
             state: Arc::new(Mutex::new(Shared::default())),
             restart,
@@ -366,20 +419,23 @@ impl Relay {
 
     /// Relays to a restarted server from now on.
     fn attach(&self, server_in: tokio::process::ChildStdin) {
-        *self.to_server.lock().unwrap_or_else(|e| e.into_inner()) = writer(server_in);
+        *self.to_server.lock().unwrap_or_else(|e| e.into_inner()) = Lines::writer(server_in).0;
     }
 
-    fn to_server(&self, line: Vec<u8>) {
-        let _ = self
+    /// Queues `line` for the current server, once there is room; a server that is gone takes
+    /// nothing.
+    async fn to_server(&self, line: Vec<u8>) {
+        let lines = self
             .to_server
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .send(line);
+            .clone();
+        lines.send(line).await;
     }
 
     /// The server is gone: every request of the host it had not answered gets `message` as
     /// an error, the proxy's own calls end, and hook calls wait for the next handshake.
-    fn server_gone(&self, message: &str) {
+    async fn server_gone(&self, message: &str) {
         let (in_flight, waiting) = {
             let mut shared = self.shared();
             // A host of a stateless revision makes no handshake: its protocol fields still go
@@ -404,7 +460,7 @@ impl Relay {
             });
             let mut text = error.to_string().into_bytes();
             text.push(b'\n');
-            let _ = self.to_host.send(text);
+            self.to_host.send(text).await;
         }
     }
 
@@ -428,10 +484,16 @@ impl Relay {
             shared.waiting.insert(id.clone(), tx);
             id
         };
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params}));
-        match tokio::time::timeout(INITIALIZE_WAIT, rx).await {
+        let initialize =
+            json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
+        let answer = tokio::time::timeout(INITIALIZE_WAIT, async {
+            self.send(&initialize).await;
+            rx.await
+        });
+        match answer.await {
             Ok(Ok(answer)) if answer.get("result").is_some() => {
-                self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+                self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                    .await;
                 {
                     let mut shared = self.shared();
                     shared.handshake = Handshake::Initialized;
@@ -442,7 +504,7 @@ impl Relay {
                     json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
                 let mut line = changed.to_string().into_bytes();
                 line.push(b'\n');
-                let _ = self.to_host.send(line);
+                self.to_host.send(line).await;
             }
             _ => {
                 let mut shared = self.shared();
@@ -458,10 +520,10 @@ impl Relay {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn send(&self, value: &Value) {
+    async fn send(&self, value: &Value) {
         let mut line = value.to_string().into_bytes();
         line.push(b'\n');
-        self.to_server(line);
+        self.to_server(line).await;
     }
 
     /// Calls the hook `tool` on the server and waits at most `timeout` for its answer.
@@ -485,13 +547,19 @@ impl Relay {
             shared.waiting.insert(id.clone(), tx);
             id
         };
-        self.send(&json!({
+        let call = json!({
             "jsonrpc": "2.0",
             "id": id,
             "method": "tools/call",
             "params": params,
-        }));
-        let answer = tokio::time::timeout(timeout, rx).await;
+        });
+        // The wait for room to send counts against the timeout: a server that reads nothing
+        // times the call out as one that answers nothing does.
+        let answer = tokio::time::timeout(timeout, async {
+            self.send(&call).await;
+            rx.await
+        })
+        .await;
         let restart = {
             let mut shared = self.shared();
             shared.waiting.remove(&id);
@@ -518,19 +586,6 @@ impl Relay {
             Err(_) => json!({ "error": "timeout", "timedOut": true }),
         }
     }
-}
-
-/// A task writing lines to a server's stdin, and its sender.
-fn writer(mut server_in: tokio::process::ChildStdin) -> mpsc::UnboundedSender<Vec<u8>> {
-    let (to_server, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
-        while let Some(line) = lines.recv().await {
-            if server_in.write_all(&line).await.is_err() || server_in.flush().await.is_err() {
-                break;
-            }
-        }
-    });
-    to_server
 }
 
 /// A `tools/call` response as the socket answers it: its text blocks joined, or its error.
@@ -586,7 +641,7 @@ async fn read_line(
 }
 
 /// Answers the host's request `id` with an error, without the server.
-fn refuse(relay: &Relay, id: &Value, message: &str) {
+async fn refuse(relay: &Relay, id: &Value, message: &str) {
     let refusal = json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -594,7 +649,7 @@ fn refuse(relay: &Relay, id: &Value, message: &str) {
     });
     let mut text = refusal.to_string().into_bytes();
     text.push(b'\n');
-    let _ = relay.to_host.send(text);
+    relay.to_host.send(text).await;
 }
 
 /// The host's lines to the server: `tools/list` ids noted, calls of `_` tools refused.
@@ -612,25 +667,31 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
             }
             if relay.shared().restarting {
                 if let (Some(_), Some(id)) = (method, id) {
-                    refuse(&relay, id, "the server is being restarted; call again");
+                    refuse(&relay, id, "the server is being restarted; call again").await;
                 }
                 continue;
             }
             match (method, id) {
                 (Some("tools/list"), Some(id)) => {
-                    let mut shared = relay.shared();
                     // Each noted id waits for its answer; a server that never answers must not
                     // grow the set, and forgetting an id would let its hooks through.
-                    if shared.listing.len() >= MAX_LISTINGS {
-                        drop(shared);
+                    let noted = {
+                        let mut shared = relay.shared();
+                        let room = shared.listing.len() < MAX_LISTINGS;
+                        if room {
+                            shared.listing.insert(id.to_string());
+                        }
+                        room
+                    };
+                    if !noted {
                         refuse(
                             &relay,
                             id,
                             "too many `tools/list` requests wait for the server",
-                        );
+                        )
+                        .await;
                         continue;
                     }
-                    shared.listing.insert(id.to_string());
                 }
                 (Some("tools/call"), Some(id)) => {
                     let name = message["params"]["name"].as_str().unwrap_or("");
@@ -639,7 +700,8 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
                             &relay,
                             id,
                             &format!("`{name}` is a hook: only hookloop calls it"),
-                        );
+                        )
+                        .await;
                         continue;
                     }
                 }
@@ -659,7 +721,7 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
                 }
             }
         }
-        relay.to_server(line);
+        relay.to_server(line).await;
     }
 }
 
@@ -668,6 +730,12 @@ async fn host_to_server(host: impl AsyncRead + Unpin, relay: Relay) {
 async fn server_to_host(server: impl AsyncRead + Unpin, relay: Relay) -> std::io::Result<()> {
     let mut server = BufReader::new(server);
     while let Some(mut line) = read_line(&mut server, MAX_LINE_BYTES).await? {
+        // Room first, then the bookkeeping and the line queued at once: a restart that drops
+        // this future while it waits leaves the answer's request in flight, to be answered
+        // with an error, rather than forgotten and never answered.
+        let Some(room) = relay.to_host.room_for(line.len()).await else {
+            break;
+        };
         if let Ok(mut message) = serde_json::from_slice::<Value>(&line)
             && message.get("method").is_none()
             && let Some(id) = message.get("id").cloned()
@@ -696,7 +764,7 @@ async fn server_to_host(server: impl AsyncRead + Unpin, relay: Relay) -> std::io
                 line.push(b'\n');
             }
         }
-        if relay.to_host.send(line).is_err() {
+        if !relay.to_host.push(line, room) {
             break;
         }
     }
