@@ -84,21 +84,81 @@ pub enum Input {
 }
 
 impl Input {
-    /// The fact's kind, for error messages and logs.
+    /// The fact's kind by name, for error messages and logs: the `fact` tag of its record.
     pub fn kind(&self) -> &'static str {
+        InputKind::of(self).name()
+    }
+}
+
+/// A fact's kind, without its data: what a refusal ([`MachineError`]) names, so that it can be
+/// matched.
+///
+/// [`MachineError`]: crate::machine::MachineError
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// [`Input::Prompted`].
+    Prompted,
+    /// [`Input::CatalogChanged`].
+    CatalogChanged,
+    /// [`Input::LlmReplied`].
+    LlmReplied,
+    /// [`Input::LlmFailed`].
+    LlmFailed,
+    /// [`Input::ToolFinished`].
+    ToolFinished,
+    /// [`Input::HookAnswered`].
+    HookAnswered,
+    /// [`Input::PermissionDecided`].
+    PermissionDecided,
+    /// [`Input::PermissionSettingChanged`].
+    PermissionSettingChanged,
+    /// [`Input::Cancelled`].
+    Cancelled,
+    /// [`Input::PromptInterrupted`].
+    PromptInterrupted,
+    /// [`Input::Closed`].
+    Closed,
+}
+
+impl InputKind {
+    /// The kind of `input`.
+    pub fn of(input: &Input) -> Self {
+        match input {
+            Input::Prompted { .. } => Self::Prompted,
+            Input::CatalogChanged { .. } => Self::CatalogChanged,
+            Input::LlmReplied { .. } => Self::LlmReplied,
+            Input::LlmFailed { .. } => Self::LlmFailed,
+            Input::ToolFinished { .. } => Self::ToolFinished,
+            Input::HookAnswered { .. } => Self::HookAnswered,
+            Input::PermissionDecided { .. } => Self::PermissionDecided,
+            Input::PermissionSettingChanged { .. } => Self::PermissionSettingChanged,
+            Input::Cancelled => Self::Cancelled,
+            Input::PromptInterrupted => Self::PromptInterrupted,
+            Input::Closed => Self::Closed,
+        }
+    }
+
+    /// The kind's name: the `fact` tag of its record.
+    pub fn name(self) -> &'static str {
         match self {
-            Self::Prompted { .. } => "prompted",
-            Self::CatalogChanged { .. } => "catalog_changed",
-            Self::LlmReplied { .. } => "llm_replied",
-            Self::LlmFailed { .. } => "llm_failed",
-            Self::ToolFinished { .. } => "tool_finished",
-            Self::HookAnswered { .. } => "hook_answered",
-            Self::PermissionDecided { .. } => "permission_decided",
-            Self::PermissionSettingChanged { .. } => "permission_setting_changed",
+            Self::Prompted => "prompted",
+            Self::CatalogChanged => "catalog_changed",
+            Self::LlmReplied => "llm_replied",
+            Self::LlmFailed => "llm_failed",
+            Self::ToolFinished => "tool_finished",
+            Self::HookAnswered => "hook_answered",
+            Self::PermissionDecided => "permission_decided",
+            Self::PermissionSettingChanged => "permission_setting_changed",
             Self::Cancelled => "cancelled",
             Self::PromptInterrupted => "prompt_interrupted",
             Self::Closed => "closed",
         }
+    }
+}
+
+impl std::fmt::Display for InputKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

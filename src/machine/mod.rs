@@ -90,8 +90,8 @@ pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipR
 pub use self::history::History;
 pub use self::identity::{AgentId, AgentRef};
 pub use self::input::{
-    Catalog, HookReply, Input, LlmReply, PermissionDecision, ServerTools, StopReason, ToolHints,
-    ToolInfo, Usage,
+    Catalog, HookReply, Input, InputKind, LlmReply, PermissionDecision, ServerTools, StopReason,
+    ToolHints, ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::pairing::check_pairing;
@@ -239,6 +239,15 @@ impl fmt::Debug for Machine {
     }
 }
 
+/// What the `live` superstate takes itself, in every running state: a fact reaching it that is
+/// none of these is one no state of the running prompt waits for.
+const LIVE_FACTS: &[InputKind] = &[
+    InputKind::Cancelled,
+    InputKind::PromptInterrupted,
+    InputKind::Closed,
+    InputKind::CatalogChanged,
+];
+
 /// The statig context: where handlers put their orders and their refusals.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Outbox {
@@ -261,11 +270,16 @@ impl Outbox {
         Handled
     }
 
-    fn unexpected(&mut self, phase: Phase, expected: &'static str, got: &Input) -> Outcome<State> {
+    fn unexpected(
+        &mut self,
+        phase: Phase,
+        expected: &'static [InputKind],
+        got: &Input,
+    ) -> Outcome<State> {
         self.refuse(MachineError::Unexpected {
             phase,
             expected,
-            got: got.kind(),
+            got: InputKind::of(got),
         })
     }
 }
@@ -431,7 +445,9 @@ impl Core {
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
-            | Input::PromptInterrupted => context.unexpected(Phase::Idle, "a prompt", event),
+            | Input::PromptInterrupted => {
+                context.unexpected(Phase::Idle, &[InputKind::Prompted], event)
+            }
         }
     }
 
@@ -480,7 +496,7 @@ impl Core {
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::RunningTools, "a tool result", event)
+                context.unexpected(Phase::RunningTools, &[InputKind::ToolFinished], event)
             }
         }
     }
@@ -534,9 +550,11 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::AwaitingPermission, "a permission decision", event)
-            }
+            | Input::PermissionSettingChanged { .. } => context.unexpected(
+                Phase::AwaitingPermission,
+                &[InputKind::PermissionDecided],
+                event,
+            ),
         }
     }
 
@@ -609,9 +627,11 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::PermissionDecided { .. }
-            | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::of_hook(round.hook), "a hook answer", event)
-            }
+            | Input::PermissionSettingChanged { .. } => context.unexpected(
+                Phase::of_hook(round.hook),
+                &[InputKind::HookAnswered],
+                event,
+            ),
         }
     }
 
@@ -651,9 +671,11 @@ impl Core {
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
-            | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::Summarizing, "the summary", event)
-            }
+            | Input::PermissionSettingChanged { .. } => context.unexpected(
+                Phase::Summarizing,
+                &[InputKind::LlmReplied, InputKind::LlmFailed],
+                event,
+            ),
         }
     }
 
@@ -685,7 +707,7 @@ impl Core {
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::Prompting, "a fact of the running prompt", event)
+                context.unexpected(Phase::Prompting, LIVE_FACTS, event)
             }
         }
     }
@@ -705,9 +727,9 @@ impl Core {
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
-            | Input::PromptInterrupted => {
-                context.refuse(MachineError::Closed { got: event.kind() })
-            }
+            | Input::PromptInterrupted => context.refuse(MachineError::Closed {
+                got: InputKind::of(event),
+            }),
         }
     }
 }

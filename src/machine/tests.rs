@@ -1079,13 +1079,13 @@ fn unexpected_facts_are_refused_with_what_was_expected() {
         err,
         MachineError::Unexpected {
             phase: Phase::Idle,
-            expected: "a prompt",
-            got: "llm_replied"
+            expected: &[InputKind::Prompted],
+            got: InputKind::LlmReplied
         }
     );
     assert_eq!(
         err.to_string(),
-        "unexpected llm_replied while idle: expected a prompt"
+        "unexpected llm_replied while idle: expected prompted"
     );
     prompt(&mut m, "go");
     assert!(
@@ -1120,10 +1120,15 @@ fn unexpected_facts_are_refused_with_what_was_expected() {
             err,
             MachineError::Unexpected {
                 phase: Phase::Prompting,
-                ..
-            }
+                expected,
+                got: InputKind::ToolFinished,
+            } if expected.contains(&InputKind::LlmReplied) && expected.contains(&InputKind::LlmFailed)
         ),
         "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "unexpected tool_finished while prompting: expected llm_replied or llm_failed"
     );
     feed(&mut m, end_turn());
     let err = m.handle(say("c", Hook::Stop, "x")).unwrap_err();
@@ -1146,7 +1151,9 @@ fn closed_is_absorbing() {
     m.handle(Input::Closed).unwrap();
     assert_eq!(
         m.handle(Input::Prompted { text: "x".into() }),
-        Err(MachineError::Closed { got: "prompted" })
+        Err(MachineError::Closed {
+            got: InputKind::Prompted
+        })
     );
     assert!(drain(&mut m).is_empty());
 }
