@@ -588,7 +588,6 @@ impl Core {
                     return Handled;
                 }
                 let round = std::mem::replace(round, HookRound::new(round.hook, Vec::new(), 0));
-                let then = std::mem::replace(then, Then::SessionEnd);
                 self.conclude_round(context, round, then)
             }
             Input::Cancelled if self.child.is_some() && planted::on(Bug::ChildOpenAfterCancel) => {
@@ -599,8 +598,11 @@ impl Core {
             }
             Input::Closed if matches!(then, Then::SessionEnd) => Handled,
             Input::Cancelled | Input::Closed | Input::PromptInterrupted => {
-                match std::mem::replace(then, Then::SessionEnd) {
+                // The state is left (`live` ends the prompt or the session): the batch is
+                // taken from it, not copied.
+                match then {
                     Then::PreToolUse { batch } => {
+                        let batch = std::mem::take(batch);
                         if matches!(event, Input::PromptInterrupted) {
                             self.record_results_with(batch, interrupted_text(false));
                         } else {
