@@ -75,7 +75,7 @@ pub enum Input {
     /// goes on valid. Like [`Cancelled`](Self::Cancelled) it ends the prompt, with
     /// [`FinishReason::Interrupted`](crate::machine::FinishReason::Interrupted), but each call
     /// left without a result is answered with an error result saying the agent stopped
-    /// ([`interrupted_text`](crate::machine::interrupted_text)), an open hook round ends as if
+    /// ("interrupted: the agent stopped…"), an open hook round ends as if
     /// nothing was said, and a `_PostCompact` round left open is owed to the next prompt.
     /// Refused when no prompt runs.
     PromptInterrupted,

@@ -83,7 +83,7 @@ use std::sync::Arc;
 
 use statig::prelude::*;
 
-pub use self::agents::{AGENT_TOOL, agent_limit_text, agent_total_text};
+pub use self::agents::AGENT_TOOL;
 use self::catalog::Tools;
 pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
@@ -104,34 +104,40 @@ use self::round::{HookRound, ToolBatch};
 use self::tools::reject;
 use crate::hooks::{Hook, ServerName};
 
-/// The instruction that ends a compaction summary request.
+/// The instruction that ends a compaction summary request. Public only for the crate's tests.
+#[doc(hidden)]
 pub const SUMMARY_INSTRUCTION: &str = "Summarize this session so far so that the work can continue \
 from the summary alone. Cover: the original task; what has been done; key decisions and facts \
 learned (names, paths, values); what remains; and the next step. Answer with the summary only.";
 
-/// The words that open a compacted context, before the summary.
+/// The words that open a compacted context, before the summary. Public only for the binary's
+/// script model and the crate's tests.
+#[doc(hidden)]
 pub const SUMMARY_PREFIX: &str =
     "Summary of the session so far (earlier messages were compacted):\n\n";
 
 /// The text of the error result a call the user rejected gets.
-pub fn rejected_text(name: &str) -> String {
+pub(crate) fn rejected_text(name: &str) -> String {
     format!("the user rejected this call of {name}: it did not run")
 }
 
-/// The text of the error result a call to an unknown tool, or to a hook, gets.
+/// The text of the error result a call to an unknown tool, or to a hook, gets. Public only for
+/// the crate's reference-model tests.
+#[doc(hidden)]
 pub fn unknown_tool_text(name: &str) -> String {
     format!("unknown tool: {name}")
 }
 
 /// The text of the error result a call gets when a catalog change took its tool away while the
 /// call waited on `_PreToolUse` or on the user's decision: only offered tools run.
-pub fn withdrawn_text(name: &str) -> String {
+pub(crate) fn withdrawn_text(name: &str) -> String {
     format!("tool no longer offered: {name} left the catalog before this call ran; it did not run")
 }
 
 /// The text of the error result a call gets when its prompt was interrupted
 /// ([`Input::PromptInterrupted`]): `started` when the call was running, so it may have taken
-/// effect; otherwise it never ran.
+/// effect; otherwise it never ran. Public only for the crate's tests.
+#[doc(hidden)]
 pub fn interrupted_text(started: bool) -> &'static str {
     if started {
         "interrupted: the agent stopped while this call ran; it may or may not have taken effect"
