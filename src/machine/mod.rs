@@ -90,8 +90,8 @@ pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipR
 pub use self::history::History;
 pub use self::identity::{AgentId, AgentRef};
 pub use self::input::{
-    Catalog, HookReply, Input, InputKind, LlmReply, PermissionDecision, ServerTools, StopReason,
-    ToolHints, ToolInfo, Usage,
+    Catalog, HookFault, HookReply, Input, InputKind, LlmReply, PermissionDecision, ServerTools,
+    StopReason, ToolHints, ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::pairing::check_pairing;
