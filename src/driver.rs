@@ -136,7 +136,7 @@ impl<L: LlmClient, H: ToolHost> Session<L, H> {
 
     /// A session that goes on from `machine` (one rebuilt by replaying a transcript, say):
     /// its history, counters and policy are the machine's; `config` gives the rest. A machine
-    /// stopped mid-way (see [`transcript::fork`](crate::transcript::fork)) still holds orders:
+    /// stopped mid-way (as a transcript's fork leaves one) still holds orders:
     /// [`resume`](Self::resume) performs them; an idle one takes the next
     /// [`prompt`](Self::prompt).
     pub fn with_machine(config: Config, machine: Machine, llm: L, host: H) -> Self {

@@ -2,7 +2,7 @@
 //! ([`cut`], [`one_line`]), making untrusted text safe for a terminal ([`for_terminal`]), taking
 //! what may be a credential out of the URLs in an error or a log line ([`without_url_secrets`],
 //! [`WithoutUrlSecrets`] for a log writer),
-//! and taking a lock whatever a panicking holder left behind ([`lock`]).
+//! and taking a lock whatever a panicking holder left behind (`lock`, for the crate's own locks).
 
 use std::borrow::Cow;
 use std::sync::{Mutex, MutexGuard};
@@ -187,7 +187,7 @@ fn is_url_end(b: u8) -> bool {
 
 /// Locks `mutex`, taking the data even if a holder panicked. Callers hold a lock only to move
 /// values in or out, so a panic inside cannot leave the data half-updated.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

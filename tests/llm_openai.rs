@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hookloop::llm::{Endpoint, LlmConfig, OpenAi};
 use hookloop::machine::{Message, StopReason, ToolCall, ToolOutput, Usage};
-use hookloop::ports::{LlmClient, LlmError};
+use hookloop::ports::{LlmClient, LlmError, ResponseFault};
 use hookloop::testing::{HookStep, InProcessHost, check_pairing, echo};
 use hookloop::{Config, Hook, HookServers, PromptStop, Session};
 use serde_json::{Value, json};
@@ -320,7 +320,14 @@ async fn an_oversize_answer_is_refused() {
     let messages = [Message::user("Go.")];
     for _ in 0..2 {
         let err = client.complete(turn(&messages, &[])).await.unwrap_err();
-        assert!(matches!(err, LlmError::InvalidResponse(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                LlmError::InvalidResponse(ResponseFault::BodyTooLarge { at_least, cap })
+                    if at_least > cap as u64 && cap == 16 * mib
+            ),
+            "{err}"
+        );
         assert!(err.to_string().contains("over the limit"), "{err}");
     }
     assert_eq!(server.requests().len(), 2);

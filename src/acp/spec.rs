@@ -159,8 +159,8 @@ pub(super) fn session_spec(
                 url: s.url,
                 headers: s.headers.into_iter().map(|h| (h.name, h.value)).collect(),
             },
-            // The enum grows with the protocol; refuse what this agent does not know.
-            #[allow(unreachable_patterns)]
+            // Forced: the protocol crate marks `McpServer` `#[non_exhaustive]`, since the enum
+            // grows with the protocol. Refuse a transport this agent does not know.
             _ => return Err("unsupported MCP server transport".into()),
         };
         if servers.iter().any(|s: &ServerSpec| s.name() == spec.name()) {
@@ -195,7 +195,7 @@ pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<String, String> {
             ContentBlock::Image(_) => return Err(unsupported(i, "image")),
             ContentBlock::Audio(_) => return Err(unsupported(i, "audio")),
             ContentBlock::Resource(_) => return Err(unsupported(i, "embedded resource")),
-            #[allow(unreachable_patterns)]
+            // Forced: the protocol crate marks `ContentBlock` `#[non_exhaustive]`.
             _ => return Err(unsupported(i, "unknown")),
         }
     }

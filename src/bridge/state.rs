@@ -222,7 +222,7 @@ impl StateFile {
     }
 }
 
-/// Removes the directories under `runtime` (the bridge's, [`super::proxy::runtime_dir`]) of
+/// Removes the directories under `runtime` (the bridge's, which the proxy names) of
 /// hosts that are gone: a host killed, or one that never sent its session end, leaves its
 /// sessions' state and locks behind, and nothing else would ever remove them. A directory is a
 /// host's when its name is a pid; it is removed when no process has that pid (`kill(pid, 0)`

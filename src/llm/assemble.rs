@@ -11,8 +11,8 @@
 
 use crate::llm::Parsed;
 use crate::llm::limits::{ReplyLimits, refuse_past};
-use crate::net::sse::{SseEvent, SseParser};
-use crate::ports::{LlmError, OnDelta};
+use crate::net::sse::{SseError, SseEvent, SseParser};
+use crate::ports::{LlmError, OnDelta, ResponseFault};
 use crate::text::{Cut, cut};
 
 /// Turns one dialect's events into deltas and, at the end, the reply.
@@ -80,7 +80,12 @@ impl Assembler {
         if self.decoder.complete() {
             return Ok(());
         }
-        parsed.map_err(|e| LlmError::InvalidResponse(e.to_string()))
+        parsed.map_err(|e| {
+            LlmError::InvalidResponse(match e {
+                SseError::LineTooLong { max } => ResponseFault::LineTooLong { max },
+                SseError::EventTooLarge { max } => ResponseFault::EventTooLarge { max },
+            })
+        })
     }
 
     /// See [`Decoder::complete`].
@@ -105,9 +110,14 @@ impl Assembler {
 }
 
 /// The error for an event that is not what its dialect says it must be.
-pub(crate) fn invalid_event(what: &str, data: &str, error: impl std::fmt::Display) -> LlmError {
-    LlmError::InvalidResponse(format!(
-        "{what} is not valid: {error}; it began: {:?}",
-        cut(data, 200, Cut::Chars { total: true })
-    ))
+pub(crate) fn invalid_event(
+    what: &'static str,
+    data: &str,
+    error: impl std::fmt::Display,
+) -> LlmError {
+    LlmError::InvalidResponse(ResponseFault::InvalidEvent {
+        what,
+        error: error.to_string(),
+        began: cut(data, 200, Cut::Chars { total: true }),
+    })
 }

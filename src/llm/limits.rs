@@ -1,7 +1,7 @@
 //! The caps on one model reply: what a provider (or anything answering at its URL) may make the
 //! client hold, count and compute for one request.
 //!
-//! The bytes of an answer are capped by [`MAX_RESPONSE_BYTES`](crate::llm::http::MAX_RESPONSE_BYTES),
+//! The bytes of an answer are capped by the HTTP client's `MAX_RESPONSE_BYTES`,
 //! a line of a stream by 1 MiB and an event by 4 MiB (the caps of the crate's reader of
 //! server-sent events, which the MCP host shares). [`ReplyLimits`] caps what those bytes
 //! may stand for: tool calls, content blocks, stream events, and the text and arguments they

@@ -7,7 +7,7 @@ use crate::llm::assemble::Assembler;
 use crate::llm::limits::ReplyLimits;
 use crate::llm::{Provider, anthropic, openai};
 use crate::machine::LlmReply;
-use crate::ports::LlmError;
+use crate::ports::{LlmError, ResponseFault};
 
 pub use crate::ports::{Delta, OnDelta};
 
@@ -39,9 +39,7 @@ pub fn parse_stream_with<'a>(
         assembler.feed(chunk, &mut |_| {})?;
     }
     if !assembler.complete() && !assembler.ended_complete() {
-        return Err(LlmError::InvalidResponse(
-            "the stream ended before the reply was complete".into(),
-        ));
+        return Err(LlmError::InvalidResponse(ResponseFault::EndedIncomplete));
     }
     assembler.finish().map(|parsed| parsed.reply)
 }

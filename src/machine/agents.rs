@@ -80,12 +80,12 @@ impl Task {
 }
 
 /// The text of the error result an `agent` call past the per-reply limit gets.
-pub fn agent_limit_text(limit: u32) -> String {
+pub(crate) fn agent_limit_text(limit: u32) -> String {
     format!("not run: at most {limit} {AGENT_TOOL} calls of one reply run; call it again later")
 }
 
 /// The text of the error result an `agent` call gets once the session's total has run.
-pub fn agent_total_text(limit: u32) -> String {
+pub(crate) fn agent_total_text(limit: u32) -> String {
     format!(
         "not run: this session has started its {limit} subagents, the most it may; do the rest \
 without {AGENT_TOOL}"

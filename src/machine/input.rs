@@ -2,6 +2,8 @@
 //!
 //! [`Machine::handle`]: crate::machine::Machine::handle
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -75,7 +77,7 @@ pub enum Input {
     /// goes on valid. Like [`Cancelled`](Self::Cancelled) it ends the prompt, with
     /// [`FinishReason::Interrupted`](crate::machine::FinishReason::Interrupted), but each call
     /// left without a result is answered with an error result saying the agent stopped
-    /// ([`interrupted_text`](crate::machine::interrupted_text)), an open hook round ends as if
+    /// ("interrupted: the agent stopped…"), an open hook round ends as if
     /// nothing was said, and a `_PostCompact` round left open is owed to the next prompt.
     /// Refused when no prompt runs.
     PromptInterrupted,
@@ -84,21 +86,81 @@ pub enum Input {
 }
 
 impl Input {
-    /// The fact's kind, for error messages and logs.
+    /// The fact's kind by name, for error messages and logs: the `fact` tag of its record.
     pub fn kind(&self) -> &'static str {
+        InputKind::of(self).name()
+    }
+}
+
+/// A fact's kind, without its data: what a refusal ([`MachineError`]) names, so that it can be
+/// matched.
+///
+/// [`MachineError`]: crate::machine::MachineError
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// [`Input::Prompted`].
+    Prompted,
+    /// [`Input::CatalogChanged`].
+    CatalogChanged,
+    /// [`Input::LlmReplied`].
+    LlmReplied,
+    /// [`Input::LlmFailed`].
+    LlmFailed,
+    /// [`Input::ToolFinished`].
+    ToolFinished,
+    /// [`Input::HookAnswered`].
+    HookAnswered,
+    /// [`Input::PermissionDecided`].
+    PermissionDecided,
+    /// [`Input::PermissionSettingChanged`].
+    PermissionSettingChanged,
+    /// [`Input::Cancelled`].
+    Cancelled,
+    /// [`Input::PromptInterrupted`].
+    PromptInterrupted,
+    /// [`Input::Closed`].
+    Closed,
+}
+
+impl InputKind {
+    /// The kind of `input`.
+    pub fn of(input: &Input) -> Self {
+        match input {
+            Input::Prompted { .. } => Self::Prompted,
+            Input::CatalogChanged { .. } => Self::CatalogChanged,
+            Input::LlmReplied { .. } => Self::LlmReplied,
+            Input::LlmFailed { .. } => Self::LlmFailed,
+            Input::ToolFinished { .. } => Self::ToolFinished,
+            Input::HookAnswered { .. } => Self::HookAnswered,
+            Input::PermissionDecided { .. } => Self::PermissionDecided,
+            Input::PermissionSettingChanged { .. } => Self::PermissionSettingChanged,
+            Input::Cancelled => Self::Cancelled,
+            Input::PromptInterrupted => Self::PromptInterrupted,
+            Input::Closed => Self::Closed,
+        }
+    }
+
+    /// The kind's name: the `fact` tag of its record.
+    pub fn name(self) -> &'static str {
         match self {
-            Self::Prompted { .. } => "prompted",
-            Self::CatalogChanged { .. } => "catalog_changed",
-            Self::LlmReplied { .. } => "llm_replied",
-            Self::LlmFailed { .. } => "llm_failed",
-            Self::ToolFinished { .. } => "tool_finished",
-            Self::HookAnswered { .. } => "hook_answered",
-            Self::PermissionDecided { .. } => "permission_decided",
-            Self::PermissionSettingChanged { .. } => "permission_setting_changed",
+            Self::Prompted => "prompted",
+            Self::CatalogChanged => "catalog_changed",
+            Self::LlmReplied => "llm_replied",
+            Self::LlmFailed => "llm_failed",
+            Self::ToolFinished => "tool_finished",
+            Self::HookAnswered => "hook_answered",
+            Self::PermissionDecided => "permission_decided",
+            Self::PermissionSettingChanged => "permission_setting_changed",
             Self::Cancelled => "cancelled",
             Self::PromptInterrupted => "prompt_interrupted",
             Self::Closed => "closed",
         }
+    }
+}
+
+impl std::fmt::Display for InputKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -190,6 +252,60 @@ pub struct Usage {
     pub cache_creation_tokens: u64,
 }
 
+/// Why a hook call failed without an answer ([`HookReply::Failed`]).
+///
+/// An embedder matches on the variant instead of parsing the text. The text ([`Display`](fmt::Display))
+/// is what the notices and the transcript views print. A record keeps only that text (a failed
+/// reply is written `{"kind":"failed","error":"…"}`), so a fault read back from a record is
+/// [`HookFault::Other`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+#[non_exhaustive]
+pub enum HookFault {
+    /// The engine asked for a server the host does not have: the engine's misuse, not the
+    /// server's fault.
+    NoSuchServer {
+        /// The server asked for.
+        server: ServerName,
+    },
+    /// The MCP call failed: the transport's or the protocol's message.
+    Call(String),
+    /// The hook's shell commands failed: their messages, joined.
+    Commands(String),
+    /// A fault only known by its text: a host with nothing finer to say, or a fault read back
+    /// from a record.
+    Other(String),
+}
+
+impl fmt::Display for HookFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSuchServer { server } => write!(f, "no server named {server}"),
+            Self::Call(text) | Self::Commands(text) | Self::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl std::error::Error for HookFault {}
+
+impl From<String> for HookFault {
+    fn from(text: String) -> Self {
+        Self::Other(text)
+    }
+}
+
+impl From<&str> for HookFault {
+    fn from(text: &str) -> Self {
+        Self::Other(text.to_owned())
+    }
+}
+
+impl From<HookFault> for String {
+    fn from(fault: HookFault) -> Self {
+        fault.to_string()
+    }
+}
+
 /// How one server's hook call ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -207,8 +323,8 @@ pub enum HookReply {
     },
     /// The call failed without an answer: transport error, crash, protocol error.
     Failed {
-        /// What went wrong, said plainly.
-        error: String,
+        /// What went wrong.
+        error: HookFault,
     },
     /// No answer within the hook timeout.
     TimedOut,
@@ -282,5 +398,49 @@ impl ToolHints {
     /// The server gave no hint.
     pub fn is_unknown(&self) -> bool {
         *self == Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(error: HookFault) -> HookReply {
+        HookReply::Failed { error }
+    }
+
+    #[test]
+    fn a_hook_fault_is_recorded_as_its_text_and_read_back_as_other() {
+        let faults = [
+            (
+                HookFault::NoSuchServer {
+                    server: ServerName::new("lint").unwrap(),
+                },
+                "no server named lint",
+            ),
+            (HookFault::Call("broken pipe".into()), "broken pipe"),
+            (
+                HookFault::Commands("exit 3; exit 4".into()),
+                "exit 3; exit 4",
+            ),
+            (HookFault::Other("gone".into()), "gone"),
+        ];
+        for (fault, text) in faults {
+            assert_eq!(fault.to_string(), text);
+            let record = serde_json::to_string(&failed(fault.clone())).unwrap();
+            assert_eq!(
+                record,
+                format!(r#"{{"kind":"failed","error":"{text}"}}"#),
+                "the record format is the one a string error had"
+            );
+            let back: HookReply = serde_json::from_str(&record).unwrap();
+            assert_eq!(back, failed(HookFault::Other(text.to_owned())));
+        }
+        let old: HookReply =
+            serde_json::from_str(r#"{"kind":"failed","error":"no server named lint"}"#).unwrap();
+        assert!(
+            matches!(old, HookReply::Failed { error: HookFault::Other(ref t) } if t == "no server named lint"),
+            "{old:?}"
+        );
     }
 }

@@ -83,15 +83,15 @@ use std::sync::Arc;
 
 use statig::prelude::*;
 
-pub use self::agents::{AGENT_TOOL, agent_limit_text, agent_total_text};
+pub use self::agents::AGENT_TOOL;
 use self::catalog::Tools;
 pub use self::digest::{Digest, RequestDigest};
 pub use self::effect::{Effect, FinishReason, HookContext, Notice, Purpose, SkipReason};
 pub use self::history::History;
 pub use self::identity::{AgentId, AgentRef};
 pub use self::input::{
-    Catalog, HookReply, Input, LlmReply, PermissionDecision, ServerTools, StopReason, ToolHints,
-    ToolInfo, Usage,
+    Catalog, HookFault, HookReply, Input, InputKind, LlmReply, PermissionDecision, ServerTools,
+    StopReason, ToolHints, ToolInfo, Usage,
 };
 pub use self::message::{CallId, Content, Message, ToolCall, ToolOutput, ToolSpec};
 pub use self::pairing::check_pairing;
@@ -104,34 +104,40 @@ use self::round::{HookRound, ToolBatch};
 use self::tools::reject;
 use crate::hooks::{Hook, ServerName};
 
-/// The instruction that ends a compaction summary request.
+/// The instruction that ends a compaction summary request. Public only for the crate's tests.
+#[doc(hidden)]
 pub const SUMMARY_INSTRUCTION: &str = "Summarize this session so far so that the work can continue \
 from the summary alone. Cover: the original task; what has been done; key decisions and facts \
 learned (names, paths, values); what remains; and the next step. Answer with the summary only.";
 
-/// The words that open a compacted context, before the summary.
+/// The words that open a compacted context, before the summary. Public only for the binary's
+/// script model and the crate's tests.
+#[doc(hidden)]
 pub const SUMMARY_PREFIX: &str =
     "Summary of the session so far (earlier messages were compacted):\n\n";
 
 /// The text of the error result a call the user rejected gets.
-pub fn rejected_text(name: &str) -> String {
+pub(crate) fn rejected_text(name: &str) -> String {
     format!("the user rejected this call of {name}: it did not run")
 }
 
-/// The text of the error result a call to an unknown tool, or to a hook, gets.
+/// The text of the error result a call to an unknown tool, or to a hook, gets. Public only for
+/// the crate's reference-model tests.
+#[doc(hidden)]
 pub fn unknown_tool_text(name: &str) -> String {
     format!("unknown tool: {name}")
 }
 
 /// The text of the error result a call gets when a catalog change took its tool away while the
 /// call waited on `_PreToolUse` or on the user's decision: only offered tools run.
-pub fn withdrawn_text(name: &str) -> String {
+pub(crate) fn withdrawn_text(name: &str) -> String {
     format!("tool no longer offered: {name} left the catalog before this call ran; it did not run")
 }
 
 /// The text of the error result a call gets when its prompt was interrupted
 /// ([`Input::PromptInterrupted`]): `started` when the call was running, so it may have taken
-/// effect; otherwise it never ran.
+/// effect; otherwise it never ran. Public only for the crate's tests.
+#[doc(hidden)]
 pub fn interrupted_text(started: bool) -> &'static str {
     if started {
         "interrupted: the agent stopped while this call ran; it may or may not have taken effect"
@@ -239,6 +245,15 @@ impl fmt::Debug for Machine {
     }
 }
 
+/// What the `live` superstate takes itself, in every running state: a fact reaching it that is
+/// none of these is one no state of the running prompt waits for.
+const LIVE_FACTS: &[InputKind] = &[
+    InputKind::Cancelled,
+    InputKind::PromptInterrupted,
+    InputKind::Closed,
+    InputKind::CatalogChanged,
+];
+
 /// The statig context: where handlers put their orders and their refusals.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Outbox {
@@ -261,11 +276,16 @@ impl Outbox {
         Handled
     }
 
-    fn unexpected(&mut self, phase: Phase, expected: &'static str, got: &Input) -> Outcome<State> {
+    fn unexpected(
+        &mut self,
+        phase: Phase,
+        expected: &'static [InputKind],
+        got: &Input,
+    ) -> Outcome<State> {
         self.refuse(MachineError::Unexpected {
             phase,
             expected,
-            got: got.kind(),
+            got: InputKind::of(got),
         })
     }
 }
@@ -431,7 +451,9 @@ impl Core {
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
-            | Input::PromptInterrupted => context.unexpected(Phase::Idle, "a prompt", event),
+            | Input::PromptInterrupted => {
+                context.unexpected(Phase::Idle, &[InputKind::Prompted], event)
+            }
         }
     }
 
@@ -480,7 +502,7 @@ impl Core {
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::RunningTools, "a tool result", event)
+                context.unexpected(Phase::RunningTools, &[InputKind::ToolFinished], event)
             }
         }
     }
@@ -534,9 +556,11 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
-            | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::AwaitingPermission, "a permission decision", event)
-            }
+            | Input::PermissionSettingChanged { .. } => context.unexpected(
+                Phase::AwaitingPermission,
+                &[InputKind::PermissionDecided],
+                event,
+            ),
         }
     }
 
@@ -570,7 +594,6 @@ impl Core {
                     return Handled;
                 }
                 let round = std::mem::replace(round, HookRound::new(round.hook, Vec::new(), 0));
-                let then = std::mem::replace(then, Then::SessionEnd);
                 self.conclude_round(context, round, then)
             }
             Input::Cancelled if self.child.is_some() && planted::on(Bug::ChildOpenAfterCancel) => {
@@ -581,8 +604,11 @@ impl Core {
             }
             Input::Closed if matches!(then, Then::SessionEnd) => Handled,
             Input::Cancelled | Input::Closed | Input::PromptInterrupted => {
-                match std::mem::replace(then, Then::SessionEnd) {
+                // The state is left (`live` ends the prompt or the session): the batch is
+                // taken from it, not copied.
+                match then {
                     Then::PreToolUse { batch } => {
+                        let batch = std::mem::take(batch);
                         if matches!(event, Input::PromptInterrupted) {
                             self.record_results_with(batch, interrupted_text(false));
                         } else {
@@ -609,9 +635,11 @@ impl Core {
             | Input::LlmFailed { .. }
             | Input::ToolFinished { .. }
             | Input::PermissionDecided { .. }
-            | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::of_hook(round.hook), "a hook answer", event)
-            }
+            | Input::PermissionSettingChanged { .. } => context.unexpected(
+                Phase::of_hook(round.hook),
+                &[InputKind::HookAnswered],
+                event,
+            ),
         }
     }
 
@@ -651,9 +679,11 @@ impl Core {
             | Input::ToolFinished { .. }
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
-            | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::Summarizing, "the summary", event)
-            }
+            | Input::PermissionSettingChanged { .. } => context.unexpected(
+                Phase::Summarizing,
+                &[InputKind::LlmReplied, InputKind::LlmFailed],
+                event,
+            ),
         }
     }
 
@@ -685,7 +715,7 @@ impl Core {
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(Phase::Prompting, "a fact of the running prompt", event)
+                context.unexpected(Phase::Prompting, LIVE_FACTS, event)
             }
         }
     }
@@ -705,9 +735,9 @@ impl Core {
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. }
             | Input::Cancelled
-            | Input::PromptInterrupted => {
-                context.refuse(MachineError::Closed { got: event.kind() })
-            }
+            | Input::PromptInterrupted => context.refuse(MachineError::Closed {
+                got: InputKind::of(event),
+            }),
         }
     }
 }

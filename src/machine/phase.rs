@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::CallId;
+use super::{CallId, InputKind};
 use crate::hooks::{Hook, ServerName};
 
 /// The machine's state, by name.
@@ -79,14 +79,16 @@ impl fmt::Display for Phase {
 #[non_exhaustive]
 pub enum MachineError {
     /// A fact the current state does not expect.
-    #[error("unexpected {got} while {phase}: expected {expected}")]
+    #[error("unexpected {got} while {phase}: expected {}", OneOf(expected))]
     Unexpected {
         /// The state the machine was in.
         phase: Phase,
-        /// The facts it expected there.
-        expected: &'static str,
+        /// The facts the refusing state waits for (a running state takes a catalog change, a
+        /// cancel, an interruption and the close too: they are named only when its superstate
+        /// refuses).
+        expected: &'static [InputKind],
         /// The fact that came.
-        got: &'static str,
+        got: InputKind,
     },
     /// A tool result for a call that is not running.
     #[error("result for tool call {0}, which is not awaiting a result")]
@@ -106,6 +108,21 @@ pub enum MachineError {
     #[error("the session is closed: {got} refused")]
     Closed {
         /// The fact that came.
-        got: &'static str,
+        got: InputKind,
     },
+}
+
+/// Kinds for a message: `a`, `a or b`.
+struct OneOf(&'static [InputKind]);
+
+impl fmt::Display for OneOf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, kind) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" or ")?;
+            }
+            write!(f, "{kind}")?;
+        }
+        Ok(())
+    }
 }

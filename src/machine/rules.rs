@@ -115,20 +115,24 @@ impl Core {
     }
 
     /// A complete hook round leads where `then` says, through the rule named after its hook.
+    /// `then` is the round's state's own: the state is being left, so a gated batch is taken
+    /// from it rather than copied.
     pub(super) fn conclude_round(
         &mut self,
         context: &mut Outbox,
         round: HookRound,
-        then: Then,
+        then: &mut Then,
     ) -> Outcome<State> {
         match then {
             Then::SessionStart => self.on_session_start(context, round),
             Then::UserPromptSubmit => self.on_user_prompt_submit(context, round),
-            Then::PreToolUse { batch } => self.on_pre_tool_use(context, round, batch),
+            Then::PreToolUse { batch } => {
+                self.on_pre_tool_use(context, round, std::mem::take(batch))
+            }
             Then::PostToolUse => self.on_post_tool_use(context, round),
             Then::Stop => self.on_stop(context, round),
-            Then::PreCompact { resume } => self.on_pre_compact(context, round, resume),
-            Then::PostCompact { resume } => self.on_post_compact(context, round, resume),
+            Then::PreCompact { resume } => self.on_pre_compact(context, round, *resume),
+            Then::PostCompact { resume } => self.on_post_compact(context, round, *resume),
             Then::SessionEnd => Self::on_session_end(round),
         }
     }

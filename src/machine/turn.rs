@@ -6,8 +6,8 @@ use statig::prelude::*;
 
 use super::planted::{self, Bug};
 use super::{
-    Core, Effect, FinishReason, Input, LlmReply, Message, Notice, Outbox, Phase, PromptStage,
-    Resume, SUMMARY_PREFIX, SkipReason, State, StopReason, Then, ToolOutput,
+    Core, Effect, FinishReason, Input, InputKind, LlmReply, Message, Notice, Outbox, Phase,
+    PromptStage, Resume, SUMMARY_PREFIX, SkipReason, State, StopReason, Then, ToolOutput,
 };
 use crate::hooks::Hook;
 
@@ -41,7 +41,7 @@ impl Core {
             | Input::HookAnswered { .. }
             | Input::PermissionDecided { .. }
             | Input::PermissionSettingChanged { .. } => {
-                context.unexpected(phase, "the model's reply", event)
+                context.unexpected(phase, &[InputKind::LlmReplied, InputKind::LlmFailed], event)
             }
         }
     }

@@ -30,7 +30,7 @@ use self::shared::Shared;
 use self::slot::MakeDuplex;
 use self::slot::{Launch, Life, Slot};
 use crate::hooks::{self, Hook, ServerName};
-use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolOutput};
+use crate::machine::{Catalog, HookFault, HookReply, ServerTools, ToolCall, ToolOutput};
 use crate::mcp::config::McpServers;
 use crate::mcp::{HostOptions, McpError, Nobody, convert};
 use crate::ports::{HookCall, Person, ToolHost, TransportKind};
@@ -325,7 +325,9 @@ impl ToolHost for McpHost {
     async fn call_hook(&self, call: &HookCall) -> HookReply {
         let Some(slot) = self.slot(call.server.as_str()) else {
             return HookReply::Failed {
-                error: format!("no server named {}", call.server),
+                error: HookFault::NoSuchServer {
+                    server: call.server.clone(),
+                },
             };
         };
         // Decided when the round starts: a server between lives sits it out, so that restart
@@ -342,7 +344,7 @@ impl ToolHost for McpHost {
         // which makes rmcp send `notifications/cancelled` for it.
         match slot.call(&conn, params, CallKind::Hook).await {
             Err(error) => HookReply::Failed {
-                error: error.to_string(),
+                error: HookFault::Call(error.to_string()),
             },
             Ok(result) => convert::hook_reply(&call.server, call.hook, result, max),
         }

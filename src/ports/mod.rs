@@ -12,7 +12,7 @@ mod observer;
 mod person;
 mod tools;
 
-pub use self::model::{Delta, LlmClient, LlmError, OnDelta};
+pub use self::model::{Delta, LlmClient, LlmError, OnDelta, ResponseFault};
 pub use self::observer::Observer;
 pub use self::person::{
     Answer, ElicitAnswer, Elicitation, ElicitationMode, PermissionAsker, Person,

@@ -83,9 +83,10 @@ pub enum LlmError {
         /// The timeout that ran out, in seconds.
         secs: u64,
     },
-    /// The provider answered something that is not a valid response.
+    /// The provider answered something that is not a valid response; what was wrong is
+    /// typed, so an embedder tells "not JSON" from "no choices" without reading the message.
     #[error("the provider's answer is not valid: {0}")]
-    InvalidResponse(String),
+    InvalidResponse(ResponseFault),
     /// The reply went past a cap of the provider's reply limits (`ReplyLimits`, feature
     /// `providers`) and is refused whole.
     #[error(
@@ -110,4 +111,84 @@ pub enum LlmError {
     /// Anything else, said plainly.
     #[error("{0}")]
     Other(String),
+}
+
+/// What was wrong with a provider's answer ([`LlmError::InvalidResponse`]): the peer's fault,
+/// named. The texts it quotes from the answer are cut short.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResponseFault {
+    /// The body does not parse as the dialect's answer (not JSON, or not its shape).
+    #[error("not {expected}: {error}; the answer began: {began:?}")]
+    Unparsable {
+        /// What the body should have been: "a message", "a chat completion".
+        expected: &'static str,
+        /// The parser's error.
+        error: String,
+        /// The start of the body, cut short.
+        began: String,
+    },
+    /// A streamed event is not what its dialect says it must be.
+    #[error("{what} is not valid: {error}; it began: {began:?}")]
+    InvalidEvent {
+        /// Which event: "a stream chunk", "message_start"…
+        what: &'static str,
+        /// What is wrong with it.
+        error: String,
+        /// The start of the event's data, cut short.
+        began: String,
+    },
+    /// The answer is the provider's own error report.
+    #[error("the provider reported an error: {message}")]
+    ProviderError {
+        /// The provider's message, cut short.
+        message: String,
+    },
+    /// The stream carried the provider's error report, mid-reply.
+    #[error("the provider reported an error mid-stream: {message}")]
+    ProviderErrorMidStream {
+        /// The provider's message, cut short.
+        message: String,
+    },
+    /// A Messages answer without content.
+    #[error("the answer has no content")]
+    NoContent,
+    /// A Chat Completions answer without choices (and without an error).
+    #[error("the answer has no choices")]
+    NoChoices,
+    /// A Chat Completions choice without a message.
+    #[error("the answer's choice has no message")]
+    ChoiceWithoutMessage,
+    /// A Messages stream that ended without its `message_start`.
+    #[error("the stream ended without a message_start")]
+    NoMessageStart,
+    /// The stream ended before the reply was complete.
+    #[error("the stream ended before the reply was complete")]
+    EndedIncomplete,
+    /// An event-stream line went past its limit without ending.
+    #[error("an event-stream line is longer than {max} bytes")]
+    LineTooLong {
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// An event's data went past its limit.
+    #[error("an event carries more than {max} bytes of data")]
+    EventTooLarge {
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// A whole answer went past the body limit.
+    #[error("the answer is {at_least} bytes or more, over the limit of {cap} bytes")]
+    BodyTooLarge {
+        /// How many bytes had come when the limit was passed, at least.
+        at_least: u64,
+        /// The limit, in bytes.
+        cap: usize,
+    },
+    /// A streamed answer went past the body limit.
+    #[error("the streamed answer is over the limit of {cap} bytes")]
+    StreamTooLarge {
+        /// The limit, in bytes.
+        cap: usize,
+    },
 }

@@ -276,7 +276,9 @@ pub(super) fn flush_in_background() {
 
 /// A filter for the process's log layer: each kind of log line of the OpenTelemetry crates (an
 /// export that failed, the first dropped span, the count dropped at exit) passes once, so a
-/// collector that stays unreachable is said once rather than at every batch.
+/// collector that stays unreachable is said once rather than at every batch. Public only for
+/// the binary, which builds the process's log layer.
+#[doc(hidden)]
 pub fn once_per_kind<S>() -> impl tracing_subscriber::layer::Filter<S> {
     static SEEN: std::sync::Mutex<Vec<tracing::callsite::Identifier>> =
         std::sync::Mutex::new(Vec::new());

@@ -420,7 +420,12 @@ pub(crate) fn hook_answered(span: &Span, reply: &HookReply) {
             "failed_open"
         }
         HookReply::Failed { error } => {
-            fail(span, "transport", "the hook call failed", error);
+            fail(
+                span,
+                "transport",
+                "the hook call failed",
+                &error.to_string(),
+            );
             "failed_open"
         }
         HookReply::TimedOut => {

@@ -427,7 +427,9 @@ impl ToolHost for InProcessHost {
                 },
                 Some(HookStep::Say(text)) => HookReply::Text { text },
                 Some(HookStep::ErrorResult(text)) => HookReply::ErrorResult { text },
-                Some(HookStep::Fail(error)) => HookReply::Failed { error },
+                Some(HookStep::Fail(error)) => HookReply::Failed {
+                    error: error.into(),
+                },
                 Some(HookStep::Hang) => std::future::pending().await,
                 Some(HookStep::SayAfter(delay, text)) => {
                     tokio::time::sleep(delay).await;

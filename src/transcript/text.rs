@@ -309,7 +309,9 @@ fn write_entry(out: &mut String, kind: &EntryKind, stop: Hook) -> fmt::Result {
                     HookReply::Text { text } if text.trim().is_empty() => "nothing".to_owned(),
                     HookReply::Text { text } => format!("{:?}", one_line(text)),
                     HookReply::ErrorResult { text } => format!("an error: {:?}", one_line(text)),
-                    HookReply::Failed { error } => format!("failed: {}", one_line(error)),
+                    HookReply::Failed { error } => {
+                        format!("failed: {}", one_line(&error.to_string()))
+                    }
                     HookReply::TimedOut => "timed out".to_owned(),
                     HookReply::Skipped { reason } => format!("skipped: {}", one_line(reason)),
                 };

@@ -180,7 +180,9 @@ impl LlmClient for Anthropic {
 ///
 /// With `prompt_caching`, the last block carries a cache breakpoint, so the next request —
 /// the same prefix plus a few blocks — reads tools, system prompt and history from the
-/// provider's cache instead of paying for them again.
+/// provider's cache instead of paying for them again. Public only for the crate's benches; a
+/// client writes its bodies with [`Anthropic::request_body`].
+#[doc(hidden)]
 pub fn request_body(
     model: &str,
     prompt_caching: bool,

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::llm::Parsed;
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, Usage};
-use crate::ports::LlmError;
+use crate::ports::{LlmError, ResponseFault};
 use crate::text::{Cut, cut};
 
 /// Parses a Messages answer. Never panics, whatever the bytes.
@@ -17,14 +17,15 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
 /// [`parse_response`], with the model the answer names.
 pub(crate) fn parse_answer(body: &[u8]) -> Result<Parsed, LlmError> {
     let response: MessagesResponse = serde_json::from_slice(body).map_err(|e| {
-        LlmError::InvalidResponse(format!(
-            "not a message: {e}; the answer began: {:?}",
-            cut(
+        LlmError::InvalidResponse(ResponseFault::Unparsable {
+            expected: "a message",
+            error: e.to_string(),
+            began: cut(
                 &String::from_utf8_lossy(body),
                 200,
-                Cut::Chars { total: true }
-            )
-        ))
+                Cut::Chars { total: true },
+            ),
+        })
     })?;
     if response.kind.as_deref() == Some("error") || response.error.is_some() {
         let message = response
@@ -33,15 +34,12 @@ pub(crate) fn parse_answer(body: &[u8]) -> Result<Parsed, LlmError> {
             .and_then(|e| e.get("message"))
             .and_then(Value::as_str)
             .unwrap_or("no message");
-        return Err(LlmError::InvalidResponse(format!(
-            "the provider reported an error: {}",
-            cut(message, 512, Cut::Chars { total: true })
-        )));
+        return Err(LlmError::InvalidResponse(ResponseFault::ProviderError {
+            message: cut(message, 512, Cut::Chars { total: true }),
+        }));
     }
     let Some(content) = response.content else {
-        return Err(LlmError::InvalidResponse(
-            "the answer has no content".to_owned(),
-        ));
+        return Err(LlmError::InvalidResponse(ResponseFault::NoContent));
     };
     let mut text = String::new();
     let mut tool_calls = Vec::new();

@@ -12,7 +12,7 @@ use crate::llm::Parsed;
 use crate::llm::anthropic::parse::parse_answer;
 use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
-use crate::ports::{Delta, LlmError, OnDelta};
+use crate::ports::{Delta, LlmError, OnDelta, ResponseFault};
 use crate::text::{Cut, cut};
 
 /// The field a Messages request streams with.
@@ -220,10 +220,11 @@ impl Decoder for EventDecoder {
                     .and_then(|e| e.get("message"))
                     .and_then(Value::as_str)
                     .unwrap_or("no message");
-                return Err(LlmError::InvalidResponse(format!(
-                    "the provider reported an error mid-stream: {}",
-                    cut(message, 512, Cut::Chars { total: true })
-                )));
+                return Err(LlmError::InvalidResponse(
+                    ResponseFault::ProviderErrorMidStream {
+                        message: cut(message, 512, Cut::Chars { total: true }),
+                    },
+                ));
             }
             // `ping`, and event types added later: keep-alives to this client.
             _ => {}
@@ -241,9 +242,7 @@ impl Decoder for EventDecoder {
 
     fn finish(self: Box<Self>) -> Result<Parsed, LlmError> {
         let Some(mut message) = self.message else {
-            return Err(LlmError::InvalidResponse(
-                "the stream ended without a message_start".into(),
-            ));
+            return Err(LlmError::InvalidResponse(ResponseFault::NoMessageStart));
         };
         let mut blocks = self.blocks;
         // Stable: blocks keep their order of start where indexes tie (they cannot: a repeated

@@ -18,7 +18,7 @@ use crate::llm::body::RequestBody;
 use crate::llm::limits::{DECODE_SLICE_BYTES, ReplyLimits};
 use crate::machine::{LlmReply, LlmRequest};
 use crate::net::body::{Unread, read_capped, read_prefix};
-use crate::ports::{LlmError, OnDelta};
+use crate::ports::{LlmError, OnDelta, ResponseFault};
 
 mod endpoint;
 mod failure;
@@ -332,9 +332,11 @@ impl Transport {
             first = false;
             read += chunk.len();
             if read > MAX_RESPONSE_BYTES {
-                return Err(fail(LlmError::InvalidResponse(format!(
-                    "the streamed answer is over the limit of {MAX_RESPONSE_BYTES} bytes"
-                ))));
+                return Err(fail(LlmError::InvalidResponse(
+                    ResponseFault::StreamTooLarge {
+                        cap: MAX_RESPONSE_BYTES,
+                    },
+                )));
             }
             tracing::trace!(chunk = %String::from_utf8_lossy(&chunk), "answer chunk");
             // At most a slice is decoded per poll: the runtime's other tasks (the other
@@ -449,9 +451,7 @@ impl Transport {
             .await
             .map_err(|unread| match unread {
                 Unread::TooLarge { at_least } => Failure {
-                    error: LlmError::InvalidResponse(format!(
-                        "the answer is {at_least} bytes or more, over the limit of {cap} bytes"
-                    )),
+                    error: LlmError::InvalidResponse(ResponseFault::BodyTooLarge { at_least, cap }),
                     retry: Retry::No,
                 },
                 Unread::Broken(error) => self.transport_failure(error),

@@ -187,7 +187,9 @@ impl FromStr for MaxTokensField {
     }
 }
 
-/// The body of a Chat Completions request for `request`.
+/// The body of a Chat Completions request for `request`, written from scratch. Public only for
+/// the crate's tests and benches; a client writes its bodies with [`OpenAi::request_body`].
+#[doc(hidden)]
 pub fn request_body(
     model: &str,
     field: MaxTokensField,

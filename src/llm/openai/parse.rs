@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::llm::Parsed;
 use crate::machine::{CallId, LlmReply, StopReason, ToolCall, Usage};
-use crate::ports::LlmError;
+use crate::ports::{LlmError, ResponseFault};
 use crate::text::{Cut, cut};
 
 /// Parses a Chat Completions answer. Never panics, whatever the bytes.
@@ -17,29 +17,29 @@ pub fn parse_response(body: &[u8]) -> Result<LlmReply, LlmError> {
 /// [`parse_response`], with the model the answer names.
 pub(crate) fn parse_answer(body: &[u8]) -> Result<Parsed, LlmError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|e| {
-        LlmError::InvalidResponse(format!(
-            "not a chat completion: {e}; the answer began: {:?}",
-            cut(
+        LlmError::InvalidResponse(ResponseFault::Unparsable {
+            expected: "a chat completion",
+            error: e.to_string(),
+            began: cut(
                 &String::from_utf8_lossy(body),
                 200,
-                Cut::Chars { total: true }
-            )
-        ))
+                Cut::Chars { total: true },
+            ),
+        })
     })?;
     let Some(choice) = response.choices.into_iter().next() else {
         return Err(LlmError::InvalidResponse(match response.error {
-            Some(error) => format!(
-                "the provider reported an error: {}",
-                cut(&error_text(&error), 512, Cut::Chars { total: true })
-            ),
-            None => "the answer has no choices".to_owned(),
+            Some(error) => ResponseFault::ProviderError {
+                message: cut(&error_text(&error), 512, Cut::Chars { total: true }),
+            },
+            None => ResponseFault::NoChoices,
         }));
     };
     // A choice without a message says nothing about how the turn went: taking it as an empty
     // end of turn would end the prompt (and ask `_Stop`) on a broken answer.
     let Some(message) = choice.message else {
         return Err(LlmError::InvalidResponse(
-            "the answer's choice has no message".to_owned(),
+            ResponseFault::ChoiceWithoutMessage,
         ));
     };
     let mut text = match message.content {
@@ -313,5 +313,41 @@ mod tests {
             assert!(matches!(err, LlmError::InvalidResponse(_)), "{err}");
             assert!(err.to_string().contains(expected), "{err}");
         }
+    }
+
+    #[test]
+    fn an_embedder_tells_bad_answers_apart_by_their_fault_not_their_text() {
+        let fault = |body: &[u8]| match parse_response(body) {
+            Err(LlmError::InvalidResponse(fault)) => fault,
+            other => panic!("expected an invalid response, got {other:?}"),
+        };
+        assert_eq!(fault(br#"{"choices": []}"#), ResponseFault::NoChoices);
+        assert_eq!(
+            fault(br#"{"choices": [{"finish_reason": "stop"}]}"#),
+            ResponseFault::ChoiceWithoutMessage
+        );
+        assert_eq!(
+            fault(br#"{"error": {"message": "upstream failed"}}"#),
+            ResponseFault::ProviderError {
+                message: "upstream failed".into()
+            }
+        );
+        let ResponseFault::Unparsable {
+            expected, began, ..
+        } = fault(b"<html>502</html>")
+        else {
+            panic!("not JSON is unparsable");
+        };
+        assert_eq!(
+            (expected, began.as_str()),
+            ("a chat completion", "<html>502</html>")
+        );
+        // The message is the one the prose variant gave: transcripts hold it as it was.
+        assert_eq!(
+            parse_response(br#"{"choices": []}"#)
+                .unwrap_err()
+                .to_string(),
+            "the provider's answer is not valid: the answer has no choices"
+        );
     }
 }

@@ -12,7 +12,7 @@ use crate::llm::Parsed;
 use crate::llm::assemble::{Decoder, invalid_event};
 use crate::llm::limits::{Budget, ReplyLimits, refuse_past};
 use crate::llm::openai::parse::parse_answer;
-use crate::ports::{Delta, LlmError, OnDelta};
+use crate::ports::{Delta, LlmError, OnDelta, ResponseFault};
 use crate::text::{Cut, cut};
 
 /// The fields a Chat Completions request streams with; usage comes in a last chunk.
@@ -108,10 +108,11 @@ impl Decoder for ChunkDecoder {
                 .get("message")
                 .and_then(Value::as_str)
                 .map_or_else(|| error.to_string(), str::to_owned);
-            return Err(LlmError::InvalidResponse(format!(
-                "the provider reported an error mid-stream: {}",
-                cut(&message, 512, Cut::Chars { total: true })
-            )));
+            return Err(LlmError::InvalidResponse(
+                ResponseFault::ProviderErrorMidStream {
+                    message: cut(&message, 512, Cut::Chars { total: true }),
+                },
+            ));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::super::*;
+use super::{agent_limit_text, agent_total_text};
 use crate::hooks::HookServers;
 
 fn server() -> ServerName {

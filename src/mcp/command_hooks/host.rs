@@ -19,7 +19,7 @@ use super::files::{CommandHooks, CommandHooksError, Handler, Source};
 use super::run::{self, Ran};
 use crate::bridge::hosts::{Reply, Verdict};
 use crate::hooks::{Hook, MAX_HOOK_TEXT_BYTES, ServerName};
-use crate::machine::{Catalog, HookReply, ServerTools, ToolCall, ToolInfo, ToolOutput};
+use crate::machine::{Catalog, HookFault, HookReply, ServerTools, ToolCall, ToolInfo, ToolOutput};
 use crate::ports::{HookCall, Person, ToolHost};
 use crate::text::{Cut, cut};
 
@@ -407,7 +407,7 @@ fn combine(server: &ServerName, hook: Hook, answers: &[Answered<'_>]) -> HookRep
     }
     if !failed.is_empty() {
         return HookReply::Failed {
-            error: cut(&failed.join("; "), MAX_HOOK_TEXT_BYTES, Cut::Middle),
+            error: HookFault::Commands(cut(&failed.join("; "), MAX_HOOK_TEXT_BYTES, Cut::Middle)),
         };
     }
     if !errors.is_empty() {

@@ -264,6 +264,23 @@ async fn hook_calls_send_meta_and_map_answers() {
 }
 
 #[tokio::test]
+async fn a_hook_for_a_server_the_host_lacks_fails_as_no_such_server() {
+    let probe = Probe::default();
+    let (host, _) = McpHost::duplex(vec![("p", serve(&probe))], options())
+        .await
+        .unwrap();
+    let mut call = stop_call(2000);
+    call.server = ServerName::new("q").unwrap();
+    match host.call_hook(&call).await {
+        HookReply::Failed {
+            error: HookFault::NoSuchServer { server },
+        } => assert_eq!(server.as_str(), "q"),
+        other => panic!("{other:?}"),
+    }
+    assert!(lock(&probe.metas).is_empty(), "no server was asked");
+}
+
+#[tokio::test]
 async fn a_timed_out_hook_is_cancelled_on_the_server() {
     let probe = Probe::default();
     lock(&probe.stop).push("hang");

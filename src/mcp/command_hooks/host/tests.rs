@@ -382,7 +382,9 @@ async fn killing_the_source_ends_its_running_commands() {
         () = kill => unreachable!(),
     };
     match reply {
-        HookReply::Failed { error } => assert!(error.contains("engine's order"), "{error}"),
+        HookReply::Failed {
+            error: HookFault::Commands(error),
+        } => assert!(error.contains("engine's order"), "{error}"),
         other => panic!("{other:?}"),
     }
 }
