@@ -150,6 +150,9 @@ impl Core {
         if planted::on(Bug::DestructiveHintsKept) && !self.tools.destructive.is_empty() {
             tools.destructive.clone_from(&self.tools.destructive);
         }
+        if planted::on(Bug::WithdrawnToolOffered) {
+            tools = tools.keeping(&self.tools);
+        }
         Arc::new(tools)
     }
 

@@ -96,6 +96,11 @@ pub enum Bug {
     /// Tools: once an objection came in a prompt, the model's later calls in it are answered
     /// unrun.
     ObjectedSkipsCalls,
+    /// Supervision: a server killed on its second timeout is forgotten as a hook server, so
+    /// none of its hooks is asked again though the catalog still gives them to it.
+    KilledServerForgotten,
+    /// Catalog: a catalog change that takes a tool away leaves it offered to the model.
+    WithdrawnToolOffered,
     /// Restart budget: a server is restarted once more than its budget allows.
     RestartPastBudget,
     /// Backoff: the wait before a restart stays at the base instead of doubling per bad end.
@@ -107,7 +112,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 36] = [
+    pub const MACHINE: [Self; 38] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -144,6 +149,8 @@ impl Bug {
         Self::StandingNotInherited,
         Self::ChildOpenAfterCancel,
         Self::SubagentStopSkipped,
+        Self::KilledServerForgotten,
+        Self::WithdrawnToolOffered,
     ];
 
     /// The bugs the explorer finds in the machine's state before any order shows them, so no
