@@ -31,6 +31,7 @@ use crate::machine::{
     Machine, Message, Notice, Policy, StopReason, Subagents, ToolCall,
 };
 use crate::testing::Invariants;
+use crate::testing::runs::in_batch;
 use crate::testing::transition::Violation;
 use crate::transcript::{Header, Record, Transcript};
 
@@ -169,8 +170,9 @@ impl Inheritance {
                 }
                 Effect::CallTools { calls } => {
                     for call in calls {
+                        let once = self.parent_once.remove(&call.id);
                         let own = !m.asks_permission_for(&call.name)
-                            || self.parent_once.remove(&call.id)
+                            || once
                             || self.parent.get(&call.name) == Some(&true);
                         if !own && self.child.get(&call.name) == Some(&true) {
                             return Err(Violation {
@@ -202,6 +204,10 @@ impl Inheritance {
                 }
                 _ => {}
             }
+        }
+        if !in_batch(m.phase()) {
+            // A consent given once lapses with its batch, run or not.
+            self.parent_once.clear();
         }
         Ok(())
     }
