@@ -66,9 +66,11 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         Bug::PreCompactInjected => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreCompact])
         }),
-        Bug::PostCompactBeforeSummary => (Family::each_hook_alone, |s| {
-            allowed(s) && has(s, 0, &[Hook::PostCompact])
-        }),
+        Bug::PostCompactBeforeSummary | Bug::PostCompactOwedLostOnCatalog => {
+            (Family::each_hook_alone, |s| {
+                allowed(s) && has(s, 0, &[Hook::PostCompact])
+            })
+        }
         Bug::DeniedCallRuns
         | Bug::DenialSpreads
         | Bug::KilledServerForgotten
@@ -84,11 +86,12 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         | Bug::RejectOnceStands => (Family::permission, |_| true),
         Bug::RoundCapOffByOne | Bug::RoundsCarriedOver => (Family::round_cap, |_| true),
         Bug::StandingNotInherited => (Family::parent_and_child, |_| true),
-        Bug::ChildOpenAfterCancel | Bug::SubagentStopSkipped | Bug::SubagentServersDropped => {
-            (Family::parent_and_child, |s| {
-                allowed(s) && has(s, 0, &[Hook::SessionStart, Hook::Stop])
-            })
-        }
+        Bug::ChildOpenAfterCancel
+        | Bug::SubagentStopSkipped
+        | Bug::SubagentServersDropped
+        | Bug::ObjectionsInherited => (Family::parent_and_child, |s| {
+            allowed(s) && has(s, 0, &[Hook::SessionStart, Hook::Stop])
+        }),
         Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
             unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
         }
@@ -134,7 +137,8 @@ fn caught_by(bug: Bug) -> &'static str {
         Bug::InjectionDroppedAfterCompaction => words::INJECTED,
         Bug::StandingNotInherited => hookloop::testing::explore::INHERITANCE,
         Bug::ChildOpenAfterCancel => hookloop::testing::explore::CANCEL_ENDS_CHILD,
-        Bug::SubagentStopSkipped => STOP,
+        Bug::SubagentStopSkipped | Bug::ObjectionsInherited => STOP,
+        Bug::PostCompactOwedLostOnCatalog => liveness::RULE,
         Bug::SubagentServersDropped => liveness::RULE,
         // The `_PreToolUse` round the catalog owes the killed server, which the machine forgot;
         // the subjects the catalog owes a call of a tool it took away (none: no round).

@@ -109,6 +109,9 @@ impl Machine {
         if !planted::on(Bug::StandingNotInherited) {
             child.standing = core.standing.clone();
         }
+        if planted::on(Bug::ObjectionsInherited) {
+            child.counters.objections = core.counters.objections;
+        }
         child.child = Some(Box::new(Child {
             me: AgentRef {
                 id: AgentId(call.id.0.clone()),

@@ -101,6 +101,12 @@ pub enum Bug {
     KilledServerForgotten,
     /// Catalog: a catalog change that takes a tool away leaves it offered to the model.
     WithdrawnToolOffered,
+    /// Compaction: a catalog change forgets the `_PostCompact` round a cancel cut short, so the
+    /// next prompt does not ask it again.
+    PostCompactOwedLostOnCatalog,
+    /// Subagents: a child starts with its parent's objections spent, so its `_SubagentStop`
+    /// budget is the parent's leftovers.
+    ObjectionsInherited,
     /// Restart budget: a server is restarted once more than its budget allows.
     RestartPastBudget,
     /// Backoff: the wait before a restart stays at the base instead of doubling per bad end.
@@ -112,7 +118,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 38] = [
+    pub const MACHINE: [Self; 40] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -151,6 +157,8 @@ impl Bug {
         Self::SubagentStopSkipped,
         Self::KilledServerForgotten,
         Self::WithdrawnToolOffered,
+        Self::PostCompactOwedLostOnCatalog,
+        Self::ObjectionsInherited,
     ];
 
     /// The bugs the explorer finds in the machine's state before any order shows them, so no
