@@ -66,11 +66,11 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         Bug::PreCompactInjected => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreCompact])
         }),
-        Bug::PostCompactBeforeSummary | Bug::PostCompactOwedLostOnCatalog => {
-            (Family::each_hook_alone, |s| {
-                allowed(s) && has(s, 0, &[Hook::PostCompact])
-            })
-        }
+        Bug::PostCompactBeforeSummary
+        | Bug::PostCompactOwedLostOnCatalog
+        | Bug::PostCompactOwedKept => (Family::each_hook_alone, |s| {
+            allowed(s) && has(s, 0, &[Hook::PostCompact])
+        }),
         Bug::DeniedCallRuns
         | Bug::DenialSpreads
         | Bug::KilledServerForgotten
@@ -138,7 +138,7 @@ fn caught_by(bug: Bug) -> &'static str {
         Bug::StandingNotInherited => hookloop::testing::explore::INHERITANCE,
         Bug::ChildOpenAfterCancel => hookloop::testing::explore::CANCEL_ENDS_CHILD,
         Bug::SubagentStopSkipped | Bug::ObjectionsInherited => STOP,
-        Bug::PostCompactOwedLostOnCatalog => liveness::RULE,
+        Bug::PostCompactOwedLostOnCatalog | Bug::PostCompactOwedKept => liveness::RULE,
         Bug::SubagentServersDropped => liveness::RULE,
         // The `_PreToolUse` round the catalog owes the killed server, which the machine forgot;
         // the subjects the catalog owes a call of a tool it took away (none: no round).

@@ -107,6 +107,9 @@ pub enum Bug {
     /// Subagents: a child starts with its parent's objections spent, so its `_SubagentStop`
     /// budget is the parent's leftovers.
     ObjectionsInherited,
+    /// Compaction: the `_PostCompact` round a cancel cut short stays owed once it is asked
+    /// again, so every later prompt asks it.
+    PostCompactOwedKept,
     /// Restart budget: a server is restarted once more than its budget allows.
     RestartPastBudget,
     /// Backoff: the wait before a restart stays at the base instead of doubling per bad end.
@@ -118,7 +121,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 40] = [
+    pub const MACHINE: [Self; 41] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -159,6 +162,7 @@ impl Bug {
         Self::WithdrawnToolOffered,
         Self::PostCompactOwedLostOnCatalog,
         Self::ObjectionsInherited,
+        Self::PostCompactOwedKept,
     ];
 
     /// The bugs the explorer finds in the machine's state before any order shows them, so no

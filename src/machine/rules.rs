@@ -291,7 +291,9 @@ impl Core {
         context: &mut Outbox,
         resume: Resume,
     ) -> Outcome<State> {
-        self.post_compact_owed = false;
+        if !planted::on(Bug::PostCompactOwedKept) {
+            self.post_compact_owed = false;
+        }
         match self.ask(context, Hook::PostCompact, Vec::new()) {
             Some(round) => Transition(State::hooking(round, Then::PostCompact { resume })),
             None => self.request_turn(context, resume),
