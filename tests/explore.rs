@@ -645,10 +645,13 @@ fn a_counterexample_transcript_replays_to_the_broken_rule() {
 }
 
 #[test]
-// With the catalog letters that take tools away and flip destructive hints, this search ran past
-// 15 minutes of a debug build without exhausting (32 s before them): out of `cargo test` until
-// the abstract grain folds those catalogs. `cargo test --release --test explore -- --ignored`.
-#[ignore = "no longer exhausts in a debug build's time since the catalog letters; run with --ignored"]
+// It could not exhaust at all while the consent rule kept, for good, each "allow once" whose call
+// ran without needing it (a catalog that unmarked the tool came between): one more remembered id
+// per prompt, a new state each time (`a_consent_its_call_no_longer_needed_lapses_with_its_batch`).
+// Now it exhausts, but the catalog letters (tools taken away, hints flipped) and the permission
+// setting multiply the space with permission to 859,122 states at depth 25: 879 s of a debug
+// build on the shared machine (32 s before those letters), so it stays out of `cargo test`.
+#[ignore = "exhausts, in about 15 minutes of a debug build; run with --ignored"]
 fn without_hooks_the_abstract_exploration_exhausts_and_covers_every_sequence_of_twelve_facts() {
     // Off, with and without permission: the abstract grain's space is finite and small enough
     // that breadth first search runs out of new states, so every depth is covered.
