@@ -66,10 +66,15 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         Bug::PreCompactInjected => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreCompact])
         }),
-        Bug::PostCompactBeforeSummary => (Family::each_hook_alone, |s| {
+        Bug::PostCompactBeforeSummary
+        | Bug::PostCompactOwedLostOnCatalog
+        | Bug::PostCompactOwedKept => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PostCompact])
         }),
-        Bug::DeniedCallRuns | Bug::DenialSpreads => (Family::each_hook_alone, |s| {
+        Bug::DeniedCallRuns
+        | Bug::DenialSpreads
+        | Bug::KilledServerForgotten
+        | Bug::WithdrawnToolOffered => (Family::each_hook_alone, |s| {
             allowed(s) && has(s, 0, &[Hook::PreToolUse])
         }),
         Bug::PermissionNotAsked
@@ -81,11 +86,12 @@ fn case(bug: Bug) -> (fn() -> Family, Fits) {
         | Bug::RejectOnceStands => (Family::permission, |_| true),
         Bug::RoundCapOffByOne | Bug::RoundsCarriedOver => (Family::round_cap, |_| true),
         Bug::StandingNotInherited => (Family::parent_and_child, |_| true),
-        Bug::ChildOpenAfterCancel | Bug::SubagentStopSkipped | Bug::SubagentServersDropped => {
-            (Family::parent_and_child, |s| {
-                allowed(s) && has(s, 0, &[Hook::SessionStart, Hook::Stop])
-            })
-        }
+        Bug::ChildOpenAfterCancel
+        | Bug::SubagentStopSkipped
+        | Bug::SubagentServersDropped
+        | Bug::ObjectionsInherited => (Family::parent_and_child, |s| {
+            allowed(s) && has(s, 0, &[Hook::SessionStart, Hook::Stop])
+        }),
         Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
             unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
         }
@@ -131,8 +137,12 @@ fn caught_by(bug: Bug) -> &'static str {
         Bug::InjectionDroppedAfterCompaction => words::INJECTED,
         Bug::StandingNotInherited => hookloop::testing::explore::INHERITANCE,
         Bug::ChildOpenAfterCancel => hookloop::testing::explore::CANCEL_ENDS_CHILD,
-        Bug::SubagentStopSkipped => STOP,
+        Bug::SubagentStopSkipped | Bug::ObjectionsInherited => STOP,
+        Bug::PostCompactOwedLostOnCatalog | Bug::PostCompactOwedKept => liveness::RULE,
         Bug::SubagentServersDropped => liveness::RULE,
+        // The `_PreToolUse` round the catalog owes the killed server, which the machine forgot;
+        // the subjects the catalog owes a call of a tool it took away (none: no round).
+        Bug::KilledServerForgotten | Bug::WithdrawnToolOffered => liveness::RULE,
         Bug::RestartPastBudget | Bug::BackoffNotDoubled | Bug::RetiredComesBack => {
             unreachable!("{bug:?} is the supervisor's, which the explorer does not drive")
         }
@@ -349,23 +359,52 @@ fn readme_table_is(found: &[Found]) {
     );
 }
 
+/// The counterexample `bug`, planted, gives within `depth` facts on the first setup of `family`
+/// that `fits`; the rule that caught it must be `rule`, and its detail must name `named`.
+fn caught_within(bug: Bug, family: &Family, fits: Fits, depth: usize, rule: &str, named: &str) {
+    let setup = family
+        .setups
+        .iter()
+        .find(|s| fits(s))
+        .expect("a setup fits");
+    let _planted = plant(bug);
+    let found = match family.explore_setup(setup, depth) {
+        Ok(report) => panic!("{bug:?} not found within {depth} facts: {report}"),
+        Err(found) => found,
+    };
+    assert_eq!(rule, found.violation.rule, "{found}");
+    assert!(found.violation.detail.contains(named), "{found}");
+}
+
 #[test]
 fn subagent_hook_servers_the_machine_drops_are_caught_against_the_catalog() {
     // The machine's servers of `_SubagentStart` and `_SubagentStop` against the catalog's, on
     // the first catalog fed after the start: no order shows the drop until a child starts.
     for bug in Bug::SILENT {
         let (family, fits) = case(bug);
-        let family = family();
-        let setup = family
-            .setups
-            .iter()
-            .find(|s| fits(s))
-            .expect("a setup fits");
-        let _planted = plant(bug);
-        let found = family
-            .explore_setup(setup, 2)
-            .expect_err("the dropped servers are caught");
-        assert_eq!(caught_by(bug), found.violation.rule, "{found}");
-        assert!(found.violation.detail.contains("_Subagent"), "{found}");
+        caught_within(bug, &family(), fits, 2, caught_by(bug), "_Subagent");
     }
+}
+
+#[test]
+fn a_child_whose_killed_server_is_forgotten_is_caught_by_the_catalogs_subagent_stop() {
+    // The child's `_SubagentStop` is owed by the catalog fed, not by the servers the machine
+    // kept: its server killed (two timeouts in a row), the child's end of turn still owes it.
+    caught_within(
+        Bug::KilledServerForgotten,
+        &Family::with_child(),
+        |_| true,
+        6,
+        "_Stop is asked at a genuine end of turn exactly when the rules allow",
+        "_SubagentStop",
+    );
+}
+
+#[test]
+fn a_tool_left_offered_after_a_catalog_took_it_away_is_caught_at_its_pre_tool_round() {
+    // The subjects `_PreToolUse` is owed are the calls of tools the catalog fed offers: a call
+    // of a tool it took away owes no round, whatever the machine still offers.
+    let bug = Bug::WithdrawnToolOffered;
+    let (family, fits) = case(bug);
+    caught_within(bug, &family(), fits, 3, caught_by(bug), "_PreToolUse");
 }

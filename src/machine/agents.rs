@@ -109,6 +109,9 @@ impl Machine {
         if !planted::on(Bug::StandingNotInherited) {
             child.standing = core.standing.clone();
         }
+        if planted::on(Bug::ObjectionsInherited) {
+            child.counters.objections = core.counters.objections;
+        }
         child.child = Some(Box::new(Child {
             me: AgentRef {
                 id: AgentId(call.id.0.clone()),
@@ -149,6 +152,9 @@ impl Core {
         let mut tools = Tools::new(catalog, &self.policy.hook_servers, agent);
         if planted::on(Bug::DestructiveHintsKept) && !self.tools.destructive.is_empty() {
             tools.destructive.clone_from(&self.tools.destructive);
+        }
+        if planted::on(Bug::WithdrawnToolOffered) {
+            tools = tools.keeping(&self.tools);
         }
         Arc::new(tools)
     }

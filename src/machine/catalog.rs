@@ -87,4 +87,25 @@ impl Tools {
     pub(super) fn servers(&self, hook: Hook) -> &[ServerName] {
         self.hooks.get(&hook).map_or(&[], Vec::as_slice)
     }
+
+    /// These tools with `server` gone from every hook's servers: `Bug::KilledServerForgotten`.
+    pub(super) fn forgetting(&self, server: &ServerName) -> Self {
+        let mut tools = self.clone();
+        for servers in tools.hooks.values_mut() {
+            servers.retain(|s| s != server);
+        }
+        tools
+    }
+
+    /// These tools, and those of `before` they lack still offered: `Bug::WithdrawnToolOffered`.
+    pub(super) fn keeping(mut self, before: &Self) -> Self {
+        for spec in &before.model {
+            if self.names.insert(spec.name.clone()) {
+                self.bytes += spec.size_bytes();
+                self.model.push(spec.clone());
+            }
+        }
+        self.digest = Digest::of_tools(&self.model);
+        self
+    }
 }

@@ -438,6 +438,9 @@ impl Core {
                 if planted::on(Bug::ObjectionsResetByCatalog) {
                     self.counters.objections = 0;
                 }
+                if planted::on(Bug::PostCompactOwedLostOnCatalog) {
+                    self.post_compact_owed = false;
+                }
                 Handled
             }
             Input::PermissionSettingChanged { ask } => {

@@ -96,6 +96,20 @@ pub enum Bug {
     /// Tools: once an objection came in a prompt, the model's later calls in it are answered
     /// unrun.
     ObjectedSkipsCalls,
+    /// Supervision: a server killed on its second timeout is forgotten as a hook server, so
+    /// none of its hooks is asked again though the catalog still gives them to it.
+    KilledServerForgotten,
+    /// Catalog: a catalog change that takes a tool away leaves it offered to the model.
+    WithdrawnToolOffered,
+    /// Compaction: a catalog change forgets the `_PostCompact` round a cancel cut short, so the
+    /// next prompt does not ask it again.
+    PostCompactOwedLostOnCatalog,
+    /// Subagents: a child starts with its parent's objections spent, so its `_SubagentStop`
+    /// budget is the parent's leftovers.
+    ObjectionsInherited,
+    /// Compaction: the `_PostCompact` round a cancel cut short stays owed once it is asked
+    /// again, so every later prompt asks it.
+    PostCompactOwedKept,
     /// Restart budget: a server is restarted once more than its budget allows.
     RestartPastBudget,
     /// Backoff: the wait before a restart stays at the base instead of doubling per bad end.
@@ -107,7 +121,7 @@ pub enum Bug {
 #[cfg(feature = "planted")]
 impl Bug {
     /// The bugs in the machine, which the explorer finds.
-    pub const MACHINE: [Self; 36] = [
+    pub const MACHINE: [Self; 41] = [
         Self::HookOffered,
         Self::HookCallRun,
         Self::HookOnDisallowedServer,
@@ -144,6 +158,11 @@ impl Bug {
         Self::StandingNotInherited,
         Self::ChildOpenAfterCancel,
         Self::SubagentStopSkipped,
+        Self::KilledServerForgotten,
+        Self::WithdrawnToolOffered,
+        Self::PostCompactOwedLostOnCatalog,
+        Self::ObjectionsInherited,
+        Self::PostCompactOwedKept,
     ];
 
     /// The bugs the explorer finds in the machine's state before any order shows them, so no

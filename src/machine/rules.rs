@@ -1,6 +1,8 @@
 //! Hook rounds: which servers are asked, how each answer is taken under the sovereignty rules
 //! (fail open, the timeout streak and the kill), and each hook's rule, one function per hook.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use statig::prelude::*;
 
@@ -103,6 +105,9 @@ impl Core {
                     context.emit(Effect::KillServer {
                         server: server.clone(),
                     });
+                    if planted::on(Bug::KilledServerForgotten) {
+                        self.tools = Arc::new(self.tools.forgetting(server));
+                    }
                 }
                 if planted::on(Bug::TimeoutSpeaks) {
                     Answer::Said("timed out".into())
@@ -290,7 +295,9 @@ impl Core {
         context: &mut Outbox,
         resume: Resume,
     ) -> Outcome<State> {
-        self.post_compact_owed = false;
+        if !planted::on(Bug::PostCompactOwedKept) {
+            self.post_compact_owed = false;
+        }
         match self.ask(context, Hook::PostCompact, Vec::new()) {
             Some(round) => Transition(State::hooking(round, Then::PostCompact { resume })),
             None => self.request_turn(context, resume),

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::hooks;
 use crate::machine::{CallId, Canon, Catalog, Effect, Input, PermissionDecision, Policy};
 
+use super::runs::in_batch;
 use super::transition::{Transition, Violation, ensure};
 
 /// The rule a call run without consent breaks.
@@ -130,9 +131,11 @@ impl Consent {
                 Effect::CallTools { calls } => {
                     for call in calls {
                         let asks = self.ask && self.destructive.contains(&call.name);
-                        let consented = !asks
-                            || self.allowed.remove(&call.id)
-                            || self.standing.get(&call.name) == Some(&true);
+                        // Spent whether or not the call still needed it (a catalog that
+                        // unmarked the tool came between the consent and the run).
+                        let once = self.allowed.remove(&call.id);
+                        let consented =
+                            !asks || once || self.standing.get(&call.name) == Some(&true);
                         ensure(consented, RUNS, || {
                             format!("{} ({}) ran", call.id, call.name)
                         })?;
@@ -140,6 +143,11 @@ impl Consent {
                 }
                 _ => {}
             }
+        }
+        if !in_batch(step.machine.phase()) {
+            // A consent given once is for a call of this batch: once the batch is over, one
+            // its call never used (its tool taken away) lapses, as a cancel makes it lapse.
+            self.allowed.clear();
         }
         Ok(())
     }

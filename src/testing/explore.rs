@@ -56,9 +56,9 @@
 //! The configurations are explored in families (`testing::families`, whose table gives each
 //! family's depth; a test holds the table to the code), each to the depth its rules'
 //! interactions need: in CI in a release build, and on every `cargo test` to smaller depths. Without hooks, with and without permission, the abstract
-//! search runs **to exhaustion** (depth 20 and 22, 5,137 and 23,251 states): every state
+//! search runs **to exhaustion** (depth 20 and 25, 6,742 and 859,122 states): every state
 //! reachable by any sequence of facts that stays in the size region is visited; the region
-//! holds for every sequence of at most 36 facts (15 with permission, whose two-call replies are
+//! holds for every sequence of at most 36 facts (14 with permission, whose two-call replies are
 //! the largest step), as [`Report::sound_length`] computes from the largest step measured. With
 //! hooks, the region holds for any 13 facts (a hook's injection is the largest step, 62
 //! tokens), so depth 12 is within it; the budgets family's depth 14 is checked state by state
@@ -118,13 +118,12 @@ use serde_json::json;
 
 use super::invariants::Invariants;
 use super::transition::Violation;
-use super::{liveness, runs};
+
 use crate::hooks::{self, Hook, HookServers, ServerName};
 use crate::machine::{
-    AGENT_TOOL, AgentId, CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input,
-    LlmReply, Machine, MachineError, Notice, PermissionDecision, Phase, Policy, Purpose,
-    ServerTools, SizeRegion, SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput,
-    Usage,
+    AgentId, CallId, Canon, Catalog, Effect, FinishReason, Grain, HookReply, Input, LlmReply,
+    Machine, MachineError, Notice, PermissionDecision, Phase, Policy, Purpose, ServerTools,
+    SizeRegion, SkipReason, StopReason, ToolCall, ToolHints, ToolInfo, ToolOutput, Usage,
 };
 use crate::transcript::{Header, Record, Transcript};
 
@@ -474,6 +473,27 @@ pub fn catalog_of(servers: &[u8], destructive: bool) -> Catalog {
     }
 }
 
+/// `catalog`, where a server with `_SessionStart` also has `_SubagentStart` and one with
+/// `_Stop` also has `_SubagentStop`.
+pub(crate) fn with_subagent_hooks(mut catalog: Catalog) -> Catalog {
+    for server in &mut catalog.servers {
+        let mut added = Vec::new();
+        for tool in &server.tools {
+            let twin = match Hook::from_tool_name(&tool.name) {
+                Some(Hook::SessionStart) => Hook::SubagentStart,
+                Some(Hook::Stop) => Hook::SubagentStop,
+                _ => continue,
+            };
+            added.push(ToolInfo {
+                name: twin.tool_name().to_owned(),
+                ..tool.clone()
+            });
+        }
+        server.tools.extend(added);
+    }
+    catalog
+}
+
 /// What one exploration found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -686,31 +706,17 @@ pub fn explore_at<S: Subject>(
     let mut phases = HashSet::from([start.machine().phase()]);
     let mut projections = HashSet::from([Projection::of(start.machine(), &Pending::Nothing)]);
     let mut orders = HashMap::new();
-    let mut invariants = Invariants::new(start.machine().policy());
-    // The rule that a runnable call runs reads the offered tools from the facts; the first
-    // catalog was fed before the search, so it is named here when it is the start's.
-    let catalog = setup.catalog();
-    let offered = runs::offered_by(&catalog);
-    let starts_with = start
-        .machine()
-        .model_tools()
-        .iter()
-        .filter(|tool| tool.name != AGENT_TOOL)
-        .map(|tool| tool.name.clone())
-        .collect::<BTreeSet<_>>()
-        == offered;
-    if starts_with {
-        invariants = invariants.knowing(&catalog);
-    }
-    // Whether `_Stop` is owed is judged from the first catalog's hooks when they are the ones
-    // the start was given.
-    let hooks_as_given = [Hook::Stop].iter().all(|hook| {
-        liveness::servers_of(&catalog, &start.machine().policy().hook_servers, *hook)
-            == start.machine().hook_servers(*hook)
-    });
-    if hooks_as_given {
-        invariants = invariants.knowing_hooks(&catalog);
-    }
+    // The rules that read the catalog judge from the first one, fed before the search: the
+    // setup's, as the start's `rewritten` says it reached the machine. Never from what the
+    // machine made of it, which is what they judge.
+    let first = Input::CatalogChanged {
+        catalog: setup.catalog(),
+    };
+    let first = match start.rewritten(&first).unwrap_or(first) {
+        Input::CatalogChanged { catalog } => catalog,
+        _ => setup.catalog(),
+    };
+    let mut invariants = Invariants::new(start.machine().policy()).knowing(&first);
     if grain == Grain::Abstract {
         let budget = i64::from(start.machine().policy().stop_max_rejections);
         invariants = invariants.capping_slack(budget + SLACK_OVER_BUDGET);

@@ -56,9 +56,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::explore::tree::with_subagent_hooks;
 use super::explore::{
     Allow, Counterexample, Report, SYSTEM, Setup, Subject, explore, explore_tree,
+    with_subagent_hooks,
 };
 use crate::hooks::Hook;
 use crate::machine::{

@@ -7,9 +7,10 @@
 //! model requests, the calls a `_PreToolUse` round denied) and nothing else, so an explorer can
 //! put it in its state's fingerprint.
 //!
-//! Whether `_Stop` must be asked at a genuine end of turn is judged from the facts: an allowed
-//! server has it in the last catalog fed ([`Invariants::knowing`] names the first), and the
-//! objections spent are the `_Stop` rounds whose answers said words, counted here.
+//! Whether `_Stop` (or a subagent's `_SubagentStop`) must be asked at a genuine end of turn is
+//! judged from the facts: an allowed server has it in the last catalog fed
+//! ([`Invariants::knowing`] names the first), and the objections spent are the rounds whose
+//! answers said words, counted here. Which tools may run is read from the same catalogs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,7 +23,7 @@ use crate::machine::{
 use super::check_pairing;
 use super::compaction::CompactionDue;
 use super::consent::Consent;
-use super::liveness::{HookLiveness, servers_of, stop_hook};
+use super::liveness::{HookLiveness, stop_hook};
 use super::rounds::RoundCap;
 use super::runs::{Runnable, in_batch};
 use super::transition::{Transition, Violation, broken, ensure};
@@ -75,10 +76,6 @@ pub struct Invariants {
     /// The open `_Stop` (or `_SubagentStop`) round: answers still awaited, and whether one
     /// said words.
     stop_round: Option<(usize, bool)>,
-    /// Whether an allowed server has `_Stop` in the last catalog fed; `None` until a catalog
-    /// is known. A subagent's `_SubagentStop` is judged from the servers the machine asks:
-    /// the explorer's child subject gives the child a catalog of its own, not the fact fed.
-    stop_servers: Option<bool>,
 }
 
 impl Invariants {
@@ -107,29 +104,17 @@ impl Invariants {
             compaction: CompactionDue::default(),
             objections: 0,
             stop_round: None,
-            stop_servers: None,
         }
     }
 
-    /// Whether an allowed server has `_Stop` in `catalog`.
-    fn stop_servers_of(&self, catalog: &Catalog) -> bool {
-        !servers_of(catalog, &self.allow, Hook::Stop).is_empty()
-    }
-
-    /// The same invariants, knowing the catalog fed before the first fact they see: the rule
-    /// that a runnable call runs judges calls from the start, not only after a
-    /// `CatalogChanged` fact.
+    /// The same invariants, knowing the catalog fed before the first fact they see: every
+    /// rule that reads the catalog (the tools offered, the destructive ones, the servers of
+    /// each hook) judges from the start, not only after a `CatalogChanged` fact. Without it
+    /// those rules read the machine's own sets until a catalog is fed.
     pub fn knowing(mut self, catalog: &Catalog) -> Self {
         self.runs = Runnable::knowing(catalog);
         self.consent = std::mem::take(&mut self.consent).knowing(catalog);
-        self
-    }
-
-    /// The same invariants, knowing that the hooks of the catalog fed before the first fact
-    /// are `catalog`'s: whether `_Stop` is owed is judged from it until a `CatalogChanged`
-    /// comes (before, from the servers the machine was started with).
-    pub fn knowing_hooks(mut self, catalog: &Catalog) -> Self {
-        self.stop_servers = Some(self.stop_servers_of(catalog));
+        self.liveness = self.liveness.knowing(catalog);
         self
     }
 
@@ -180,6 +165,7 @@ impl Invariants {
             )?;
             return Ok(());
         }
+        self.liveness.learn(fact);
         self.check_orders(m, effects)?;
         let step = Transition {
             before,
@@ -289,13 +275,6 @@ impl Invariants {
                 e.bool(said);
             }
         }
-        match self.stop_servers {
-            None => e.tag(0),
-            Some(stop) => {
-                e.tag(1);
-                e.bool(stop);
-            }
-        }
     }
 
     /// At most one awaited order per fact, last; each in the phase that waits for it; requests
@@ -366,7 +345,7 @@ impl Invariants {
                             || call.name.clone(),
                         )?;
                         ensure(
-                            m.model_tools().iter().any(|t| t.name == call.name),
+                            self.liveness.offers(&call.name, m),
                             "only offered tools run",
                             || call.name.clone(),
                         )?;
@@ -483,9 +462,6 @@ impl Invariants {
     ) -> Result<(), Violation> {
         let turn_phase = matches!(before, Phase::Prompting | Phase::Objected);
         let stop = stop_hook(m);
-        if let Input::CatalogChanged { catalog } = fact {
-            self.stop_servers = Some(self.stop_servers_of(catalog));
-        }
         // The objections, counted from the answers: a round of the end-of-turn hook in which a
         // server said words.
         if let Input::HookAnswered { hook, reply, .. } = fact
@@ -527,12 +503,7 @@ impl Invariants {
                     self.latch = false;
                 } else if matches!(reply.stop, StopReason::EndTurn | StopReason::StopSequence) {
                     let objections = self.objections;
-                    let has = match self.stop_servers {
-                        Some(servers) if stop == Hook::Stop => servers,
-                        // No catalog known yet (the servers the machine was started with), or
-                        // a subagent (see `stop_servers`).
-                        _ => !m.hook_servers(stop).is_empty(),
-                    };
+                    let has = self.liveness.has(stop, m);
                     let expected =
                         has && self.budget > 0 && objections < self.budget && !self.latch;
                     ensure(

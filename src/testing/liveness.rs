@@ -18,11 +18,20 @@
 //!
 //! When no allowed server has the hook, the round is skipped and the rule goes on to what the
 //! round would have led to; a skipped round never shows as an order.
+//!
+//! Which servers have a hook, and which model tools a reply's calls may run, are read from the
+//! catalogs fed (the first named by [`HookLiveness::knowing`], the others by `CatalogChanged`
+//! facts), never from the machine's own sets: a machine that forgets a server's hook, or keeps
+//! offering a tool a catalog took away, is judged by the catalog. Before any catalog is known
+//! the machine's sets stand in (a driver of the invariants that names no first catalog).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::hooks::{self, Hook, ServerName};
-use crate::machine::{AGENT_TOOL, Effect, Input, Machine, Notice, Phase, Purpose, StopReason};
+use crate::machine::{
+    AGENT_TOOL, Catalog, Effect, Input, Machine, Notice, Phase, Purpose, StopReason,
+};
 
 use super::transition::{Transition, Violation, ensure};
 
@@ -49,6 +58,31 @@ pub struct HookLiveness {
     /// The `agent` calls the session's replies started, counted from the facts as the policy's
     /// limits count them.
     agents_run: u32,
+    /// What the last catalog fed says; `None` until one is known. Shared between the clones an
+    /// explorer makes: it changes only with a catalog.
+    fed: Option<Arc<Fed>>,
+}
+
+/// What a catalog says that the liveness rules read.
+#[derive(Debug, PartialEq, Eq)]
+struct Fed {
+    /// Per hook of [`Hook::EVERY`], by [`Hook::index`], the allowed servers that have it.
+    servers: Vec<Vec<ServerName>>,
+    /// The model-facing tools it offers (`agent` aside: the policy offers that one).
+    offered: BTreeSet<String>,
+}
+
+impl Fed {
+    fn of(catalog: &Catalog, allow: &hooks::HookServers) -> Self {
+        let mut servers = vec![Vec::new(); Hook::EVERY.len()];
+        for hook in Hook::EVERY {
+            servers[hook.index()] = servers_of(catalog, allow, hook);
+        }
+        Self {
+            servers,
+            offered: super::runs::offered_by(catalog),
+        }
+    }
 }
 
 /// Where the start of a prompt is, as [`HookLiveness::prompt_start`] walks it.
@@ -71,6 +105,50 @@ impl HookLiveness {
             ran: 0,
             compactions: 0,
             agents_run: 0,
+            fed: None,
+        }
+    }
+
+    /// The same rules, knowing the catalog fed before the first fact they see.
+    pub fn knowing(mut self, catalog: &Catalog) -> Self {
+        self.fed = Some(Arc::new(Fed::of(catalog, &self.allow)));
+        self
+    }
+
+    /// Takes in what a fact says of the catalog, before any rule judges the orders it led to.
+    pub fn learn(&mut self, fact: &Input) {
+        if let Input::CatalogChanged { catalog } = fact {
+            let fed = Fed::of(catalog, &self.allow);
+            if self.fed.as_deref() != Some(&fed) {
+                self.fed = Some(Arc::new(fed));
+            }
+        }
+    }
+
+    /// The allowed servers that have `hook` in the last catalog fed (the machine's, before
+    /// any is known).
+    pub fn servers<'a>(&'a self, hook: Hook, m: &'a Machine) -> &'a [ServerName] {
+        match &self.fed {
+            Some(fed) => fed.servers.get(hook.index()).map_or(&[], Vec::as_slice),
+            None => m.hook_servers(hook),
+        }
+    }
+
+    /// Whether an allowed server has `hook` in the last catalog fed.
+    pub fn has(&self, hook: Hook, m: &Machine) -> bool {
+        !self.servers(hook, m).is_empty()
+    }
+
+    /// Whether the model may call `name`: a tool the last catalog fed offers (the machine's
+    /// tools, before any is known). `agent` is no catalog's: the policy offers it by the
+    /// agent's depth, which only the machine knows, so its offer is read from the machine.
+    pub fn offers(&self, name: &str, m: &Machine) -> bool {
+        if name == AGENT_TOOL {
+            return m.model_tools().iter().any(|t| t.name == name);
+        }
+        match &self.fed {
+            Some(fed) => fed.offered.contains(name),
+            None => m.model_tools().iter().any(|t| t.name == name),
         }
     }
 
@@ -92,11 +170,10 @@ impl HookLiveness {
         if !matches!(before, Phase::Prompting | Phase::Objected) || !starts {
             return 0;
         }
-        let offered: BTreeSet<&str> = m.model_tools().iter().map(|t| t.name.as_str()).collect();
         let limits = m.policy().subagents;
         let (mut count, mut agents) = (0, 0);
         for call in &reply.tool_calls {
-            if !offered.contains(call.name.as_str()) || !call.arguments.is_object() {
+            if !self.offers(&call.name, m) || !call.arguments.is_object() {
                 continue;
             }
             if call.name == AGENT_TOOL {
@@ -130,9 +207,26 @@ impl HookLiveness {
         }
         e.num(self.ran as u64);
         e.num(self.agents_run.into());
+        match &self.fed {
+            None => e.tag(0),
+            Some(fed) => {
+                e.tag(1);
+                for servers in &fed.servers {
+                    e.num(servers.len() as u64);
+                    for server in servers {
+                        e.str(server.as_str());
+                    }
+                }
+                e.num(fed.offered.len() as u64);
+                for name in &fed.offered {
+                    e.str(name);
+                }
+            }
+        }
     }
 
-    /// Checks the hook rounds a fact opened against the rules. `post_tool_owed` is how many
+    /// Checks the hook rounds a fact opened against the rules, once [`learn`](Self::learn)
+    /// took the fact in. `post_tool_owed` is how many
     /// subjects a `_PostToolUse` round this fact opens is owed, as the facts say (the calls of
     /// the batch they allow: `Runnable::post_tool_owed`); `None` leaves it to the calls that
     /// ran.
@@ -182,11 +276,9 @@ impl HookLiveness {
             })?,
         }
         for (hook, servers, subjects) in asked {
-            ensure(servers == m.hook_servers(hook), RULE, || {
-                format!(
-                    "{hook} on {servers:?}, the allowed servers that have it: {:?}",
-                    m.hook_servers(hook)
-                )
+            let owed_servers = self.servers(hook, m);
+            ensure(servers == owed_servers, RULE, || {
+                format!("{hook} on {servers:?}, the allowed servers that have it: {owed_servers:?}")
             })?;
             let owed = match hook {
                 Hook::PreToolUse => runnable,
@@ -207,11 +299,11 @@ impl HookLiveness {
             self.open = Some((hook, servers.len() * subjects.max(1)));
         }
         self.check_summary(before, fact, effects, compaction_started)?;
-        if let Input::CatalogChanged { catalog } = fact {
+        if let Input::CatalogChanged { .. } = fact {
             // Every hook, the subagent ones too: a child's `_SubagentStart` and `_SubagentStop`
             // rounds go to the servers the catalog gives them.
             for hook in Hook::EVERY {
-                let servers = servers_of(catalog, &self.allow, hook);
+                let servers = self.servers(hook, m);
                 ensure(servers == m.hook_servers(hook), RULE, || {
                     format!(
                         "the catalog gives {hook} to {servers:?}, the machine asks {:?}",
@@ -255,7 +347,8 @@ impl HookLiveness {
         compaction_started: bool,
         runnable: usize,
     ) -> Expect {
-        let has = |hook: Hook| !m.hook_servers(hook).is_empty();
+        let held = Hook::EVERY.map(|hook| self.has(hook, m));
+        let has = |hook: Hook| held[hook.index()];
         // What a model request the rules make next leads to: a compaction's `_PreCompact`.
         let request = || {
             Expect::Round((compaction_started && has(Hook::PreCompact)).then_some(Hook::PreCompact))
@@ -356,7 +449,8 @@ impl HookLiveness {
     /// `_UserPromptSubmit` and an owed `_PostCompact` that a server has; `None` once the
     /// prompt goes on to its first request.
     fn prompt_start(&mut self, mut stage: Stage, m: &Machine) -> Option<Hook> {
-        let has = |hook: Hook| !m.hook_servers(hook).is_empty();
+        let held = Hook::EVERY.map(|hook| self.has(hook, m));
+        let has = |hook: Hook| held[hook.index()];
         // A subagent asks `_SubagentStart` in place of the session's two prompt hooks.
         let child = m.agent().is_some();
         if stage == Stage::SessionStart {

@@ -13,7 +13,7 @@
 //! [`INHERITANCE`] and [`CANCEL_ENDS_CHILD`].
 //!
 //! The servers' catalogs are the setup's with `_SubagentStart` beside every `_SessionStart` and
-//! `_SubagentStop` beside every `_Stop` ([`Subagent`](crate::testing::families::Subagent)
+//! `_SubagentStop` beside every `_Stop` (`with_subagent_hooks`; the families' `Subagent`
 //! says the same of a child explored alone). A counterexample's transcript holds the child's
 //! lane as agent records, which `hookloop replay` replays beside the parent.
 
@@ -24,14 +24,14 @@ use serde_json::json;
 
 use super::{
     Alphabet, Counterexample, Pending, Report, SLACK_OVER_BUDGET, SPELLED, SYSTEM, Setup,
-    next_pending, no_stall, order_kind,
+    next_pending, no_stall, order_kind, with_subagent_hooks,
 };
-use crate::hooks::Hook;
 use crate::machine::{
     AGENT_TOOL, AgentId, CallId, Canon, Catalog, Effect, FinishReason, Grain, Input, LlmReply,
-    Machine, Message, Notice, Policy, StopReason, Subagents, ToolCall, ToolInfo,
+    Machine, Message, Notice, Policy, StopReason, Subagents, ToolCall,
 };
 use crate::testing::Invariants;
+use crate::testing::runs::in_batch;
 use crate::testing::transition::Violation;
 use crate::transcript::{Header, Record, Transcript};
 
@@ -170,8 +170,9 @@ impl Inheritance {
                 }
                 Effect::CallTools { calls } => {
                     for call in calls {
+                        let once = self.parent_once.remove(&call.id);
                         let own = !m.asks_permission_for(&call.name)
-                            || self.parent_once.remove(&call.id)
+                            || once
                             || self.parent.get(&call.name) == Some(&true);
                         if !own && self.child.get(&call.name) == Some(&true) {
                             return Err(Violation {
@@ -203,6 +204,10 @@ impl Inheritance {
                 }
                 _ => {}
             }
+        }
+        if !in_batch(m.phase()) {
+            // A consent given once lapses with its batch, run or not.
+            self.parent_once.clear();
         }
         Ok(())
     }
@@ -782,25 +787,4 @@ pub fn tree_transcript(setup: &Setup, facts: &[Input], agents: &[Option<AgentId>
         })
         .collect();
     transcript_at(&context, &letters)
-}
-
-/// `catalog`, where a server with `_SessionStart` also has `_SubagentStart` and one with
-/// `_Stop` also has `_SubagentStop`.
-pub(crate) fn with_subagent_hooks(mut catalog: Catalog) -> Catalog {
-    for server in &mut catalog.servers {
-        let mut added = Vec::new();
-        for tool in &server.tools {
-            let twin = match Hook::from_tool_name(&tool.name) {
-                Some(Hook::SessionStart) => Hook::SubagentStart,
-                Some(Hook::Stop) => Hook::SubagentStop,
-                _ => continue,
-            };
-            added.push(ToolInfo {
-                name: twin.tool_name().to_owned(),
-                ..tool.clone()
-            });
-        }
-        server.tools.extend(added);
-    }
-    catalog
 }
