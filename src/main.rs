@@ -13,6 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// The binary's allocator, not the library's. Measured with `CPU_PER_ROUND_CALLGRIND=1
+// scripts/cpu_per_round.sh --floor 200` against glibc's malloc: see the README's CPU table.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An LLM agent loop whose MCP servers steer it through hook tools.
 ///
 /// Hooks are tools whose name starts with `_`: hidden from the model, refused if it calls them,

@@ -14,9 +14,11 @@
 //! The settled turns are never the request's last, so the fix-ups a dialect applies to the last
 //! message (a trailing-whitespace trim, a cache breakpoint) only ever touch the tail, which is
 //! written afresh each time, as is anything a dialect derives from the whole history (the tools
-//! a tool-less Messages turn declares). A request the layer cannot vouch for (no lineage, a
-//! final instruction, a request whose dialect flattens calls into text that names earlier
-//! calls) is written whole, exactly as without a cache.
+//! a tool-less Messages turn declares). A tail the dialect wrote in its settled form (no fix-up
+//! touched it: [`Written::AsSettled`]) is kept, and becomes the prefix's next piece when exactly
+//! its messages settle, so in a session of rounds each message is encoded once. A request the
+//! layer cannot vouch for (no lineage, a final instruction, a request whose dialect flattens
+//! calls into text that names earlier calls) is written whole, exactly as without a cache.
 
 use std::fmt;
 use std::ops::Range;
@@ -43,21 +45,34 @@ pub(crate) enum Part {
     Tail,
 }
 
+/// What a [`Dialect::write_turns`] call wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Nothing: a [`Part::Tail`] that cannot be written apart from the turns before it.
+    Nothing,
+    /// The turns, with fix-ups for the end of a request that their settled form lacks.
+    FixedUp,
+    /// The turns byte for byte as [`Part::Settled`] writes them: once they settle, the next
+    /// request takes these bytes rather than writing the same turns again.
+    AsSettled,
+}
+
 /// One provider's wire form of turns and tools.
 pub(crate) trait Dialect {
     /// How this dialect sends `request`'s tool calls and results: a per-dialect decision,
     /// which every encoding of the request (cached or not) follows.
     fn tool_blocks(&self, request: &LlmRequest<'_>) -> ToolBlocks;
 
-    /// Appends the wire messages of `turns`, each followed by a comma. Returns `false`, having
-    /// written nothing, when a [`Part::Tail`] cannot be written apart from the turns before it
-    /// (its fix-ups would reach into them); the whole request is then written instead.
+    /// Appends the wire messages of `turns`, each followed by a comma, and says whether they
+    /// are their settled form. Returns [`Written::Nothing`], having written nothing, when a
+    /// [`Part::Tail`] cannot be written apart from the turns before it (its fix-ups would reach
+    /// into them); the whole request is then written instead.
     fn write_turns(
         &self,
         turns: Vec<Turn<'_>>,
         part: Part,
         out: &mut Vec<u8>,
-    ) -> Result<bool, LlmError>;
+    ) -> Result<Written, LlmError>;
 
     /// Appends the wire form of the tool list (a JSON array).
     fn write_tools(&self, tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError>;
@@ -91,6 +106,7 @@ impl EncodeCache {
             history: lineage.history,
             consumed: 0,
             prefix: Vec::new(),
+            pending: None,
             tools: None,
         });
         Lease {
@@ -144,7 +160,11 @@ impl Lease<'_> {
         }
         let blocks = dialect.tool_blocks(request);
         let written = dialect.write_turns(turns::turns(request, blocks), Part::Whole, out.buf())?;
-        debug_assert!(written, "a whole request is always written");
+        debug_assert_ne!(
+            written,
+            Written::Nothing,
+            "a whole request is always written"
+        );
         Ok(())
     }
 
@@ -214,6 +234,9 @@ struct Slot {
     /// The settled turns' wire messages, each followed by a comma, in pieces a request shares
     /// rather than copies; see [`append_piece`].
     prefix: Vec<Bytes>,
+    /// The last tail's messages and its bytes, when the dialect wrote them in their settled
+    /// form: the piece to append when exactly those messages settle.
+    pending: Option<(Range<usize>, Vec<u8>)>,
     /// The tools lineage and the tool list's wire form.
     tools: Option<(u64, Bytes)>,
 }
@@ -232,12 +255,22 @@ impl Slot {
             // The lineage promise says this cannot be; start over rather than trust it.
             self.consumed = 0;
             self.prefix.clear();
+            self.pending = None;
         }
         let settled = settled_up_to(messages, self.consumed);
+        let pending = self.pending.take();
         if settled > self.consumed {
-            let turns = turns_in(request, dialect, self.consumed..settled);
-            let mut piece = Vec::new();
-            dialect.write_turns(turns, Part::Settled, &mut piece)?;
+            // The lineage promise keeps the messages of the last tail as they were, and a range
+            // is shaped the same whichever part it is written as.
+            let piece = match pending {
+                Some((range, bytes)) if range == (self.consumed..settled) => bytes,
+                _ => {
+                    let turns = turns_in(request, dialect, self.consumed..settled);
+                    let mut piece = Vec::new();
+                    dialect.write_turns(turns, Part::Settled, &mut piece)?;
+                    piece
+                }
+            };
             append_piece(&mut self.prefix, piece);
             self.consumed = settled;
         }
@@ -250,12 +283,19 @@ impl Slot {
         } else {
             Part::Tail
         };
-        let tail = turns_in(request, dialect, self.consumed..messages.len());
-        if dialect.write_turns(tail, part, out.buf())? {
-            Ok(true)
-        } else {
-            out.truncate(mark);
-            Ok(false)
+        let range = self.consumed..messages.len();
+        let tail = turns_in(request, dialect, range.clone());
+        let start = out.buf().len();
+        match dialect.write_turns(tail, part, out.buf())? {
+            Written::AsSettled => {
+                self.pending = Some((range, out.buf()[start..].to_vec()));
+                Ok(true)
+            }
+            Written::FixedUp => Ok(true),
+            Written::Nothing => {
+                out.truncate(mark);
+                Ok(false)
+            }
         }
     }
 }
@@ -505,6 +545,117 @@ mod tests {
     fn with_fields(fields: &str, body: &str) -> String {
         let rest = body.strip_prefix('{').expect("a JSON object");
         format!("{{{fields},{rest}")
+    }
+
+    /// A dialect that writes each turn as its debug text and counts its writes of settled
+    /// turns; its tails say they are in settled form when `tails_settle` holds.
+    struct Counting {
+        tails_settle: bool,
+        settled_writes: std::cell::Cell<usize>,
+    }
+
+    impl Dialect for Counting {
+        fn tool_blocks(&self, _request: &LlmRequest<'_>) -> ToolBlocks {
+            ToolBlocks::Native
+        }
+
+        fn write_turns(
+            &self,
+            turns: Vec<Turn<'_>>,
+            part: Part,
+            out: &mut Vec<u8>,
+        ) -> Result<Written, LlmError> {
+            for turn in &turns {
+                write_json(out, &format!("{turn:?}"))?;
+                out.push(b',');
+            }
+            if part == Part::Settled {
+                self.settled_writes.set(self.settled_writes.get() + 1);
+                return Ok(Written::AsSettled);
+            }
+            Ok(if self.tails_settle {
+                Written::AsSettled
+            } else {
+                Written::FixedUp
+            })
+        }
+
+        fn write_tools(&self, _tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError> {
+            out.extend_from_slice(b"[]");
+            Ok(())
+        }
+    }
+
+    /// The histories each request of a session of `rounds` rounds sees: a user message, then
+    /// one call and its result a round.
+    fn histories(rounds: usize) -> Vec<Vec<Message>> {
+        let mut history = vec![Message::user("go")];
+        let mut each = Vec::new();
+        for round in 0..rounds {
+            let id = CallId(format!("c{round}"));
+            history.push(Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: id.clone(),
+                    name: "todo__list".into(),
+                    arguments: json!({}),
+                }],
+            });
+            history.push(Message::ToolResult {
+                call_id: id,
+                output: ToolOutput::text(format!("{round} open")),
+            });
+            each.push(history.clone());
+        }
+        each
+    }
+
+    #[test]
+    fn a_tail_in_settled_form_is_not_written_again_when_it_settles() {
+        let rounds = 20;
+        for tails_settle in [true, false] {
+            let dialect = Counting {
+                tails_settle,
+                settled_writes: std::cell::Cell::new(0),
+            };
+            let cache = EncodeCache::default();
+            for (round, history) in histories(rounds).iter().enumerate() {
+                let request = LlmRequest {
+                    purpose: Purpose::Turn,
+                    system: None,
+                    messages: history,
+                    tools: &[],
+                    instruction: None,
+                    max_output_tokens: 64,
+                    lineage: Some(Lineage {
+                        history: 7,
+                        tools: 0,
+                    }),
+                };
+                let mut scratch = BodyWriter::default();
+                Lease::none()
+                    .write_messages(&request, &dialect, &mut scratch)
+                    .unwrap();
+                let mut out = BodyWriter::default();
+                cache
+                    .lease(&request, &dialect)
+                    .write_messages(&request, &dialect, &mut out)
+                    .unwrap();
+                assert_eq!(
+                    out.finish().to_string(),
+                    scratch.finish().to_string(),
+                    "round {round}"
+                );
+            }
+            // The first request settles the user message, which no tail wrote before; each one
+            // after it settles the turns of the previous request's tail.
+            let expected = if tails_settle { 1 } else { rounds };
+            assert_eq!(
+                dialect.settled_writes.get(),
+                expected,
+                "tails in settled form: {tails_settle}"
+            );
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::llm::body::{BodyWriter, RequestBody};
-use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
+use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part, Written};
 use crate::llm::http::{Endpoint, Transport, Wire};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::machine::{
@@ -253,25 +253,32 @@ impl Dialect for Messages {
         turns: Vec<Turn<'_>>,
         part: Part,
         out: &mut Vec<u8>,
-    ) -> Result<bool, LlmError> {
+    ) -> Result<Written, LlmError> {
         let mut messages: Vec<WireMessage<'_>> = turns.into_iter().map(wire_message).collect();
+        let mut written = Written::AsSettled;
         if part != Part::Settled {
-            finish_last(&mut messages);
+            if messages.last().is_some_and(|m| m.role == "assistant") {
+                // Settled turns never end with an assistant turn, so whether the trim changed
+                // anything does not matter: these bytes are never taken as settled.
+                written = Written::FixedUp;
+                finish_last(&mut messages);
+            }
             if part == Part::Tail && messages.is_empty() {
                 // The breakpoint would belong on a block written before.
-                return Ok(false);
+                return Ok(Written::Nothing);
             }
             if self.prompt_caching
                 && let Some(block) = messages.last_mut().and_then(|m| m.content.last_mut())
             {
                 *block.cache_control() = Some(EPHEMERAL);
+                written = Written::FixedUp;
             }
         }
         for message in &messages {
             encode::write_json(out, message)?;
             out.push(b',');
         }
-        Ok(true)
+        Ok(written)
     }
 
     fn write_tools(&self, tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError> {

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::llm::body::{BodyWriter, RequestBody};
-use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part};
+use crate::llm::encode::{self, Dialect, EncodeCache, Lease, Part, Written};
 use crate::llm::http::{Endpoint, Transport, Wire};
 use crate::llm::turns::{self, ToolBlocks, Turn, UserPart};
 use crate::machine::{LlmReply, LlmRequest, ToolCall, ToolSpec};
@@ -245,7 +245,7 @@ impl Dialect for Chat {
         turns: Vec<Turn<'_>>,
         _part: Part,
         out: &mut Vec<u8>,
-    ) -> Result<bool, LlmError> {
+    ) -> Result<Written, LlmError> {
         let mut messages = Vec::with_capacity(turns.len());
         for turn in turns {
             match turn {
@@ -280,7 +280,7 @@ impl Dialect for Chat {
             encode::write_json(out, message)?;
             out.push(b',');
         }
-        Ok(true)
+        Ok(Written::AsSettled)
     }
 
     fn write_tools(&self, tools: &[ToolSpec], out: &mut Vec<u8>) -> Result<(), LlmError> {
