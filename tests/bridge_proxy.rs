@@ -460,22 +460,41 @@ const MAX_GROWTH_KIB: u64 = 16 * 1024;
 /// Kills the proxy and the server it started, which leads a process group of its own and
 /// outlives a killed proxy (a server that reads nothing never sees its stdin close).
 fn kill_with_server(proxy: &mut Child) {
-    let pid = proxy.id();
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    for task in tasks.flatten() {
-        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        for child in children
-            .split_whitespace()
-            .filter_map(|c| c.parse::<i32>().ok())
-        {
-            // SAFETY: a signal to the process group the proxy's server leads.
-            unsafe {
-                libc::kill(-child, libc::SIGKILL);
-            }
+    for child in children(proxy.id()) {
+        // SAFETY: a signal to the process group the proxy's server leads.
+        unsafe {
+            libc::kill(-child, libc::SIGKILL);
         }
     }
     let _ = proxy.kill();
     let _ = proxy.wait();
+}
+
+/// The processes `pid` started, from every one of its threads.
+fn children(pid: u32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .flatten()
+        .flat_map(|task| {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie waiting to be reaped).
+fn ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // "pid (comm) S …": the state follows the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
 }
 
 /// A field of `/proc/<pid>/status`, in KiB.
@@ -568,4 +587,52 @@ fn a_host_writing_to_a_server_that_does_not_read_costs_the_proxy_little_memory()
     let growth = peak.saturating_sub(before);
     eprintln!("proxy: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth {growth} KiB");
     assert!(growth < MAX_GROWTH_KIB, "the proxy grew by {growth} KiB");
+}
+
+/// A host that ends the proxy with a signal (`SIGTERM`, as hosts end their servers): the proxy
+/// ends as when the host closes, and its server, which reads nothing and so never sees its stdin
+/// close, is killed with it rather than left running.
+#[test]
+fn a_proxy_told_to_stop_takes_a_server_that_does_not_read_with_it() {
+    let dir = runtime("stopped");
+    let mut proxy = Proxy::start_with(&dir, "deaf", &[TEST_SERVER], &[("TS_HOSTILE", "deaf")]);
+    handshake(&mut proxy);
+    // The server answers this listing, then reads its stdin no more.
+    let listed = proxy.request(2, "tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let servers = children(proxy.child.id());
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let pid = i32::try_from(proxy.child.id()).unwrap();
+    // SAFETY: a signal to the proxy this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = proxy.child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let server_ended = (0..100).any(|_| {
+        let ended = ended(servers[0]);
+        if !ended {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ended
+    });
+    if !server_ended || status.is_none() {
+        // SAFETY: the group the proxy's server leads, which the test must not leave running.
+        unsafe {
+            libc::kill(-servers[0], libc::SIGKILL);
+        }
+        let _ = proxy.child.kill();
+        let _ = proxy.child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.is_some(), "the proxy still runs 10 s after SIGTERM");
+    assert!(server_ended, "the proxy's server outlived it");
 }

@@ -36,7 +36,9 @@
 //! server held in memory is gone, and a host that listed its tools keeps its listing (the new
 //! server's are announced by nothing). Hook calls are refused, saying why, until the new server
 //! has answered its `initialize`. A server that exits on its own is not restarted: the proxy
-//! exits with its status.
+//! exits with its status. When the host closes the proxy's stdin, or ends it with `SIGTERM`,
+//! `SIGINT` or `SIGHUP`, the server's stdin is closed and it has 2 s to exit before its whole
+//! process group is killed.
 //!
 //! [`Policy::KILL_AFTER_TIMEOUTS`]: crate::machine::Policy::KILL_AFTER_TIMEOUTS
 
@@ -161,10 +163,16 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
     let serving = tokio::spawn(serve(listener, relay.clone()));
     let mut up = tokio::spawn(host_to_server(tokio::io::stdin(), relay.clone()));
     let mut restarts = 0u32;
+    let stop = stopped();
+    tokio::pin!(stop);
     loop {
         let down = server_to_host(server_out, relay.clone());
         tokio::select! {
             _ = &mut up => break,
+            () = &mut stop => {
+                tracing::debug!(server = name, "told to stop: ending as when the host closes");
+                break;
+            }
             result = down => {
                 result?;
                 break;
@@ -211,11 +219,34 @@ pub async fn run(name: &str, command: &str, args: &[String]) -> Result<i32, Prox
     let status = match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
         Ok(Ok(status)) => status.code().unwrap_or(1),
         _ => {
+            // With its whole group: a server started through a shell leaves nothing behind.
+            kill_group(&child);
             let _ = child.start_kill();
+            let _ = child.wait().await;
             1
         }
     };
     Ok(status)
+}
+
+/// Resolves when the proxy is told to stop (`SIGTERM`, `SIGINT` or `SIGHUP`, the way hosts end
+/// the servers they started): it then ends as when the host closes its stdin, and a server that
+/// does not exit within the grace is killed with its process group rather than left running.
+/// Never resolves if the signals cannot be watched.
+async fn stopped() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = hup.recv() => {}
+    }
 }
 
 /// Starts the server in a process group of its own, its stdio piped.
