@@ -3,7 +3,9 @@
 //! connection (the todo the host added is in `_Stop`'s answer), and hostile peers of the
 //! socket are refused without harming the relay.
 
-mod binary;
+mod loopback;
+#[path = "support/peak_memory.rs"]
+mod peak_memory;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -13,6 +15,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use peak_memory::status_kib;
 
 struct Proxy {
     child: Child,
@@ -24,14 +28,14 @@ struct Proxy {
 
 impl Proxy {
     fn start(runtime: &Path) -> Self {
-        Self::start_with(runtime, "todo", &[binary::hookloop(), "todo-server"], &[])
+        Self::start_with(runtime, "todo", &[loopback::hookloop(), "todo-server"], &[])
     }
 
     /// A proxy named `name` in front of `server` (its command and arguments), `env` set for both.
     fn start_with(runtime: &Path, name: &str, server: &[&str], env: &[(&str, &str)]) -> Self {
         std::fs::create_dir_all(runtime).unwrap();
         std::fs::set_permissions(runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let mut child = Command::new(binary::hookloop())
+        let mut child = Command::new(loopback::hookloop())
             .args(["mcp", "proxy", "--name", name, "--"])
             .args(server)
             .envs(env.iter().copied())
@@ -59,6 +63,11 @@ impl Proxy {
 
     fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.answer_to(id)
+    }
+
+    /// Reads the host's side up to the answer to request `id`.
+    fn answer_to(&mut self, id: u64) -> Value {
         loop {
             let mut line = String::new();
             assert!(
@@ -288,14 +297,14 @@ fn a_socket_directory_others_can_enter_is_refused_never_used() {
     std::fs::create_dir_all(&planted).unwrap();
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let out = Command::new(binary::hookloop())
+    let out = Command::new(loopback::hookloop())
         .args([
             "mcp",
             "proxy",
             "--name",
             "todo",
             "--",
-            binary::hookloop(),
+            loopback::hookloop(),
             "todo-server",
         ])
         .env("XDG_RUNTIME_DIR", &dir)
@@ -321,7 +330,7 @@ fn listings_a_silent_server_never_answers_stop_at_1024_and_the_next_is_refused()
     let dir = runtime("listings");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut child = Command::new(binary::hookloop())
+    let mut child = Command::new(loopback::hookloop())
         .args(["mcp", "proxy", "--name", "silent", "--", "sleep", "60"])
         .env("XDG_RUNTIME_DIR", &dir)
         .stdin(Stdio::piped())
@@ -375,7 +384,7 @@ fn a_host_line_past_64_mib_ends_the_relay_and_the_proxy_exits() {
     let dir = runtime("long-line");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut child = Command::new(binary::hookloop())
+    let mut child = Command::new(loopback::hookloop())
         .args(["mcp", "proxy", "--name", "silent", "--", "sleep", "60"])
         .env("XDG_RUNTIME_DIR", &dir)
         .stdin(Stdio::piped())
@@ -497,17 +506,6 @@ fn ended(pid: i32) -> bool {
     }
 }
 
-/// A field of `/proc/<pid>/status`, in KiB.
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
 /// A server that floods its host with log lines while the host reads nothing: the proxy stops
 /// reading the server once the lines it holds for the host fill its room, so its memory stays
 /// put; once the host reads again, the flood's end and the call's answer arrive.
@@ -529,20 +527,11 @@ fn a_server_flooding_a_host_that_does_not_read_costs_the_proxy_little_memory() {
     std::thread::sleep(Duration::from_secs(3));
     let peak = status_kib(pid, "VmHWM:");
     // The host reads again: the relay goes on to the call's answer.
-    let answer = loop {
-        let mut line = String::new();
-        assert!(
-            proxy.stdout.read_line(&mut line).unwrap() > 0,
-            "proxy closed"
-        );
-        let message: Value = serde_json::from_str(&line).unwrap();
-        if message["id"] == 7 {
-            break message;
-        }
-    };
+    let answer = proxy.answer_to(7);
     assert!(answer["result"].is_object(), "{answer}");
     kill_with_server(&mut proxy.child);
     let _ = std::fs::remove_dir_all(&dir);
+    assert!(before > 0 && peak > 0, "memory was not read");
     let growth = peak.saturating_sub(before);
     eprintln!("proxy: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth {growth} KiB");
     assert!(growth < MAX_GROWTH_KIB, "the proxy grew by {growth} KiB");
@@ -584,6 +573,7 @@ fn a_host_writing_to_a_server_that_does_not_read_costs_the_proxy_little_memory()
     writer.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(timed_out["timedOut"], true, "{timed_out}");
+    assert!(before > 0 && peak > 0, "memory was not read");
     let growth = peak.saturating_sub(before);
     eprintln!("proxy: VmRSS before {before} KiB, VmHWM after {peak} KiB, growth {growth} KiB");
     assert!(growth < MAX_GROWTH_KIB, "the proxy grew by {growth} KiB");

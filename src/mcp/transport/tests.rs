@@ -367,6 +367,25 @@ fn roots_request(id: u64) -> String {
     format!("{{\"jsonrpc\":\"2.0\",\"id\":\"h{id}\",\"method\":\"roots/list\"}}\n")
 }
 
+/// The id of the `n`th request of a [`roots_request`] flood.
+fn roots_id(n: usize) -> RequestId {
+    RequestId::String(format!("h{n}").into())
+}
+
+/// The id of the next message, which must be a request of the server's.
+async fn next_request_id(transport: &mut Pipes) -> RequestId {
+    let message = receive(transport).await.expect("a request");
+    let JsonRpcMessage::Request(request) = message else {
+        panic!("not a request: {message:?}");
+    };
+    request.id
+}
+
+/// The client's empty answer to the server's request `id`.
+fn empty_answer(id: RequestId) -> TxJsonRpcMessage<RoleClient> {
+    TxJsonRpcMessage::<RoleClient>::response(rmcp::model::ClientResult::empty(()), id)
+}
+
 #[tokio::test]
 async fn a_server_that_asks_faster_than_it_is_answered_is_read_no_further_until_answers_go_out() {
     let (mut transport, mut server) = connect();
@@ -381,19 +400,11 @@ async fn a_server_that_asks_faster_than_it_is_answered_is_read_no_further_until_
     assert!(held.is_err(), "read past {MAX_SERVING} unanswered requests");
 
     // One answer frees one place.
-    let answer = TxJsonRpcMessage::<RoleClient>::response(
-        rmcp::model::ClientResult::empty(()),
-        RequestId::String("h0".into()),
-    );
-    transport.send(answer).await.expect("answer");
-    let next = receive(&mut transport).await.expect("the next request");
-    let JsonRpcMessage::Request(request) = next else {
-        panic!("{next:?}");
-    };
-    assert_eq!(
-        request.id,
-        RequestId::String(format!("h{MAX_SERVING}").into())
-    );
+    transport
+        .send(empty_answer(roots_id(0)))
+        .await
+        .expect("answer");
+    assert_eq!(next_request_id(&mut transport).await, roots_id(MAX_SERVING));
     let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
     assert!(held.is_err(), "read past the freed place");
 
@@ -446,15 +457,9 @@ async fn answers_a_server_does_not_read_keep_their_places_until_written() {
     server.write(flood.as_bytes()).await;
     // Each request is answered at once, as rmcp's client does, by a task that writes it.
     for n in 0..MAX_SERVING {
-        let message = receive(&mut transport).await.expect("a request");
-        let JsonRpcMessage::Request(request) = message else {
-            panic!("{message:?}");
-        };
-        assert_eq!(request.id, RequestId::String(format!("h{n}").into()));
-        writes.spawn(transport.send(TxJsonRpcMessage::<RoleClient>::response(
-            rmcp::model::ClientResult::empty(()),
-            request.id,
-        )));
+        let id = next_request_id(&mut transport).await;
+        assert_eq!(id, roots_id(n));
+        writes.spawn(transport.send(empty_answer(id)));
     }
     // Answered, but none written: the places are still taken.
     let held = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
@@ -473,13 +478,6 @@ async fn answers_a_server_does_not_read_keep_their_places_until_written() {
     while let Some(written) = writes.join_next().await {
         written.expect("join").expect("written");
     }
-    let next = receive(&mut transport).await.expect("the next request");
-    let JsonRpcMessage::Request(request) = next else {
-        panic!("{next:?}");
-    };
-    assert_eq!(
-        request.id,
-        RequestId::String(format!("h{MAX_SERVING}").into())
-    );
+    assert_eq!(next_request_id(&mut transport).await, roots_id(MAX_SERVING));
     drop(reader.await.expect("reader"));
 }
